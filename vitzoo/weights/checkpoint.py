@@ -35,6 +35,27 @@ class Checkpoint:
     grid: tuple[int, int] | None = None  # token grid the position embeddings were trained at
 
 
+def take_head(params: dict[str, torch.Tensor], out: dict[str, torch.Tensor], config: dict[str, Any],
+              pre_logits: str, classifier: str) -> None:
+    """Move a PyTorch-layout head (an optional pre-logits Dense + tanh, then the classifier) from the
+    foreign names `pre_logits` / `classifier` (prefixes of .weight/.bias) to vitzoo's, and record the
+    options it decides: head, representation_size, num_classes (0 when there is no classifier)."""
+    if f"{pre_logits}.weight" in params:
+        weight = params.pop(f"{pre_logits}.weight")
+        out["head.pre_logits.weight"] = weight
+        out["head.pre_logits.bias"] = params.pop(f"{pre_logits}.bias")
+        config.update(head="mlp", representation_size=int(weight.shape[0]))
+    else:
+        config.update(head="linear", representation_size=None)
+    if f"{classifier}.weight" in params:
+        weight = params.pop(f"{classifier}.weight")
+        out["head.fc.weight"] = weight
+        out["head.fc.bias"] = params.pop(f"{classifier}.bias")
+        config["num_classes"] = int(weight.shape[0])
+    else:
+        config["num_classes"] = 0
+
+
 def check_state_dict(model: torch.nn.Module, state_dict: dict[str, torch.Tensor], source: str) -> None:
     """Raise `CheckpointError` listing every difference between the weights and the model."""
     expected = model.state_dict()

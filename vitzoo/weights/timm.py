@@ -20,7 +20,7 @@ import re
 
 import torch
 
-from vitzoo.weights.checkpoint import Checkpoint, CheckpointError
+from vitzoo.weights.checkpoint import Checkpoint, CheckpointError, take_head
 
 FORMAT = "timm"
 
@@ -96,19 +96,6 @@ def convert(state_dict: dict[str, torch.Tensor]) -> Checkpoint:
             )
         config["fc_norm"] = True
 
-    if "pre_logits.fc.weight" in params:  # older timm: representation layer (Dense + tanh)
-        weight = params.pop("pre_logits.fc.weight")
-        out["head.pre_logits.weight"] = weight
-        out["head.pre_logits.bias"] = params.pop("pre_logits.fc.bias")
-        config.update(head="mlp", representation_size=int(weight.shape[0]))
-    else:
-        config.update(head="linear", representation_size=None)
-    if "head.weight" in params:
-        weight = params.pop("head.weight")
-        out["head.fc.weight"] = weight
-        out["head.fc.bias"] = params.pop("head.bias")
-        config["num_classes"] = int(weight.shape[0])
-    else:
-        config["num_classes"] = 0
+    take_head(params, out, config, pre_logits="pre_logits.fc", classifier="head")
     out.update(params)  # anything left over is reported by the strict loader
     return Checkpoint(format=FORMAT, state_dict=out, config=config, grid=grid)

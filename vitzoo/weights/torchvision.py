@@ -14,7 +14,7 @@ import re
 
 import torch
 
-from vitzoo.weights.checkpoint import Checkpoint, CheckpointError
+from vitzoo.weights.checkpoint import Checkpoint, CheckpointError, take_head
 
 FORMAT = "torchvision"
 # torchvision's ImageNet weights expect ImageNet normalisation (used when a config is inferred)
@@ -59,19 +59,6 @@ def convert(state_dict: dict[str, torch.Tensor]) -> Checkpoint:
     for kind in ("weight", "bias"):
         out[f"encoder.norm.{kind}"] = params.pop(f"encoder.ln.{kind}")
     config: dict = {"act": "gelu", "norm_eps": 1e-6, "pool": "token"}
-    if "heads.pre_logits.weight" in params:
-        weight = params.pop("heads.pre_logits.weight")
-        out["head.pre_logits.weight"] = weight
-        out["head.pre_logits.bias"] = params.pop("heads.pre_logits.bias")
-        config.update(head="mlp", representation_size=int(weight.shape[0]))
-    else:
-        config.update(head="linear", representation_size=None)
-    if "heads.head.weight" in params:
-        weight = params.pop("heads.head.weight")
-        out["head.fc.weight"] = weight
-        out["head.fc.bias"] = params.pop("heads.head.bias")
-        config["num_classes"] = int(weight.shape[0])
-    else:
-        config["num_classes"] = 0
+    take_head(params, out, config, pre_logits="heads.pre_logits", classifier="heads.head")
     out.update(params)
     return Checkpoint(format=FORMAT, state_dict=out, config=config, grid=(side, side))

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from vitzoo.weights.checkpoint import Checkpoint, CheckpointError
+from vitzoo.weights.checkpoint import Checkpoint, CheckpointError, take_head
 
 FORMAT = "transformers"
 DEFAULT_EPS = 1e-12
@@ -122,19 +122,6 @@ def convert(state_dict: dict[str, torch.Tensor], document: dict | None = None) -
     for kind in ("weight", "bias"):
         out[f"encoder.norm.{kind}"] = params.pop(f"layernorm.{kind}")
     config["pool"] = "token"
-    if "pooler.dense.weight" in params:  # a bare ViTModel: pooled output = tanh(dense(z_L^0))
-        weight = params.pop("pooler.dense.weight")
-        out["head.pre_logits.weight"] = weight
-        out["head.pre_logits.bias"] = params.pop("pooler.dense.bias")
-        config.update(head="mlp", representation_size=int(weight.shape[0]))
-    else:
-        config.update(head="linear", representation_size=None)
-    if "classifier.weight" in params:
-        weight = params.pop("classifier.weight")
-        out["head.fc.weight"] = weight
-        out["head.fc.bias"] = params.pop("classifier.bias")
-        config["num_classes"] = int(weight.shape[0])
-    else:
-        config["num_classes"] = 0
+    take_head(params, out, config, pre_logits="pooler.dense", classifier="classifier")
     out.update(params)
     return Checkpoint(format=FORMAT, state_dict=out, config=config, grid=(side, side))
