@@ -27,6 +27,7 @@ MODELS = {
 }
 SIZES = {"cpu": [64, 128, 224, 384], "paper": [64, 128, 224, 384, 512]}
 CPU_MEMORY_BUDGET_GB = 16.0
+PARALLEL = False  # a speed measurement must have the machine to itself
 
 
 def sizes_for(name: str, sizes: list[int]) -> list[int]:

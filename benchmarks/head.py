@@ -17,8 +17,8 @@ def plan(scale: str, quick: bool, data=None, data_dir=None) -> list[Run]:
     model, train = scale_settings(scale, quick, data, data_dir)
     name = "vit_b16" if scale == "paper" and not quick else "vit_ti16"
     lrs = PAPER_LRS if scale == "paper" else (train["lr"], train["lr"] * 3 / 8)
-    epochs = train["epochs"] if quick else max(train["epochs"], 3.0)
-    train = per_epoch_eval({**train, "epochs": epochs}, quick)
+    epochs = train["epochs"] if quick else max(train["epochs"], 2.0)
+    train = per_epoch_eval({**train, "epochs": epochs}, per_epoch=1 if quick else 2)
     seeds = range(1 if quick else 2)
     return [
         Run(NAME, f"{pool}, lr {lr:g}", {"model": name, "options": {**model, "pool": pool}, "train": {**train, "lr": lr}},

@@ -38,7 +38,7 @@ def families(scale: str, quick: bool) -> dict[str, list[tuple[str, str, dict]]]:
 
 
 def plan(scale: str, quick: bool, data=None, data_dir=None) -> list[Run]:
-    model, train = scale_settings(scale, quick, data, data_dir)
+    model, train = scale_settings(scale, quick, data, data_dir, costly=True)
     if scale == "cpu" or quick:
         model["img_size"] = 32  # divisible by the ResNets' strides (4 and 8)
     seeds = range(1 if quick else 2)

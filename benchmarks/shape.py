@@ -32,7 +32,7 @@ def variations(base: dict, quick: bool) -> dict[str, list[dict]]:
 
 
 def plan(scale: str, quick: bool, data=None, data_dir=None) -> list[Run]:
-    model, train = scale_settings(scale, quick, data, data_dir)
+    model, train = scale_settings(scale, quick, data, data_dir, costly=True)
     if scale == "paper" and not quick:
         model.update(PAPER_BASE)
     seeds = range(1 if quick else 2)

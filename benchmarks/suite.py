@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
 import os
 import platform
 import subprocess
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -80,31 +82,55 @@ class ResultStore:
         write_text(self.path, json.dumps({"runs": self.runs}, indent=1, sort_keys=True) + "\n")
 
 
+def _measured(measure: Callable[[Run], dict[str, Any]], run: Run, device: str, threads: int | None) -> dict[str, Any]:
+    """One run's outcome with its wall time and the environment it was measured in (in a worker process
+    when the suite runs several at once, so `threads` is that worker's)."""
+    if threads is not None:
+        torch.set_num_threads(threads)
+    start = time.perf_counter()
+    outcome = measure(run)
+    return {"wall_s": round(time.perf_counter() - start, 2), **outcome, **environment(device)}
+
+
 def execute(
     runs: Iterable[Run],
     measure: Callable[[Run], dict[str, Any]],
     store: ResultStore,
     device: str,
     quiet: bool = False,
+    workers: int = 1,
 ) -> list[dict[str, Any]]:
     """Measure every run that has no result yet; return the records of all runs, in order.
 
     `measure(run)` returns {"metrics": {...}, "flops": ..., ...}; wall time and environment are added
     here. Records of earlier runs of the same config are reused, so an interrupted suite continues.
+    With `workers` > 1, runs are measured in that many processes at once, the CPU threads split among
+    them (small models use two processes of one thread better than one of two); `measure` must then be
+    picklable (a module-level function or a `functools.partial` of one). Each result is stored as soon
+    as it arrives, whichever worker finishes first.
     """
     runs = list(runs)
     todo = [run for run in runs if store.get(run.key) is None]
     bar = tqdm(total=len(runs), initial=len(runs) - len(todo), desc=runs[0].ablation if runs else "",
                unit="run", disable=quiet or None, dynamic_ncols=True)
-    for run in todo:
+
+    def done(run: Run, outcome: dict[str, Any]) -> None:
+        store.add({"key": run.key, "ablation": run.ablation, "label": run.label, "group": run.group,
+                   "config": run.config, "seed": run.seed, **outcome})
         bar.set_postfix_str(f"{run.label} seed {run.seed}")
-        start = time.perf_counter()
-        outcome = measure(run)
-        record = {"key": run.key, "ablation": run.ablation, "label": run.label, "group": run.group,
-                  "config": run.config, "seed": run.seed, "wall_s": round(time.perf_counter() - start, 2),
-                  **outcome, **environment(device)}
-        store.add(record)
         bar.update(1)
+
+    if workers <= 1 or len(todo) <= 1:
+        for run in todo:
+            done(run, _measured(measure, run, device, None))
+    else:
+        threads = max(1, torch.get_num_threads() // workers)
+        # spawn, not fork: a forked child of a process that has used OpenMP threads can hang
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+            futures = {pool.submit(_measured, measure, run, device, threads): run for run in todo}
+            for future in as_completed(futures):
+                done(futures[future], future.result())
     bar.close()
     # labels are presentation: they follow the current plan, even for results measured earlier
     return [{**store.get(run.key), "label": run.label, "group": run.group} for run in runs]
