@@ -3,8 +3,8 @@
 A run's `config` holds every option: `model` (a zoo name), `options` (ViTConfig fields, the core
 issue's names) and `train` (TrainConfig fields). Measuring trains it with `vitzoo.train.fit_model`,
 then reads test accuracy, the paper's 5-shot linear accuracy, the accuracy after each epoch, and the
-training compute in FLOPs (forward FLOPs per image from torch.utils.flop_counter, times three for
-forward and backward, times the images seen).
+training compute in FLOPs (one image's forward and backward pass counted with torch.utils.flop_counter,
+times the images seen).
 """
 
 from __future__ import annotations
@@ -62,13 +62,15 @@ def scale_settings(scale: str, quick: bool, data: str | None, data_dir: str | No
 
 
 def training_flops(model: vitzoo.VisionTransformer, images_seen: int) -> float:
-    """Forward FLOPs of one image (counted), x3 for forward + backward, x images seen."""
+    """FLOPs of training on `images_seen` images: one image's forward and backward pass, counted by
+    torch.utils.flop_counter on a meta-device twin (where attention runs as countable matrix
+    products), times the images seen. The optimizer's element-wise update is not counted."""
     cfg = model.config
     with torch.device("meta"):
-        twin = vitzoo.VisionTransformer(cfg)
-    with FlopCounterMode(display=False) as counter, torch.no_grad():
-        twin(torch.empty(1, cfg.in_chans, *cfg.img_size, device="meta"))
-    return 3.0 * counter.get_total_flops() * images_seen
+        twin = vitzoo.VisionTransformer(cfg).train()
+    with FlopCounterMode(display=False) as counter:
+        twin(torch.empty(1, cfg.in_chans, *cfg.img_size, device="meta")).sum().backward()
+    return float(counter.get_total_flops()) * images_seen
 
 
 def measure(run: Run, device: str) -> dict[str, Any]:
