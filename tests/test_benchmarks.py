@@ -75,3 +75,41 @@ def test_unknown_ablation_is_refused(capsys):
     with pytest.raises(SystemExit):
         bench.main(["posembed"])
     assert "unknown ablation 'posembed'" in capsys.readouterr().err
+
+
+def test_speed_benchmark_measures_every_contestant_on_the_same_weights(tmp_path):
+    """`speed --quick`: vitzoo and both peers, converted weights giving the peers' logits, images/s with
+    a spread, the matrix-product ceiling, peak memory of a training step, a table and a figure."""
+    from benchmarks import speed
+
+    out = speed.main(quick=True, out=tmp_path / "speed")
+    data = json.loads((out / "results.json").read_text())
+    inference = [r for r in data["runs"] if r["kind"] == "inference"]
+    training = [r for r in data["runs"] if r["kind"] == "training"]
+    assert {r["dtype"] for r in inference} == {"float32", "bf16"} and training
+    for r in inference:
+        assert set(r["speeds"]) == {"vitzoo", "timm", "torchvision"}
+        assert all(s["min"] <= s["images_per_s"] <= s["max"] for s in r["speeds"].values())
+        assert r["matmul_gflops_per_s"] > 0 and r["gflops_per_image"] > 0
+        assert max(r["max_abs_logit_diff"].values()) < 1e-4  # the same model, not merely the same shapes
+    for r in training:
+        assert all(gb > 0 for gb in r["peak_memory_gb"].values())
+    readme = (out / "README.md").read_text()
+    assert "faster peer" in readme and "speed-up" in readme
+    assert (out / "speed.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_ten_minute_benchmark_records_accuracy_settings_and_target(tmp_path):
+    """The Fashion-MNIST time-budget benchmark, at a budget of two seconds: the clock stops training, the
+    test set is evaluated, and the record says what ran, where, and whether the target was met."""
+    from benchmarks import fashion_mnist_10min as tenmin
+
+    assert tenmin.main(["--minutes", "0.03", "--only", "vit", "--out", str(tmp_path), "--quiet",
+                        "--set", "test_limit=512"]) == 0
+    (record,) = json.loads((tmp_path / "results.json").read_text())["runs"]
+    assert record["name"] == "vit" and record["target"] == 0.90
+    assert 0.0 <= record["test_top1"] <= 1.0 and record["steps"] > 0
+    assert record["train_seconds"] <= 0.03 * 60 + 5  # the budget is the training clock
+    assert record["settings"]["time_budget_min"] == 0.03 and record["model_config"]["patch_size"] == 7
+    readme = (tmp_path / "README.md").read_text()
+    assert "| vit |" in readme and ("missed (90%)" in readme or "met (90%)" in readme)

@@ -116,13 +116,18 @@ def test_relative_bias_depends_only_on_the_offset_between_patches(tiny):
 
 def test_relative_bias_enters_the_attention_logits(tiny):
     model = vitzoo.create("vit_ti16", **tiny, pos_embed="relative").eval()
+    torch.nn.init.normal_(model.head.fc.weight)  # the zero-initialised head would hide every change
     x = torch.randn(2, 3, 32, 32)
-    before = model(x)
     with torch.no_grad():
+        before = model(x)
         for block in model.encoder.blocks:
             block.attn.relative.table.mul_(50)
-    torch.nn.init.normal_(model.head.fc.weight)
-    assert not torch.allclose(model(x), before)
+        assert not torch.allclose(model(x), before)
+        for block in model.encoder.blocks:  # and only through the bias: with the table at zero ...
+            block.attn.relative.table.zero_()
+        plain = vitzoo.create("vit_ti16", **tiny, pos_embed="none").eval()
+        plain.load_state_dict({k: v for k, v in model.state_dict().items() if "relative" not in k})
+        torch.testing.assert_close(model(x), plain(x))  # ... it is attention without position
 
 
 def test_gap_has_no_class_token_and_averages_after_the_final_norm(tiny):

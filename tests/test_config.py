@@ -50,13 +50,22 @@ def test_unknown_model_name_suggests_the_closest():
         ({"pos_embed_mode": "every_layers"}, "Did you mean 'every_layer'"),
         ({"depth": -1}, "depth must be an int >= 0"),
         ({"num_heads": 0}, "num_heads must be a positive int"),
-        ({"mean": (0.5,)}, "one value per input channel"),
+        ({"mean": (0.4, 0.5)}, "one value per input channel"),
+        ({"in_chans": 1, "mean": (0.485, 0.456, 0.406)}, "one value per input channel"),
+        ({"dropout": "0.1"}, "dropout must be a number, got '0.1'"),
+        ({"std": "wide"}, "std must be a number or a sequence of numbers"),
     ],
 )
 def test_bad_values_fail_at_once_with_the_option_named(options, fragment):
     with pytest.raises(ConfigError) as err:
         vitzoo.get_config("vit_ti16", **options)
     assert fragment in str(err.value)
+
+
+def test_a_uniform_normalisation_applies_to_any_number_of_channels():
+    """The named models normalise every channel alike (0.5, 0.5): `in_chans=1` needs nothing else."""
+    assert vitzoo.get_config("vit_ti16", in_chans=1).mean == (0.5,)
+    assert vitzoo.get_config("vit_ti16", in_chans=4, std=0.25).std == (0.25,) * 4
 
 
 def test_image_size_not_divisible_by_the_stride_names_both():

@@ -134,3 +134,21 @@ def test_an_npz_that_is_not_a_vit_checkpoint(tmp_path):
         vitzoo.create("vit_ti16", pretrained=tmp_path / "x.npz")
     with pytest.raises(FileNotFoundError, match="no checkpoint at"):
         vitzoo.create("vit_ti16", pretrained=tmp_path / "missing.npz")
+
+
+def test_an_incomplete_checkpoint_names_the_tensor_it_lacks(tmp_path):
+    params = make_checkpoint(tmp_path / "c.npz", img_size=32, **{**VIT, "patch_size": 8})
+    del params["Transformer/encoderblock_1/MlpBlock_3/Dense_0/bias"]
+    np.savez(tmp_path / "incomplete.npz", **params)
+    with pytest.raises(CheckpointError, match=r"lacks the tensor 'Transformer/encoderblock_1/MlpBlock_3/Dense_0/bias'"):
+        vitzoo.create("vit_ti16", pretrained=tmp_path / "incomplete.npz", img_size=32, patch_size=8, **OPTIONS)
+
+
+def test_the_number_of_heads_is_read_from_the_attention_kernels(tmp_path):
+    """An official q/k/v kernel is (D, heads, D/heads): without a model name, the heads come from it
+    (here 2 heads of 16, not the D/64 default), and the logits are the official model's."""
+    fields = {**VIT, "num_heads": 2, "patch_size": 8}
+    params = make_checkpoint(tmp_path / "c.npz", img_size=32, **fields)
+    model = vitzoo.from_pretrained(tmp_path / "c.npz")
+    assert model.config.num_heads == 2
+    logits_close(model, params, fields, 32)

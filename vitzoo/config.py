@@ -41,6 +41,21 @@ def _pair(value, option: str) -> tuple[int, int]:
     raise ConfigError(f"{option} must be an int or a (height, width) pair of ints, got {value!r}")
 
 
+def _per_channel(values, option: str, in_chans: int) -> tuple[float, ...]:
+    """mean/std as floats; one value for every channel (e.g. the default (0.5, 0.5, 0.5)) applies to
+    any number of channels, so that `in_chans=1` alone works. Per-channel values must match in_chans
+    (checked in `_check`)."""
+    if isinstance(values, (int, float)) and not isinstance(values, bool):
+        values = (values,)
+    try:
+        values = tuple(float(v) for v in values)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{option} must be a number or a sequence of numbers, got {values!r}") from None
+    if len(values) != in_chans and values and len(set(values)) == 1:
+        values = values[:1] * in_chans
+    return values
+
+
 @dataclass
 class ViTConfig:
     """Every option of a Vision Transformer, with the defaults of ViT-B/16 at 224 px."""
@@ -88,8 +103,7 @@ class ViTConfig:
     def __post_init__(self) -> None:
         self.img_size = _pair(self.img_size, "img_size")
         self.resnet_layers = tuple(self.resnet_layers)
-        self.mean = tuple(float(m) for m in self.mean)
-        self.std = tuple(float(s) for s in self.std)
+        self.mean, self.std = _per_channel(self.mean, "mean", self.in_chans), _per_channel(self.std, "std", self.in_chans)
         self._check()
 
     # ------------------------------------------------------------------ checks
@@ -125,6 +139,10 @@ class ViTConfig:
             )
         if self.act not in ACTIVATIONS:
             raise ConfigError(f"act={self.act!r} is not one of {ACTIVATIONS}." + closest(self.act, ACTIVATIONS))
+        for name in ("dropout", "attn_dropout", "drop_path", "norm_eps"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                raise ConfigError(f"{name} must be a number, got {value!r} ({type(value).__name__})")
         for name in ("dropout", "attn_dropout", "drop_path"):
             value = getattr(self, name)
             if not 0.0 <= value < 1.0:

@@ -22,7 +22,7 @@ from vitzoo.weights import files, official
 from vitzoo.weights import timm as timm_format
 from vitzoo.weights import torchvision as torchvision_format
 from vitzoo.weights import transformers as transformers_format
-from vitzoo.weights.checkpoint import HEAD_OPTIONS, Checkpoint, CheckpointError, build_model
+from vitzoo.weights.checkpoint import HEAD_OPTIONS, Checkpoint, CheckpointError, build_model, converting
 from vitzoo.weights.infer import infer_config
 
 HUB_PREFIX = "hf-hub:"
@@ -126,9 +126,8 @@ def detect(state_dict: dict[str, torch.Tensor], source: str, document: dict | No
         if looks_like(keys):
             if convert is None:
                 raise CheckpointError(f"{source} has official (Flax) names; official checkpoints are read from .npz files")
-            if name == "transformers":
-                return convert(state_dict, document)
-            return convert(state_dict)
+            with converting(name, source):
+                return convert(state_dict, document) if name == "transformers" else convert(state_dict)
     raise CheckpointError(
         f"{source}: the format of these weights is not recognised (keys such as {sorted(keys)[:6]}). {SUPPORTED}"
     )
@@ -202,7 +201,8 @@ def open_source(source: str | os.PathLike, **hub_options: Any) -> Source:
     if os.path.isdir(text):
         return open_directory(text)
     if text.endswith(".npz"):
-        return Source(official.read(text), location=text)
+        with converting(official.FORMAT, text):
+            return Source(official.read(text), location=text)
     checkpoint = detect(load_state_dict_file(text), text)
     hints = {}
     if checkpoint.format == torchvision_format.FORMAT:

@@ -9,6 +9,7 @@ grid, and a head of another size replaced by a zero-initialised one, saying so.
 from __future__ import annotations
 
 import logging
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +34,19 @@ class Checkpoint:
     state_dict: dict[str, torch.Tensor]
     config: dict[str, Any] = field(default_factory=dict)  # options the weights decide
     grid: tuple[int, int] | None = None  # token grid the position embeddings were trained at
+
+
+@contextmanager
+def converting(fmt: str, source: str):
+    """Turn a tensor that a converter expects but the file lacks into a `CheckpointError` that says so,
+    at the boundary, instead of a bare KeyError from inside the converter."""
+    try:
+        yield
+    except KeyError as exc:
+        raise CheckpointError(
+            f"{source} has the names of a {fmt} checkpoint but lacks the tensor {exc.args[0]!r} that its other "
+            f"tensors imply: the file is incomplete, or was edited; save or download it again"
+        ) from None
 
 
 def take_head(params: dict[str, torch.Tensor], out: dict[str, torch.Tensor], config: dict[str, Any],

@@ -96,11 +96,14 @@ def convert(npz: Mapping[str, np.ndarray]) -> Checkpoint:
             raise CheckpointError(f"official position embedding has {num_patches} patch positions, not a square grid")
         grid = (side, side)
     depth = 0
+    query = params.get(f"{BLOCK}0/MultiHeadDotProductAttention_1/query/kernel")
+    heads = {"num_heads": int(query.shape[1])} if query is not None and query.ndim == 3 else {}  # (D, heads, D/heads)
     while f"{BLOCK}{depth}/LayerNorm_0/scale" in params:
         _block(params, depth, out)
         depth += 1
     _norm(params, "Transformer/encoder_norm", "encoder.norm", out)
-    config: dict = {"act": "gelu_tanh", "norm_eps": 1e-6, "pool": "token" if has_class_token else "gap", "head": "linear"}
+    config: dict = {"act": "gelu_tanh", "norm_eps": 1e-6, "pool": "token" if has_class_token else "gap", "head": "linear",
+                    **heads}
     if "pre_logits/kernel" in params:
         kernel = params.pop("pre_logits/kernel")
         out["head.pre_logits.weight"] = _dense(kernel)
