@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         if name == "speed":
             from benchmarks import speed
 
-            speed.main(quick=args.quick, out=args.out / "speed")
+            speed.main(quick=args.quick, out=args.out / "speed", device=args.device)
             print((args.out / "speed" / "README.md").read_text())
             continue
         print(run_ablation(name, args), flush=True)

@@ -20,7 +20,6 @@ import datetime
 import json
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -30,6 +29,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.suite import git_commit
 from vitzoo.io import write_text
 from vitzoo.train import TrainConfig, fit
 
@@ -53,16 +53,6 @@ CONFIGS = {
     "vit_p4": dict(model="vit_ti16", lr=2e-3, model_options=dict(img_size=28, patch_size=4, embed_dim=64, depth=6,
                                                                   num_heads=4, mlp_dim=128)),
 }
-
-
-def git_commit() -> str:
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT, timeout=10, check=False)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True,
-                               cwd=ROOT, timeout=10, check=False).stdout.strip()
-        return head.stdout.strip() + ("-dirty" if dirty else "") if head.returncode == 0 else "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
 
 
 def apply_overrides(config: dict, overrides: list[str]) -> dict:

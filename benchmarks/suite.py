@@ -166,11 +166,17 @@ def _proc_status_kb(field_name: str) -> int:
     raise KeyError(field_name)
 
 
-def peak_memory_growth_gb(fn: Callable[[], object]) -> float:
-    """Peak resident memory that `fn` adds above what the process holds before it (Linux: the
-    high-water mark is reset through /proc/self/clear_refs first, so earlier peaks do not count)."""
+def resident_memory_gb() -> float:
+    """The process's resident memory now (Linux)."""
+    return _proc_status_kb("VmRSS") / 2**20
+
+
+def peak_memory_growth_gb(fn: Callable[[], object], since_gb: float | None = None) -> float:
+    """Peak resident memory while `fn` runs, above `since_gb` (default: what the process holds just
+    before it). Linux: the high-water mark is reset through /proc/self/clear_refs first, so earlier
+    peaks do not count."""
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
-    before = _proc_status_kb("VmRSS")
+    before = resident_memory_gb() if since_gb is None else since_gb
     fn()
-    return (_proc_status_kb("VmHWM") - before) / 2**20
+    return _proc_status_kb("VmHWM") / 2**20 - before

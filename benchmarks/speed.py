@@ -1,0 +1,393 @@
+"""Speed: vitzoo against timm and torchvision on the same architecture, weights and inputs.
+
+    python -m benchmarks speed [--quick] [--device cpu|cuda|auto]
+
+Every peer is built with random weights, vitzoo loads the same weights through its converters (and
+its logits are checked against the peer's), and repetitions of all contestants are interleaved in one
+process, so that a change of machine load hits all of them alike. Reported: median images/s and the
+spread (min-max) over repetitions, float32 and bf16 autocast, inference at batch 1, 8 and 32, a
+training step (forward, backward, AdamW), the peak memory training adds to the weights (gradients,
+optimizer state, activations; resident memory of a fresh child process per contestant), and the fraction of the matrix-product ceiling measured in the same run.
+
+Contestants: `vitzoo` (eager), `vitzoo+compile` (`vitzoo.fast`: Inductor with frozen weights for
+inference, compiled training step), and each peer eager; for inference at batch 8 the peers are also
+compiled the same way, so that the effect of the compiler and the effect of the implementation can be
+told apart. On CUDA the timings synchronise the device, peak memory is the allocator's, and vitzoo
+is also timed with each of scaled_dot_product_attention's kernels forced (`vitzoo[flash]`,
+`vitzoo[mem_efficient]`, `vitzoo[cudnn]`, `vitzoo[math]`); training batches are 8x larger there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+import vitzoo
+from benchmarks.suite import RESULTS, environment, markdown_table, peak_memory_growth_gb, resident_memory_gb, save_figure
+from vitzoo.fast import compile_for_inference, compile_for_training
+from vitzoo.io import write_text
+
+OUT = RESULTS / "speed"
+DTYPES = {"float32": None, "bf16": torch.bfloat16}
+
+
+@dataclass
+class Case:
+    vitzoo_name: str
+    peers: dict[str, Callable[[], torch.nn.Module]]  # library -> builder of the peer model
+    img_size: int = 224
+    options: dict | None = None  # vitzoo options (quick runs use small models)
+
+
+def timm_model(name: str, **kwargs) -> Callable[[], torch.nn.Module]:
+    def build():
+        import timm
+
+        return timm.create_model(name, **kwargs)
+
+    return build
+
+
+def torchvision_model(name: str, **kwargs) -> Callable[[], torch.nn.Module]:
+    def build():
+        import torchvision
+
+        return getattr(torchvision.models, name)(**kwargs)
+
+    return build
+
+
+def cases(quick: bool) -> dict[str, list[Case]]:
+    if quick:  # small stand-ins with the same structure, so that the test of this script is fast
+        small = dict(embed_dim=192, depth=2, num_heads=3)
+        vit = Case("vit_ti16", {"timm": timm_model("vit_tiny_patch16_224", depth=2, img_size=64),
+                                "torchvision": torchvision_model("VisionTransformer", image_size=64, patch_size=16, num_layers=2,
+                                                                 num_heads=3, hidden_dim=192, mlp_dim=768)}, 64, small)
+        return {"inference": [vit], "training": [vit]}
+    vit_b16 = Case("vit_b16", {"timm": timm_model("vit_base_patch16_224"), "torchvision": torchvision_model("vit_b_16")})
+    hybrid = Case("vit_b16_hybrid", {"timm": timm_model("vit_base_r50_s16_224")})
+    vit_s16 = Case("vit_s16", {"timm": timm_model("vit_small_patch16_224")})
+    return {"inference": [vit_b16, hybrid], "training": [vit_s16, hybrid]}
+
+
+def converted(peer: torch.nn.Module, case: Case) -> torch.nn.Module:
+    """vitzoo holding the peer's weights, read through vitzoo's own converters."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "peer.pth"
+        torch.save(peer.state_dict(), path)
+        return vitzoo.create(case.vitzoo_name, pretrained=path, img_size=case.img_size, **(case.options or {}))
+
+
+def autocast(device: torch.device, dtype: torch.dtype | None):
+    return torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work, so that a timing covers it (CUDA runs asynchronously)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def sdpa_backends(device: torch.device) -> dict[str, Callable[[], contextlib.AbstractContextManager]]:
+    """On CUDA, scaled_dot_product_attention's kernels one at a time (flash, memory-efficient, cuDNN,
+    math), so that the table shows what each gives; elsewhere none (the CPU has one fused kernel)."""
+    if device.type != "cuda":
+        return {}
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return {name: (lambda b=backend: sdpa_kernel([b])) for name, backend in (
+        ("flash", SDPBackend.FLASH_ATTENTION), ("mem_efficient", SDPBackend.EFFICIENT_ATTENTION),
+        ("cudnn", SDPBackend.CUDNN_ATTENTION), ("math", SDPBackend.MATH))}
+
+
+def interleaved(fns: dict[str, Callable[[], None]], reps: int, images: int, device: torch.device) -> dict[str, dict]:
+    """Images/s of each function, repetitions interleaved; one warm-up call each first."""
+    for fn in fns.values():
+        fn()
+    synchronize(device)
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(reps):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            synchronize(device)
+            times[name].append(time.perf_counter() - start)
+    return {
+        name: {"images_per_s": images / statistics.median(t), "min": images / max(t), "max": images / min(t), "reps": len(t)}
+        for name, t in times.items()
+    }
+
+
+def matmul_ceiling(dtype: torch.dtype | None, reps: int, device: torch.device) -> float:
+    """GFLOP/s of one matrix product of ViT-B/16's MLP shape (batch 8 x 197 tokens, 768 -> 3072)."""
+    a, b = torch.randn(8 * 197, 768, device=device), torch.randn(768, 3072, device=device)
+    if dtype is not None:
+        a, b = a.to(dtype), b.to(dtype)
+    torch.mm(a, b)
+    best = min(_timed(lambda: torch.mm(a, b), device) for _ in range(reps))
+    return 2 * a.shape[0] * a.shape[1] * b.shape[1] / best / 1e9
+
+
+def _timed(fn: Callable[[], object], device: torch.device) -> float:
+    synchronize(device)
+    start = time.perf_counter()
+    fn()
+    synchronize(device)
+    return time.perf_counter() - start
+
+
+def forward_gflops(model: torch.nn.Module, x: torch.Tensor) -> float:
+    """Counted on a meta-device twin: there attention runs as matrix products the counter sees (the
+    CPU's fused attention kernel is invisible to it)."""
+    with torch.device("meta"):
+        twin = vitzoo.VisionTransformer(model.config).eval()
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        twin(torch.empty(x.shape, device="meta"))
+    return counter.get_total_flops() / 1e9 / x.shape[0]
+
+
+def check_parity(peer, model, x) -> float:
+    with torch.inference_mode():
+        return (peer.eval()(x) - model.eval()(x)).abs().max().item()
+
+
+# ------------------------------------------------------------------------------------ inference
+def inference(case: Case, batches: list[int], reps: int, compile_at: int | None, device: torch.device) -> list[dict]:
+    torch.manual_seed(0)
+    peers = {lib: build().eval() for lib, build in case.peers.items()}
+    # vitzoo holds the first peer's weights; every peer's own weights are checked through a converted copy
+    model = converted(next(iter(peers.values())), case).eval()
+    x1 = torch.randn(1, 3, case.img_size, case.img_size)
+    parity = {lib: check_parity(peer, converted(peer, case), x1) for lib, peer in peers.items()}
+    gflops = forward_gflops(model, x1)
+    model.to(device)
+    for peer in peers.values():
+        peer.to(device)
+    rows = []
+    for dtype_name, dtype in DTYPES.items():
+        ceiling = matmul_ceiling(dtype, reps, device)
+        for batch in batches:
+            x = torch.randn(batch, 3, case.img_size, case.img_size, device=device)
+
+            def runner(m, kernel=contextlib.nullcontext):
+                def run():
+                    with torch.inference_mode(), autocast(device, dtype), kernel():
+                        m(x)
+                return run
+
+            contestants = {"vitzoo": runner(model), **{lib: runner(peer) for lib, peer in peers.items()}}
+            if batch == compile_at:
+                contestants["vitzoo+compile"] = runner(compile_for_inference(model, x, autocast=dtype))
+                for lib, peer in peers.items():
+                    contestants[f"{lib}+compile"] = runner(compile_for_inference(peer, x, autocast=dtype))
+                for name, kernel in sdpa_backends(device).items():
+                    contestants[f"vitzoo[{name}]"] = runner(model, kernel)
+            speeds = interleaved(usable(contestants), reps, batch, device)
+            rows.append({"kind": "inference", "model": case.vitzoo_name, "dtype": dtype_name, "batch": batch,
+                         "img_size": case.img_size, "gflops_per_image": gflops, "matmul_gflops_per_s": ceiling,
+                         "ceiling_images_per_s": ceiling / gflops, "speeds": speeds, "max_abs_logit_diff": parity})
+            print(f"  inference {case.vitzoo_name} {dtype_name} batch {batch}: "
+                  + ", ".join(f"{k} {v['images_per_s']:.2f}" for k, v in speeds.items()), flush=True)
+    return rows
+
+
+def usable(contestants: dict[str, Callable[[], None]]) -> dict[str, Callable[[], None]]:
+    """The contestants that run: an attention kernel that this GPU, dtype or shape does not support
+    raises at once; it is left out of the table, saying so."""
+    kept = {}
+    for name, fn in contestants.items():
+        try:
+            fn()
+            kept[name] = fn
+        except RuntimeError as exc:
+            if "[" not in name:  # only the optional kernel variants may be missing
+                raise
+            print(f"  {name}: not available here ({str(exc).splitlines()[0]})", flush=True)
+    return kept
+
+
+# ------------------------------------------------------------------------------------- training
+def train_step_fn(model: torch.nn.Module, batch: int, img_size: int, dtype: torch.dtype | None, device: torch.device):
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    x = torch.randn(batch, 3, img_size, img_size, device=device)
+    y = torch.randint(0, 1000, (batch,), device=device)
+
+    def step():
+        with autocast(device, dtype):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def peak_memory_gb(case_index: int, contestant: str, batch: int, dtype_name: str, quick: bool, device: torch.device) -> float:
+    """Peak memory a steady-state training step adds, in a fresh process per contestant (resident
+    memory on the CPU, allocated device memory on CUDA), so that no contestant inherits another's."""
+    cmd = [sys.executable, "-m", "benchmarks.speed", "--probe", str(case_index), contestant, str(batch), dtype_name,
+           "--device", str(device)]
+    if quick:
+        cmd.append("--quick")
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).parent.parent)
+    if out.returncode != 0:
+        raise RuntimeError(f"the memory probe of {contestant} failed:\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])["peak_gb"]
+
+
+def probe(case_index: int, contestant: str, batch: int, dtype_name: str, quick: bool, device: torch.device) -> None:
+    case = cases(quick)["training"][case_index]
+    torch.manual_seed(0)
+    lib = contestant.split("+")[0]
+    peer = next(iter(case.peers.values()))()
+    model = (converted(peer, case) if lib == "vitzoo" else case.peers[lib]()).to(device)
+    del peer
+    if contestant.endswith("+compile"):
+        model = compile_for_training(model)
+    step = train_step_fn(model, batch, case.img_size, DTYPES[dtype_name], device)
+    # What training adds to the model's weights: gradients, optimizer state and the activations of a
+    # step. The first step allocates the optimizer state (and compiles); the peak is taken over two
+    # steady-state steps, measured from the memory held before the first.
+    before = torch.cuda.memory_allocated(device) / 2**30 if device.type == "cuda" else resident_memory_gb()
+    step()
+
+    def steps():
+        for _ in range(2):
+            step()
+        synchronize(device)
+
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        steps()
+        peak = torch.cuda.max_memory_allocated(device) / 2**30 - before
+    else:
+        peak = peak_memory_growth_gb(steps, since_gb=before)
+    print(json.dumps({"peak_gb": peak}))
+
+
+def training(case_index: int, case: Case, batch: int, reps: int, quick: bool, compiled: bool, device: torch.device) -> list[dict]:
+    torch.manual_seed(0)
+    peers = {lib: build().to(device) for lib, build in case.peers.items()}
+    model = converted(next(iter(peers.values())), case).to(device)
+    rows = []
+    for dtype_name, dtype in DTYPES.items():
+        contestants = {"vitzoo": model, **peers}
+        if compiled:  # (the peers are compiled for inference only: compiling the training step is slow here)
+            contestants["vitzoo+compile"] = compile_for_training(model)
+        steps = {name: train_step_fn(m, batch, case.img_size, dtype, device) for name, m in contestants.items()}
+        speeds = interleaved(steps, reps, batch, device)
+        memory = {name: peak_memory_gb(case_index, name, batch, dtype_name, quick, device) for name in contestants}
+        rows.append({"kind": "training", "model": case.vitzoo_name, "dtype": dtype_name, "batch": batch,
+                     "img_size": case.img_size, "speeds": speeds, "peak_memory_gb": memory})
+        print(f"  training {case.vitzoo_name} {dtype_name} batch {batch}: "
+              + ", ".join(f"{k} {v['images_per_s']:.2f}" for k, v in speeds.items()), flush=True)
+    return rows
+
+
+# --------------------------------------------------------------------------------------- report
+def speedup(row: dict, contestant: str) -> tuple[float, str]:
+    """Speed of `contestant` over the fastest eager peer."""
+    peers = {k: v["images_per_s"] for k, v in row["speeds"].items() if not k.startswith("vitzoo") and "+" not in k}
+    best = max(peers, key=peers.get)
+    return row["speeds"][contestant]["images_per_s"] / peers[best], best
+
+
+def report(rows: list[dict], env: dict, out: Path) -> str:
+    inference_rows = [r for r in rows if r["kind"] == "inference"]
+    table = []
+    for r in inference_rows:
+        for name, s in r["speeds"].items():
+            table.append([r["model"], r["dtype"], r["batch"], name, round(s["images_per_s"], 2),
+                          f"{s['min']:.2f}-{s['max']:.2f}", f"{s['images_per_s'] / r['ceiling_images_per_s']:.0%}"])
+    train_table = []
+    for r in (r for r in rows if r["kind"] == "training"):
+        for name, s in r["speeds"].items():
+            train_table.append([r["model"], r["dtype"], r["batch"], name, round(s["images_per_s"], 2),
+                                f"{s['min']:.2f}-{s['max']:.2f}", round(r["peak_memory_gb"][name], 2)])
+    targets = []
+    for r in inference_rows:
+        if r["batch"] == 8 or len({x["batch"] for x in inference_rows}) == 1:
+            for name in ("vitzoo", "vitzoo+compile"):
+                if name in r["speeds"]:
+                    ratio, best = speedup(r, name)
+                    targets.append([r["model"], r["dtype"], r["batch"], name, best, f"{ratio:.2f}x"])
+    for r in (r for r in rows if r["kind"] == "training"):
+        for name in (n for n in ("vitzoo", "vitzoo+compile") if n in r["speeds"]):
+            ratio, best = speedup(r, name)
+            mem_ratio = r["peak_memory_gb"][name] / max(r["peak_memory_gb"][best], 1e-9)
+            targets.append([r["model"] + " (training)", r["dtype"], r["batch"], name, best, f"{ratio:.2f}x, memory {mem_ratio:.2f}x"])
+    figure(inference_rows, out / "speed.png")
+    parity = {r["model"]: r["max_abs_logit_diff"] for r in inference_rows}
+    return "\n\n".join([
+        f"Measured on `{env['device']}` ({env['threads']} threads, {env['cpu']}), torch {env['torch']}, commit {env['commit']}.",
+        "### Against the faster eager peer\n\n" + markdown_table(["model", "dtype", "batch", "vitzoo", "faster peer", "speed-up"], targets),
+        "### Inference (images/s, median of interleaved repetitions; share of the matrix-product ceiling)\n\n"
+        + markdown_table(["model", "dtype", "batch", "contestant", "images/s", "min-max", "of ceiling"], table),
+        "### Training step (forward, backward, AdamW)\n\n"
+        + markdown_table(["model", "dtype", "batch", "contestant", "images/s", "min-max", "peak memory GB"], train_table),
+        "Logit parity of the converted weights (max |difference|, float32): " + json.dumps(parity),
+    ])
+
+
+def figure(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = [r for r in rows if r["batch"] == 8] or rows
+    fig, axes = plt.subplots(1, len(groups), figsize=(4 * len(groups), 3.5), squeeze=False)
+    for ax, r in zip(axes[0], groups):
+        names = list(r["speeds"])
+        ax.bar(range(len(names)), [r["speeds"][n]["images_per_s"] for n in names],
+               color=["C0" if n.startswith("vitzoo") else "C7" for n in names])
+        ax.axhline(r["ceiling_images_per_s"], color="C3", linestyle="--", label="matmul ceiling")
+        ax.set_xticks(range(len(names)), names, rotation=45, ha="right", fontsize=7)
+        ax.set_title(f"{r['model']} {r['dtype']} batch {r['batch']}", fontsize=9)
+        ax.set_ylabel("images/s")
+        ax.legend(fontsize=7)
+    save_figure(fig, path)
+    plt.close(fig)
+
+
+def main(quick: bool = False, out: Path = OUT, device: str = "cpu") -> Path:
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(device)
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"the speed benchmark runs on cpu or cuda, not {device.type!r}")
+    reps = 3 if quick else 7
+    batches = [2] if quick else [1, 8, 32]
+    plan = cases(quick)
+    rows = []
+    for case in plan["inference"]:
+        rows += inference(case, batches, reps, None if quick else 8, device)
+    for i, case in enumerate(plan["training"]):
+        batch = 2 if quick else (16 if case.vitzoo_name == "vit_s16" else 4) * (8 if device.type == "cuda" else 1)
+        rows += training(i, case, batch, reps, quick, not quick, device)
+    env = environment(str(device))
+    out.mkdir(parents=True, exist_ok=True)
+    write_text(out / "results.json", json.dumps({"runs": rows, "environment": env, "quick": quick}, indent=1) + "\n")
+    write_text(out / "README.md", "# Speed\n\n" + report(rows, env, out) + "\n")
+    return out
+
+
+if __name__ == "__main__":
+    argv = sys.argv[1:]
+    device_arg = argv[argv.index("--device") + 1] if "--device" in argv else "cpu"
+    if argv[:1] == ["--probe"]:
+        probe(int(argv[1]), argv[2], int(argv[3]), argv[4], "--quick" in argv, torch.device(device_arg))
+    else:
+        main(quick="--quick" in argv, device=device_arg)
