@@ -195,8 +195,12 @@ def test_a_truncated_model_safetensors(server, tmp_path):
     model.push_to_hub("alice/trunc", token=TOKEN)
     blob = (download("hf-hub:alice/trunc") / "model.safetensors").resolve()
     blob.write_bytes(blob.read_bytes()[:100])
-    with pytest.raises(CheckpointError, match=r"model.safetensors is damaged or truncated .*download it again"):
+    with pytest.raises(CheckpointError, match=r"(?s)model.safetensors is damaged or truncated .*no longer match.*removed "
+                                               r"from the cache: the next call downloads it again"):
         vitzoo.from_pretrained("hf-hub:alice/trunc")
+    assert_cache_clean()
+    again = vitzoo.from_pretrained("hf-hub:alice/trunc")  # downloaded afresh, whole
+    assert all(torch.equal(a, b) for a, b in zip(again.state_dict().values(), model.state_dict().values()))
 
 
 def test_a_config_that_does_not_fit_the_weights(server, tmp_path):

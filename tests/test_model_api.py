@@ -112,6 +112,8 @@ def test_dynamic_img_size_accepts_any_divisible_input_without_changing_parameter
         (torch.zeros(1, 3, 32, 32, dtype=torch.uint8), "expected floating-point images"),
         (torch.randn(1, 3, 64, 64), "differs from the configured img_size"),
         ([[1.0]], "expected a torch.Tensor"),
+        (torch.randn(1, 3, 32, 32, dtype=torch.float64), r"input is torch.float64 but the model's weights are torch.float32"),
+        (torch.randn(1, 3, 32, 32, device="meta"), "the input is on meta but the model is on cpu"),
     ],
 )
 def test_bad_input_is_a_clear_error_at_the_boundary(tiny, x, fragment):
@@ -132,3 +134,19 @@ def test_hybrid_any_resolution():
     model = vitzoo.create("vit_ti16", stem="resnet", resnet_layers=(1, 1), patch_size=1, img_size=(32, 48), num_classes=2)
     assert model.grid == (4, 6)
     assert model(torch.randn(1, 3, 32, 48)).shape == (1, 2)
+
+
+def test_mixed_precision_input_is_welcome_under_autocast(tiny):
+    model = vitzoo.create("vit_ti16", **tiny).eval()
+    with torch.autocast("cpu", dtype=torch.bfloat16), torch.no_grad():
+        assert model(torch.randn(1, 3, 32, 32, dtype=torch.bfloat16)).shape == (1, tiny["num_classes"])
+
+
+def test_a_stem_that_breaks_its_contract_is_named(tiny):
+    """A stem must give one token per grid cell; a plugin stem that does not is reported by name."""
+    from vitzoo.registry import PluginError
+
+    model = vitzoo.create("vit_ti16", **tiny)
+    model.stem.stride = (4, 4)  # claims a finer grid than its projection makes
+    with pytest.raises(PluginError, match=r"stem 'patch' returned tokens of shape \(1, 16, 32\) for a 8x8 grid"):
+        model(torch.randn(1, 3, 32, 32))

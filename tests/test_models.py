@@ -66,3 +66,16 @@ def test_depth_zero_is_the_stem_norm_and_head_alone():
                           pool="gap", img_size=32, num_classes=3)
     assert len(model.encoder.blocks) == 0
     assert model(torch.randn(2, 3, 32, 32)).shape == (2, 3)
+
+
+@pytest.mark.parametrize(
+    "name, fields",
+    [("vit_b32_hybrid", dict(hidden_size=768, num_layers=12, mlp_dim=3072, num_heads=12, resnet_layers=(3, 4, 6, 3))),
+     ("vit_l16_hybrid", dict(hidden_size=1024, num_layers=24, mlp_dim=4096, num_heads=16, resnet_layers=(3, 4, 9)))],
+)
+def test_hybrids_without_an_official_config_count_as_the_official_code_would_build_them(name, fields):
+    """R50+B/32 and R50+L/16 (Table 6) have no official count: the independent Flax model counts them."""
+    from official_reference import official_param_count
+
+    expected = official_param_count(224, patch_size=1, num_classes=1000, classifier="token", **fields)
+    assert vitzoo.count_params(vitzoo.create(name, device="meta")) == expected

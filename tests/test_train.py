@@ -79,6 +79,16 @@ def test_resume_gives_the_same_losses(tmp_path):
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
 
 
+def test_resume_survives_a_half_written_metrics_line(tmp_path):
+    """A run killed while writing metrics.jsonl leaves a partial last line: resuming drops it."""
+    fit(tiny_config(tmp_path, stop_at=2, steps=4))
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    metrics.write_text(metrics.read_text() + '{"step": 3, "lo')
+    summary = fit(tiny_config(tmp_path, resume=True, steps=4))
+    assert summary["status"] == "finished"
+    assert [s for s, _ in losses(tmp_path / "run")] == [1, 2, 3, 4]
+
+
 def test_resume_refuses_changed_settings(tmp_path):
     fit(tiny_config(tmp_path, stop_at=2))
     with pytest.raises(ValueError, match="lr"):

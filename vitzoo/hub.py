@@ -168,6 +168,38 @@ def _remove_partial_downloads(repo_id: str, cache_dir: str | os.PathLike | None)
             pass  # another process is downloading it right now
 
 
+def _content_hash_matches(blob: Path) -> bool | None:
+    """Whether a cached blob still holds what its name says: the Hugging Face cache names an LFS file's
+    blob by its sha256 and a small file's by its git blob sha1. None when the name is neither."""
+    import hashlib
+
+    name = blob.name
+    if re.fullmatch(r"[0-9a-f]{64}", name):
+        digest = hashlib.sha256()
+    elif re.fullmatch(r"[0-9a-f]{40}", name):
+        digest = hashlib.sha1(f"blob {blob.stat().st_size}\0".encode())
+    else:
+        return None
+    with open(blob, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest() == name
+
+
+def evict_damaged(snapshot: str | os.PathLike) -> list[str]:
+    """Remove from the cache every file of a downloaded snapshot whose content no longer matches its
+    hash (truncated or edited on disk): its blob and its snapshot entry, so that the next download
+    fetches it again. Returns the names of the files removed."""
+    removed = []
+    for entry in sorted(Path(snapshot).iterdir()):
+        blob = entry.resolve()
+        if entry.is_symlink() and blob.is_file() and _content_hash_matches(blob) is False:
+            blob.unlink(missing_ok=True)
+            entry.unlink(missing_ok=True)
+            removed.append(entry.name)
+    return removed
+
+
 def download(
     source: str,
     *,

@@ -16,7 +16,7 @@ from torch import nn
 
 from vitzoo.config import ConfigError, ViTConfig
 from vitzoo.layers.encoder import Encoder
-from vitzoo.registry import get_registry
+from vitzoo.registry import PluginError, get_registry
 
 COMPONENT_KINDS = ("stem", "pos_embed", "pool", "head")
 
@@ -91,6 +91,13 @@ class VisionTransformer(nn.Module):
                 f"expected {self.config.in_chans} input channels (in_chans), got {x.shape[1]} "
                 f"in a tensor of shape {tuple(x.shape)}"
             )
+        weight = next(self.parameters(), None)
+        if weight is not None and x.device != weight.device:
+            raise InputError(f"the input is on {x.device} but the model is on {weight.device}; move one of them "
+                             f"(x.to({str(weight.device)!r}) or model.to({str(x.device)!r}))")
+        if weight is not None and x.dtype != weight.dtype and not torch.is_autocast_enabled(x.device.type):
+            raise InputError(f"the input is {x.dtype} but the model's weights are {weight.dtype}; convert with "
+                             f"x.to({weight.dtype}), or run under torch.autocast for mixed precision")
         size = (x.shape[2], x.shape[3])
         if size != self.config.img_size and not self.config.dynamic_img_size:
             raise InputError(
@@ -107,6 +114,11 @@ class VisionTransformer(nn.Module):
         """Image -> [x_class; x_p E] (eq. 1 before E_pos), and the token grid."""
         grid = self._check_input(x)
         tokens = self.stem(x)
+        if tokens.shape[1:] != (grid[0] * grid[1], self.config.embed_dim):
+            raise PluginError(
+                f"stem {self.config.stem!r} returned tokens of shape {tuple(tokens.shape)} for a {grid[0]}x{grid[1]} grid "
+                f"(its stride {self.stride}); a stem must return (B, h * w, embed_dim={self.config.embed_dim})"
+            )
         if self.cls_token is not None:
             tokens = torch.cat([self.cls_token.expand(tokens.shape[0], -1, -1).to(tokens.dtype), tokens], dim=1)
         return tokens, grid

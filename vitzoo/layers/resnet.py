@@ -64,13 +64,14 @@ class StdConv2d(nn.Conv2d):
         super().__init__(in_channels, out_channels, kernel_size, stride, padding=0, bias=False)
         self.numerics = numerics
         lecun_normal_(self.weight)
-        self._standardized: tuple[int, torch.Tensor] | None = None  # (weight version, cached result)
+        self._standardized: tuple[tuple[int, int], torch.Tensor] | None = None  # ((storage, version), result)
 
     def standardized_weight(self) -> torch.Tensor:
         w = self.weight
         # In eval mode without autograd the weight does not change between calls: compute it once.
         cacheable = not torch.is_grad_enabled() and not self.training
-        if cacheable and self._standardized is not None and self._standardized[0] == w._version:
+        key = (w.data_ptr(), w._version)  # a new tensor (param.data = ...) or an in-place change
+        if cacheable and self._standardized is not None and self._standardized[0] == key:
             cached = self._standardized[1]
             if cached.device == w.device and cached.dtype == w.dtype:
                 return cached
@@ -81,7 +82,7 @@ class StdConv2d(nn.Conv2d):
         else:
             scale = w.std(dim=(1, 2, 3), keepdim=True, correction=0) + eps
         standardized = (w - mean) / scale
-        self._standardized = (w._version, standardized) if cacheable else None
+        self._standardized = (key, standardized) if cacheable else None
         return standardized
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -182,6 +182,15 @@ def gather_rng(env: distributed.Env) -> list[dict]:
     return states
 
 
+def _json_line(line: str) -> dict | None:
+    """A metrics line, or None for a blank one or the half-written last line of a killed run."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
 class Metrics:
     """metrics.jsonl (and TensorBoard when installed), written by rank 0."""
 
@@ -193,7 +202,7 @@ class Metrics:
         path = run / "metrics.jsonl"
         if path.exists():  # keep what the resumed checkpoint had seen; drop lines of the lost steps
             kept = [line for line in path.read_text(encoding="utf-8").splitlines()
-                    if line.strip() and json.loads(line).get("step", 0) <= resume_step]
+                    if (record := _json_line(line)) is not None and record.get("step", 0) <= resume_step]
             write_text(path, "".join(line + "\n" for line in kept))
         self.file = open(path, "a", encoding="utf-8")
         if tensorboard:

@@ -193,7 +193,16 @@ def open_source(source: str | os.PathLike, **hub_options: Any) -> Source:
         from vitzoo import hub
 
         directory = hub.download(text, **hub_options)
-        opened = open_directory(directory)
+        try:
+            opened = open_directory(directory)
+        except CheckpointError as exc:
+            damaged = hub.evict_damaged(directory)
+            if damaged:
+                raise CheckpointError(
+                    f"{exc}\nThe cached {', '.join(damaged)} no longer match(es) the Hub's hash (damaged on disk) "
+                    f"and was removed from the cache: the next call downloads it again"
+                ) from exc
+            raise
         opened.location = f"{text} (cached at {directory})"
         return opened
     if not os.path.exists(text):
