@@ -27,7 +27,7 @@ def test_fashion_mnist_from_the_debian_package(cache):
     image, label = train[0]
     assert image.shape == (1, 28, 28) and image.dtype == torch.uint8 and 0 <= label < 10
     assert sorted(train.targets.unique().tolist()) == list(range(10))
-    assert (cache / "datasets" / "FashionMNIST" / "raw" / "train-images-idx3-ubyte").is_file()
+    assert len(list((cache / "datasets").glob("fashion-mnist-*/FashionMNIST/raw/train-images-idx3-ubyte"))) == 1
     info = data.data_info("fashion-mnist", train)
     assert info.num_classes == 10 and info.in_chans == 1 and info.mean == (0.2860,)
     # the recorded statistics are the training set's
@@ -35,17 +35,24 @@ def test_fashion_mnist_from_the_debian_package(cache):
     assert abs(pixels.mean().item() - 0.2860) < 1e-3 and abs(pixels.std().item() - 0.3530) < 1e-3
 
 
-def test_fashion_mnist_from_a_data_dir(tmp_path, cache):
-    source = tmp_path / "fm"
+def write_fashion_files(source, images):
     source.mkdir()
-    images = torch.randint(0, 255, (6, 28, 28), dtype=torch.uint8)
     for prefix, n in (("train", 6), ("t10k", 6)):
         header = (2051).to_bytes(4, "big") + n.to_bytes(4, "big") + (28).to_bytes(4, "big") * 2
         (source / f"{prefix}-images-idx3-ubyte.gz").write_bytes(gzip.compress(header + images.numpy().tobytes()))
         labels = (2049).to_bytes(4, "big") + n.to_bytes(4, "big") + bytes([0, 1, 2, 3, 4, 5])
         (source / f"{prefix}-labels-idx1-ubyte.gz").write_bytes(gzip.compress(labels))
-    train = data.load_split("fashion-mnist", "train", source)
+
+
+def test_fashion_mnist_from_a_data_dir(tmp_path, cache):
+    images = torch.randint(0, 255, (6, 28, 28), dtype=torch.uint8)
+    write_fashion_files(tmp_path / "fm", images)
+    train = data.load_split("fashion-mnist", "train", tmp_path / "fm")
     assert len(train) == 6 and torch.equal(train.images[:, 0], images) and train.targets.tolist() == [0, 1, 2, 3, 4, 5]
+    # another folder is read as itself, not served from the first one's unpacked copy
+    other = torch.randint(0, 255, (6, 28, 28), dtype=torch.uint8)
+    write_fashion_files(tmp_path / "fm2", other)
+    assert torch.equal(data.load_split("fashion-mnist", "train", tmp_path / "fm2").images[:, 0], other)
 
 
 def test_missing_and_malformed_data(tmp_path):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import gzip
+import hashlib
 import os
 import shutil
 from collections.abc import Callable
@@ -156,7 +157,15 @@ def _fashion_root(data_dir: str | os.PathLike | None) -> Path:
     source = _fashion_source(data_dir)
     if (source / "FashionMNIST" / "raw").is_dir() and all((source / "FashionMNIST" / "raw" / f).is_file() for f in FASHION_FILES):
         return source
-    root = cache_dir() / "datasets"
+    # one unpacked copy per source folder and file state, so another --data-dir never reuses this one
+    stamp = [str(source.resolve())]
+    for name in FASHION_FILES:
+        for candidate in (source / f"{name}.gz", source / name):
+            if candidate.is_file():
+                info = candidate.stat()
+                stamp.append(f"{candidate.name}:{info.st_size}:{info.st_mtime_ns}")
+    key = hashlib.sha256("\n".join(stamp).encode()).hexdigest()[:12]
+    root = cache_dir() / "datasets" / f"fashion-mnist-{key}"
     raw = root / "FashionMNIST" / "raw"
     raw.mkdir(parents=True, exist_ok=True)
     for name in FASHION_FILES:
