@@ -59,11 +59,15 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def run_ablation(name: str, args: argparse.Namespace) -> str:
+def plan_ablation(name: str, args: argparse.Namespace):
     module = importlib.import_module(ABLATIONS[name])
+    return module, module.plan(args.scale, args.quick, args.data, args.data_dir)
+
+
+def run_ablation(name: str, args: argparse.Namespace) -> str:
+    module, runs = plan_ablation(name, args)
     out = args.out / name
     store = ResultStore(out)
-    runs = module.plan(args.scale, args.quick, args.data, args.data_dir)
     measure = getattr(module, "measure", None)
     if measure is None:
         from benchmarks.training import measure
@@ -72,21 +76,35 @@ def run_ablation(name: str, args: argparse.Namespace) -> str:
     records = execute(runs, functools.partial(measure, device=args.device), store, args.device, quiet=args.quiet,
                       workers=workers)
     body = module.report(records, out)
+    seen = lambda field: ", ".join(sorted({str(r[field]) for r in records})) or "?"  # noqa: E731
     settings = (f"Settings: `--scale {args.scale}`{' --quick' if args.quick else ''}; {len(records)} runs; "
-                f"device {records[0]['device'] if records else args.device}; torch {records[0]['torch'] if records else '?'}; "
-                f"commit {records[0]['commit'] if records else '?'}; every option of every run is in `results.json`.")
+                f"device {seen('device')}; torch {seen('torch')}; commit {seen('commit')}; every option of every "
+                "run is in `results.json`.")
     from vitzoo.io import write_text
 
     write_text(out / "README.md", f"# {TITLES[name]}\n\n{settings}\n\n{body}\n")
     return body
 
 
+def count_todo(names: list[str], args: argparse.Namespace) -> dict[str, int]:
+    """Runs still to measure per ablation (the rest have results), for the overall ETA."""
+    todo = {}
+    for name in names:
+        if name in ABLATIONS:
+            store = ResultStore(args.out / name)
+            todo[name] = sum(store.get(run.key) is None for run in plan_ablation(name, args)[1])
+    return todo
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     start = time.perf_counter()
+    todo = count_todo(args.names, args)
+    measured = 0
     for i, name in enumerate(args.names, 1):
         elapsed = time.perf_counter() - start
-        eta = f", about {elapsed / (i - 1) * (len(args.names) - i + 1) / 60:.0f} min left" if i > 1 else ""
+        left = sum(todo.get(n, 0) for n in args.names[i - 1:])
+        eta = f", about {elapsed / measured * left / 60:.0f} min left ({left} runs)" if measured else f", {left} runs to measure"
         print(f"== [{i}/{len(args.names)}] {name}{eta}", flush=True)
         if name == "speed":
             from benchmarks import speed
@@ -95,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             print((args.out / "speed" / "README.md").read_text())
             continue
         print(run_ablation(name, args), flush=True)
+        measured += todo[name]
     print(f"== done in {(time.perf_counter() - start) / 60:.1f} min; results in {args.out}")
     return 0
 

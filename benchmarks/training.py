@@ -10,6 +10,8 @@ times the images seen).
 from __future__ import annotations
 
 import json
+import multiprocessing
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -81,8 +83,11 @@ def train(run: Run, device: str) -> tuple[vitzoo.VisionTransformer, dict[str, An
     """Train the run's model; return it and the measured outcome."""
     config = run.config
     with tempfile.TemporaryDirectory() as out:
+        # a progress bar for the run when the suite runs in one process in a terminal (several workers'
+        # bars would overwrite each other)
+        quiet = multiprocessing.parent_process() is not None or not sys.stderr.isatty()
         train = TrainConfig(model=config["model"], model_options=dict(config["options"]), seed=run.seed,
-                            device=device, quiet=True, tensorboard=False, fewshot=(5,), out=out,
+                            device=device, quiet=quiet, tensorboard=False, fewshot=(5,), out=out,
                             checkpoint_every=0, **config["train"])
         model, summary = fit_model(train)
         history = [json.loads(line) for line in Path(out, "metrics.jsonl").read_text().splitlines()]
