@@ -1,5 +1,6 @@
 """Training: resume equivalence, recipes, schedules, NaN stop, signals, checkpoints, run directory."""
 
+import dataclasses
 import json
 import signal
 import subprocess
@@ -279,3 +280,12 @@ def test_time_budget_run_ends_on_time():
     summary = fit(tiny_config(steps=None, time_budget_min=0.05, warmup=0.1))
     assert summary["status"] == "finished" and 3.0 <= summary["train_seconds"] < 6.0
     assert summary["total_steps"] is None and summary["step"] > 0
+
+
+def test_a_pretrained_directory_of_another_model_than_named_is_trained_with_a_warning(tmp_path):
+    """The saved model decides what is trained; a model name that says otherwise is flagged."""
+    fit(tiny_config(tmp_path / "pre", steps=3, warmup=1))
+    with pytest.warns(UserWarning, match=r"holds another model than vit_b16: embed_dim=32 \(not 768\)"):
+        cfg = tiny_config(tmp_path / "ft", model="vit_b16", pretrained=str(tmp_path / "pre" / "run"), steps=3, warmup=1)
+        summary = fit(dataclasses.replace(cfg, model_options={}))  # B/16 as named, nothing of TINY
+    assert summary["model_config"]["embed_dim"] == 32

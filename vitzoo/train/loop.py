@@ -22,6 +22,7 @@ import signal
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -105,6 +106,15 @@ def base_config(cfg: TrainConfig) -> vitzoo.ViTConfig:
     """The model's config before the dataset's options (for its resolution and channels)."""
     if cfg.pretrained and os.path.isdir(cfg.pretrained):
         config = read_config(Path(cfg.pretrained) / CONFIG_NAME)
+        shape = ("stem", "embed_dim", "depth", "num_heads", "mlp_dim", "resnet_layers")
+        named = None
+        if cfg.model in vitzoo.list_models():  # the named model with the shape options given with it
+            named = vitzoo.get_config(cfg.model, **{k: v for k, v in cfg.model_options.items() if k in shape})
+        differ = [f"{k}={getattr(config, k)!r} (not {getattr(named, k)!r})" for k in shape
+                  if named is not None and getattr(config, k) != getattr(named, k)]
+        if differ:  # the saved model decides; the name is then only a label, which may surprise
+            warnings.warn(f"--pretrained {cfg.pretrained} holds another model than {cfg.model}: {', '.join(differ)}; "
+                          "training the saved model", stacklevel=2)
     else:
         config = vitzoo.get_config(cfg.model)
     options = {k: v for k, v in cfg.model_options.items() if k not in ("num_classes",)}
