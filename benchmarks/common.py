@@ -61,6 +61,8 @@ def plt():
 
 def scatter_compute(rows: list[dict], family_key: str, path: Path, title: str, x_key: str = "flops") -> None:
     """Accuracy against compute, one line per family (Figures 5 and 8)."""
+    from matplotlib.ticker import NullFormatter
+
     pyplot = plt()
     fig, axes = pyplot.subplots(1, 2, figsize=(9, 3.5))
     families = list(dict.fromkeys(r[family_key] for r in rows))
@@ -70,6 +72,7 @@ def scatter_compute(rows: list[dict], family_key: str, path: Path, title: str, x
             ax.errorbar([r[x_key] for r in mine], [r[metric] for r in mine], yerr=[r[metric + "_std"] for r in mine],
                         marker="os^dv<>"[i % 7], label=str(family), capsize=2)
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())  # decade labels only: the minor ones overlap
         ax.set_xlabel("training FLOPs" if x_key == "flops" else x_key)
         ax.set_ylabel(name)
         ax.grid(alpha=0.3)
