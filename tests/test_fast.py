@@ -4,6 +4,7 @@ import copy
 
 import pytest
 import torch
+from torch._dynamo.utils import counters
 
 import vitzoo
 from vitzoo.fast import compile_for_inference, compile_for_training
@@ -25,9 +26,14 @@ def test_inference_compiled_with_frozen_weights_equals_the_plain_model(tiny, ext
     x = torch.randn(4, 3, 32, 32)
     with torch.inference_mode():
         expected = model(x)
+    counters.clear()
     fast = compile_for_inference(model, x)
     with torch.inference_mode():
         assert torch.allclose(fast(x), expected, atol=1e-4)
+        fast(x)
+    # one whole graph, compiled once: nothing the model does at a call (e.g. caching its standardized
+    # weights) breaks the graph or invalidates it
+    assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]
 
 
 def test_training_compiled_gives_the_same_loss_and_gradients(tiny):

@@ -66,24 +66,32 @@ class StdConv2d(nn.Conv2d):
         lecun_normal_(self.weight)
         self._standardized: tuple[tuple[int, int], torch.Tensor] | None = None  # ((storage, version), result)
 
-    def standardized_weight(self) -> torch.Tensor:
-        w = self.weight
-        # In eval mode without autograd the weight does not change between calls: compute it once.
-        cacheable = not torch.is_grad_enabled() and not self.training
-        key = (w.data_ptr(), w._version)  # a new tensor (param.data = ...) or an in-place change
-        if cacheable and self._standardized is not None and self._standardized[0] == key:
-            cached = self._standardized[1]
-            if cached.device == w.device and cached.dtype == w.dtype:
-                return cached
+    def standardize(self, w: torch.Tensor) -> torch.Tensor:
         mean = w.mean(dim=(1, 2, 3), keepdim=True)
         eps = self.numerics.ws_eps
         if self.numerics.ws_eps_in_sqrt:
             scale = torch.sqrt(w.var(dim=(1, 2, 3), keepdim=True, correction=0) + eps)
         else:
             scale = w.std(dim=(1, 2, 3), keepdim=True, correction=0) + eps
-        standardized = (w - mean) / scale
-        self._standardized = (key, standardized) if cacheable else None
-        return standardized
+        return (w - mean) / scale
+
+    def standardized_weight(self) -> torch.Tensor:
+        w = self.weight
+        if torch.compiler.is_compiling():
+            # traced as a formula: with frozen weights Inductor folds it into a constant (a cache
+            # mutated inside the graph would instead force a recompilation at every call)
+            return self.standardize(w)
+        if torch.is_grad_enabled() or self.training:
+            self._standardized = None
+            return self.standardize(w)
+        # In eval mode without autograd the weight does not change between calls: compute it once.
+        key = (w.data_ptr(), w._version)  # a new tensor (param.data = ...) or an in-place change
+        if self._standardized is not None and self._standardized[0] == key:
+            cached = self._standardized[1]
+            if cached.device == w.device and cached.dtype == w.dtype:
+                return cached
+        self._standardized = (key, self.standardize(w))
+        return self._standardized[1]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         left, right, top, bottom = same_pads(x, self.kernel_size[0], self.stride[0])
