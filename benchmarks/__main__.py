@@ -105,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         elapsed = time.perf_counter() - start
         left = sum(todo.get(n, 0) for n in args.names[i - 1:])
         eta = f", about {elapsed / measured * left / 60:.0f} min left ({left} runs)" if measured else f", {left} runs to measure"
+        if name not in todo:  # speed: not a set of runs
+            eta = ""
         print(f"== [{i}/{len(args.names)}] {name}{eta}", flush=True)
         if name == "speed":
             from benchmarks import speed

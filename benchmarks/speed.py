@@ -76,7 +76,8 @@ def cases(quick: bool) -> dict[str, list[Case]]:
                                                                  num_heads=3, hidden_dim=192, mlp_dim=768)}, 64, small)
         return {"inference": [vit], "training": [vit]}
     vit_b16 = Case("vit_b16", {"timm": timm_model("vit_base_patch16_224"), "torchvision": torchvision_model("vit_b_16")})
-    hybrid = Case("vit_b16_hybrid", {"timm": timm_model("vit_base_r50_s16_224")})
+    # (timm's default weights tag for this hybrid has no classifier: ask for ImageNet's 1000 classes)
+    hybrid = Case("vit_b16_hybrid", {"timm": timm_model("vit_base_r50_s16_224", num_classes=1000)})
     vit_s16 = Case("vit_s16", {"timm": timm_model("vit_small_patch16_224")})
     return {"inference": [vit_b16, hybrid], "training": [vit_s16, hybrid]}
 
@@ -371,15 +372,20 @@ def main(quick: bool = False, out: Path = OUT, device: str = "cpu") -> Path:
     reps = 3 if quick else 7
     batches = [2] if quick else [1, 8, 32]
     plan = cases(quick)
-    rows = []
+    rows: list[dict] = []
+    env = environment(str(device))
+    out.mkdir(parents=True, exist_ok=True)
+
+    def save() -> None:  # after every case, so that a failure later keeps what was measured
+        write_text(out / "results.json", json.dumps({"runs": rows, "environment": env, "quick": quick}, indent=1) + "\n")
+
     for case in plan["inference"]:
         rows += inference(case, batches, reps, None if quick else 8, device)
+        save()
     for i, case in enumerate(plan["training"]):
         batch = 2 if quick else (16 if case.vitzoo_name == "vit_s16" else 4) * (8 if device.type == "cuda" else 1)
         rows += training(i, case, batch, reps, quick, not quick, device)
-    env = environment(str(device))
-    out.mkdir(parents=True, exist_ok=True)
-    write_text(out / "results.json", json.dumps({"runs": rows, "environment": env, "quick": quick}, indent=1) + "\n")
+        save()
     write_text(out / "README.md", "# Speed\n\n" + report(rows, env, out) + "\n")
     return out
 
