@@ -64,10 +64,8 @@ def plan_ablation(name: str, args: argparse.Namespace):
     return module, module.plan(args.scale, args.quick, args.data, args.data_dir)
 
 
-def run_ablation(name: str, args: argparse.Namespace) -> str:
-    module, runs = plan_ablation(name, args)
+def run_ablation(name: str, module, runs: list, store: ResultStore, args: argparse.Namespace) -> str:
     out = args.out / name
-    store = ResultStore(out)
     measure = getattr(module, "measure", None)
     if measure is None:
         from benchmarks.training import measure
@@ -86,20 +84,12 @@ def run_ablation(name: str, args: argparse.Namespace) -> str:
     return body
 
 
-def count_todo(names: list[str], args: argparse.Namespace) -> dict[str, int]:
-    """Runs still to measure per ablation (the rest have results), for the overall ETA."""
-    todo = {}
-    for name in names:
-        if name in ABLATIONS:
-            store = ResultStore(args.out / name)
-            todo[name] = sum(store.get(run.key) is None for run in plan_ablation(name, args)[1])
-    return todo
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     start = time.perf_counter()
-    todo = count_todo(args.names, args)
+    # every ablation planned once, up front: the runs still to measure give the overall ETA
+    plans = {name: (*plan_ablation(name, args), ResultStore(args.out / name)) for name in args.names if name in ABLATIONS}
+    todo = {name: sum(store.get(run.key) is None for run in runs) for name, (_, runs, store) in plans.items()}
     measured = 0
     for i, name in enumerate(args.names, 1):
         elapsed = time.perf_counter() - start
@@ -114,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             speed.main(quick=args.quick, out=args.out / "speed", device=args.device)
             print((args.out / "speed" / "README.md").read_text())
             continue
-        print(run_ablation(name, args), flush=True)
+        print(run_ablation(name, *plans[name], args), flush=True)
         measured += todo[name]
     print(f"== done in {(time.perf_counter() - start) / 60:.1f} min; results in {args.out}")
     return 0

@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Callable
 
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 import vitzoo
 from benchmarks.suite import RESULTS, environment, markdown_table, peak_memory_growth_gb, resident_memory_gb, save_figure
@@ -148,16 +147,6 @@ def _timed(fn: Callable[[], object], device: torch.device) -> float:
     return time.perf_counter() - start
 
 
-def forward_gflops(model: torch.nn.Module, x: torch.Tensor) -> float:
-    """Counted on a meta-device twin: there attention runs as matrix products the counter sees (the
-    CPU's fused attention kernel is invisible to it)."""
-    with torch.device("meta"):
-        twin = vitzoo.VisionTransformer(model.config).eval()
-    with FlopCounterMode(display=False) as counter, torch.no_grad():
-        twin(torch.empty(x.shape, device="meta"))
-    return counter.get_total_flops() / 1e9 / x.shape[0]
-
-
 def check_parity(peer, model, x) -> float:
     with torch.inference_mode():
         return (peer.eval()(x) - model.eval()(x)).abs().max().item()
@@ -171,7 +160,7 @@ def inference(case: Case, batches: list[int], reps: int, compile_at: int | None,
     model = converted(next(iter(peers.values())), case).eval()
     x1 = torch.randn(1, 3, case.img_size, case.img_size)
     parity = {lib: check_parity(peer, converted(peer, case), x1) for lib, peer in peers.items()}
-    gflops = forward_gflops(model, x1)
+    gflops = vitzoo.count_flops(model.config) / 1e9  # one image's forward pass
     model.to(device)
     for peer in peers.values():
         peer.to(device)

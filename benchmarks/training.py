@@ -16,8 +16,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 import vitzoo
 from benchmarks.suite import Run
@@ -65,14 +63,8 @@ def scale_settings(scale: str, quick: bool, data: str | None, data_dir: str | No
 
 def training_flops(model: vitzoo.VisionTransformer, images_seen: int) -> float:
     """FLOPs of training on `images_seen` images: one image's forward and backward pass, counted by
-    torch.utils.flop_counter on a meta-device twin (where attention runs as countable matrix
-    products), times the images seen. The optimizer's element-wise update is not counted."""
-    cfg = model.config
-    with torch.device("meta"):
-        twin = vitzoo.VisionTransformer(cfg).train()
-    with FlopCounterMode(display=False) as counter:
-        twin(torch.empty(1, cfg.in_chans, *cfg.img_size, device="meta")).sum().backward()
-    return float(counter.get_total_flops()) * images_seen
+    `vitzoo.count_flops`, times the images seen. The optimizer's element-wise update is not counted."""
+    return float(vitzoo.count_flops(model.config, backward=True)) * images_seen
 
 
 def measure(run: Run, device: str) -> dict[str, Any]:

@@ -83,6 +83,22 @@ def count_params(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+def count_flops(config: ViTConfig, backward: bool = False) -> int:
+    """FLOPs of one image through the model of `config` (forward, or forward and backward), counted by
+    torch.utils.flop_counter on the meta device: nothing is allocated, and attention runs there as
+    matrix products the counter sees (a CPU's fused attention kernel is invisible to it)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with torch.device("meta"):
+        model = VisionTransformer(config).train(backward)
+    x = torch.empty(1, config.in_chans, *config.img_size, device="meta")
+    with FlopCounterMode(display=False) as counter, torch.set_grad_enabled(backward):
+        out = model(x)
+        if backward:
+            out.sum().backward()
+    return counter.get_total_flops()
+
+
 __all__ = [
     "CheckpointError",
     "ConfigError",
@@ -90,6 +106,7 @@ __all__ = [
     "InputError",
     "VisionTransformer",
     "ViTConfig",
+    "count_flops",
     "count_params",
     "create",
     "from_pretrained",

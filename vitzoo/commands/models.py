@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 
-import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 import vitzoo
 
@@ -37,14 +35,11 @@ def model_info(name: str, img_size: int | None = None) -> dict:
     """Parameters and forward FLOPs (counted by torch.utils.flop_counter, one image)."""
     options = {"img_size": img_size} if img_size else {}
     model = vitzoo.create(name, device="meta", **options)
-    x = torch.empty(1, model.config.in_chans, *model.config.img_size, device="meta")
-    with FlopCounterMode(display=False) as counter, torch.no_grad():
-        model(x)
     grid = model.grid
     return {
         "name": name,
         "params": vitzoo.count_params(model),
-        "gflops": counter.get_total_flops() / 1e9,
+        "gflops": vitzoo.count_flops(model.config) / 1e9,
         "grid": list(grid),
         "seq_len": grid[0] * grid[1] + model.num_prefix_tokens,
         "config": model.config.to_dict(),
