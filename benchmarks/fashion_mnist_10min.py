@@ -4,6 +4,11 @@ for a small ViT and a small hybrid (ResNet root + ViT). A benchmark, not a test.
     python benchmarks/fashion_mnist_10min.py                      # both models, 10 minutes each
     python benchmarks/fashion_mnist_10min.py --minutes 1 --only vit --out /tmp/fm1
     python benchmarks/fashion_mnist_10min.py --set lr=2e-3 --set model.embed_dim=96
+    python benchmarks/fashion_mnist_10min.py --processes 2       # data-parallel over the two cores
+
+`--processes 2` trains data-parallel in two processes of one thread each (torchrun, gloo): for these
+small models two one-thread processes get about 1.5x the images/s of one two-thread process out of the
+same two cores; the global batch and everything else stay the same.
 
 The clock counts training steps only (the schedule is sized to it: warm-up, then linear decay to zero
 when the budget is spent); the final evaluation on the 10,000 test images is not counted. Writes
@@ -21,7 +26,8 @@ import json
 import os
 import platform
 import sys
-import tempfile
+import shutil
+import subprocess
 from pathlib import Path
 
 import torch
@@ -46,7 +52,8 @@ CONFIGS = {
                                                                num_heads=4, mlp_dim=256)),
     # hybrid: the ResNet root alone (7x7/2 StdConv, GroupNorm, 3x3/2 max-pool: stride 4) gives a 7x7 map of 64
     # channels, cut into patches of size 1 (49 tokens + class token), D 64, 6 layers, 0.2M parameters
-    "hybrid": dict(model="vit_ti16", lr=2e-3, model_options=dict(img_size=28, stem="resnet", resnet_layers=(),
+    # (lr 3e-3 and label smoothing 0.1: each +0.4 points over lr 2e-3 without smoothing in 4-minute trials)
+    "hybrid": dict(model="vit_ti16", lr=3e-3, label_smoothing=0.1, model_options=dict(img_size=28, stem="resnet", resnet_layers=(),
                                                                   patch_size=1, embed_dim=64, depth=6, num_heads=4,
                                                                   mlp_dim=128)),
     # an alternative ViT (not run by default): 7x7 patches of 4x4 pixels (49 tokens), D 64, 6 layers
@@ -79,7 +86,7 @@ def markdown(runs: list[dict]) -> str:
         "after a fixed budget of training time (the final evaluation is not counted). Targets: ViT >= 90%,",
         "hybrid >= 91%.",
         "",
-        "| run | model | params | budget (min) | test top-1 | target | epochs | images/s | train s | wall s | threads | torch | commit | date |",
+        "| run | model | params | budget (min) | test top-1 | target | epochs | images/s | train s | wall s | processes x threads | torch | commit | date |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in runs:
@@ -88,12 +95,19 @@ def markdown(runs: list[dict]) -> str:
             f"| {r['name']} | {r['model_summary']} | {r['params']:,} | {r['minutes']:g} | {r['test_top1']:.4f} | "
             f"{'' if target is None else ('met' if r['test_top1'] >= target else 'missed') + f' ({target:.0%})'} | "
             f"{r['epochs']:.2f} | {r['images_per_s']:.0f} | {r['train_seconds']:.0f} | {r['wall_seconds']:.0f} | "
-            f"{r['threads']} | {r['torch']} | {r['commit']} | {r['date']} |")
+            f"{r.get('processes', 1)} x {r['threads']} | {r['torch']} | {r['commit']} | {r['date']} |")
     lines += ["", "## Settings", ""]
     for r in runs:
         lines += [f"### {r['name']}", "", "```json", json.dumps({"train": r["settings"], "model": r["model_config"]},
                                                                  indent=1, sort_keys=True), "```", ""]
     return "\n".join(lines) + "\n"
+
+
+def launch(processes: int, argv: list[str]) -> int:
+    """Run this script again under torchrun, `processes` ranks of one thread each on this machine."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}",
+               str(Path(__file__).resolve()), *argv]
+    return subprocess.run(command, env={**os.environ, "OMP_NUM_THREADS": "1"}).returncode
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -103,14 +117,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a setting of every run: lr=2e-3, batch_size=256, model.depth=4, ...")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument("--processes", type=int, default=1,
+                        help="data-parallel processes (torchrun on this machine, gloo on CPU), one thread each")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--data-dir", default=None, help="Fashion-MNIST files (default: the Debian package)")
     parser.add_argument("--out", type=Path, default=OUT, help=f"results directory (default {OUT.relative_to(ROOT)})")
     parser.add_argument("--keep-runs", action="store_true", help="keep the run directories (weights) under OUT/runs")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
+    if args.processes < 1:
+        parser.error(f"--processes must be at least 1, not {args.processes}")
+    if args.processes > 1 and "RANK" not in os.environ:
+        return launch(args.processes, sys.argv[1:] if argv is None else argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    is_main = int(os.environ.get("RANK", "0")) == 0
 
     results_path = args.out / "results.json"
     runs = json.loads(results_path.read_text())["runs"] if results_path.exists() else []
@@ -118,13 +139,12 @@ def main(argv: list[str] | None = None) -> int:
         config = apply_overrides({**COMMON, **CONFIGS[name]}, args.set)
         settings = dict(config, time_budget_min=args.minutes, device=args.device, data_dir=args.data_dir, quiet=args.quiet,
                         tensorboard=False)
-        with tempfile.TemporaryDirectory() as tmp:
-            out = args.out / "runs" / name if args.keep_runs else Path(tmp) / name
-            if out.exists():
-                import shutil
-
-                shutil.rmtree(out)
-            summary = fit(TrainConfig(**settings, out=str(out)))
+        out = args.out / "runs" / name if args.keep_runs else None
+        if out is not None and out.exists() and is_main:
+            shutil.rmtree(out)
+        summary = fit(TrainConfig(**settings, out=None if out is None else str(out)))
+        if not is_main:
+            continue
         mc = summary["model_config"]
         record = {
             "name": name,
@@ -145,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
             "settings": {k: v for k, v in summary["train_config"].items() if k not in ("out", "quiet", "tensorboard")},
             "model_config": mc,
             "threads": torch.get_num_threads(),
+            "processes": summary["world_size"],
             "cpu": platform.processor() or platform.machine(),
             "cpu_count": os.cpu_count(),
             "torch": torch.__version__,

@@ -113,3 +113,16 @@ def test_ten_minute_benchmark_records_accuracy_settings_and_target(tmp_path):
     assert record["settings"]["time_budget_min"] == 0.03 and record["model_config"]["patch_size"] == 7
     readme = (tmp_path / "README.md").read_text()
     assert "| vit |" in readme and ("missed (90%)" in readme or "met (90%)" in readme)
+
+
+def test_ten_minute_benchmark_trains_data_parallel_in_one_thread_processes(tmp_path):
+    """`--processes 2` relaunches under torchrun: two ranks of one thread share the budget and the global
+    batch, and rank 0 alone writes the record, which says how it ran."""
+    from benchmarks import fashion_mnist_10min as tenmin
+
+    assert tenmin.main(["--processes", "2", "--minutes", "0.03", "--only", "vit", "--out", str(tmp_path), "--quiet",
+                        "--set", "test_limit=512"]) == 0
+    (record,) = json.loads((tmp_path / "results.json").read_text())["runs"]
+    assert (record["processes"], record["threads"]) == (2, 1)
+    assert record["settings"]["batch_size"] == 128 and record["steps"] > 0
+    assert "| 2 x 1 |" in (tmp_path / "README.md").read_text()

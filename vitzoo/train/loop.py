@@ -146,7 +146,9 @@ def build_optimizer(cfg: TrainConfig, model: torch.nn.Module, device: torch.devi
         if p.requires_grad:
             (no_decay if p.ndim <= 1 or name in skip else decay).append(p)
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    fused = {"fused": True} if device.type == "cuda" else {}
+    # the fused kernels update every parameter in one pass over memory (CUDA and CPU have them); the
+    # default for-loop over parameters re-reads the optimizer state several times per step
+    fused = {"fused": True} if device.type in ("cuda", "cpu") else {}
     if cfg.optimizer == "adamw":
         return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), **fused)
     return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, **fused)
