@@ -132,7 +132,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     is_main = int(os.environ.get("RANK", "0")) == 0
-
     results_path = args.out / "results.json"
     runs = json.loads(results_path.read_text())["runs"] if results_path.exists() else []
     for name in args.only or DEFAULT_RUNS:

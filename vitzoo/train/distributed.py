@@ -2,10 +2,15 @@
 
 `torchrun --nproc_per_node N -m vitzoo train ...` sets RANK, LOCAL_RANK and WORLD_SIZE; the process
 group is NCCL on CUDA and gloo on CPU. Rank 0 logs and writes; every rank computes.
+
+The group is made at the first `setup` and lives as long as the process: torch cannot make the default
+group again in a process once it was destroyed (the second rendezvous hangs), and a script may train
+several times (`fit` twice under one torchrun).
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 from dataclasses import dataclass
 
@@ -19,7 +24,6 @@ class Env:
     world_size: int
     local_rank: int
     device: torch.device
-    owns_group: bool  # this process created the process group (and destroys it)
 
     @property
     def is_main(self) -> bool:
@@ -52,19 +56,18 @@ def setup(device: str) -> Env:
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     dev = pick_device(device, local_rank)
-    owns = False
     if world > 1 and not dist.is_initialized():
         if dev.type == "cuda":
             torch.cuda.set_device(dev)
         dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")
-        owns = True
+        atexit.register(_destroy_group)
     if dist.is_initialized():
         rank, world = dist.get_rank(), dist.get_world_size()
-    return Env(rank, world, local_rank, dev, owns)
+    return Env(rank, world, local_rank, dev)
 
 
-def teardown(env: Env) -> None:
-    if env.owns_group and dist.is_initialized():
+def _destroy_group() -> None:
+    if dist.is_initialized():
         dist.destroy_process_group()
 
 
@@ -80,4 +83,4 @@ def barrier(env: Env) -> None:
         dist.barrier()
 
 
-__all__ = ["Env", "all_reduce", "barrier", "pick_device", "setup", "teardown"]
+__all__ = ["Env", "all_reduce", "barrier", "pick_device", "setup"]

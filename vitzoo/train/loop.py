@@ -272,11 +272,7 @@ def fit(config: TrainConfig) -> dict[str, Any]:
 def fit_model(config: TrainConfig) -> tuple[vitzoo.VisionTransformer, dict[str, Any]]:
     """`fit`, also returning the trained model (on its device, in eval mode)."""
     cfg = config.resolved()
-    env = distributed.setup(cfg.device)
-    try:
-        return _fit(cfg, env)
-    finally:
-        distributed.teardown(env)
+    return _fit(cfg, distributed.setup(cfg.device))
 
 
 def _fit(cfg: TrainConfig, env: distributed.Env) -> tuple[vitzoo.VisionTransformer, dict[str, Any]]:
