@@ -6,9 +6,10 @@ for a small ViT and a small hybrid (ResNet root + ViT). A benchmark, not a test.
     python benchmarks/fashion_mnist_10min.py --set lr=2e-3 --set model.embed_dim=96
     python benchmarks/fashion_mnist_10min.py --processes 2       # data-parallel over the two cores
 
-`--processes 2` trains data-parallel in two processes of one thread each (torchrun, gloo): for these
-small models two one-thread processes get about 1.5x the images/s of one two-thread process out of the
-same two cores; the global batch and everything else stay the same.
+`--processes 2` trains data-parallel in two processes of one thread each (torchrun, gloo): these small
+models use one thread well and two poorly, so two one-thread processes get more out of two cores (the
+ViT: 998 images/s, against 712 in one two-thread process); the global batch, the data order and the
+augmentation stay the same, only the float rounding of the summed gradients differs.
 
 The clock counts training steps only (the schedule is sized to it: warm-up, then linear decay to zero
 when the budget is spent); the final evaluation on the 10,000 test images is not counted. Writes
@@ -40,7 +41,7 @@ from vitzoo.io import write_text
 from vitzoo.train import TrainConfig, fit
 
 OUT = Path(__file__).resolve().parent / "results" / "fashion_mnist_10min"
-TARGETS = {"vit": 0.90, "hybrid": 0.91, "vit_p4": 0.90}
+TARGETS = {"vit": 0.90, "hybrid": 0.91, "hybrid_r1": 0.91, "vit_p4": 0.90}
 DEFAULT_RUNS = ("vit", "hybrid")
 
 COMMON = dict(data="fashion-mnist", recipe="paper-pretrain", batch_size=128, weight_decay=0.05, warmup=0.05,
@@ -56,6 +57,9 @@ CONFIGS = {
     "hybrid": dict(model="vit_ti16", lr=3e-3, label_smoothing=0.1, model_options=dict(img_size=28, stem="resnet", resnet_layers=(),
                                                                   patch_size=1, embed_dim=64, depth=6, num_heads=4,
                                                                   mlp_dim=128)),
+    # an alternative hybrid (not run by default): the root and one bottleneck unit (64 -> 256 channels at 7x7)
+    "hybrid_r1": dict(model="vit_ti16", lr=3e-3, label_smoothing=0.1, model_options=dict(
+        img_size=28, stem="resnet", resnet_layers=(1,), patch_size=1, embed_dim=64, depth=6, num_heads=4, mlp_dim=128)),
     # an alternative ViT (not run by default): 7x7 patches of 4x4 pixels (49 tokens), D 64, 6 layers
     "vit_p4": dict(model="vit_ti16", lr=2e-3, model_options=dict(img_size=28, patch_size=4, embed_dim=64, depth=6,
                                                                   num_heads=4, mlp_dim=128)),
@@ -84,7 +88,8 @@ def markdown(runs: list[dict]) -> str:
         "",
         "Written by `benchmarks/fashion_mnist_10min.py`. Test accuracy on the 10,000 Fashion-MNIST test images",
         "after a fixed budget of training time (the final evaluation is not counted). Targets: ViT >= 90%,",
-        "hybrid >= 91%.",
+        "hybrid >= 91%. Run as `python benchmarks/fashion_mnist_10min.py --processes 2` (data-parallel in two",
+        "one-thread processes; the `processes x threads` column says how each row ran).",
         "",
         "| run | model | params | budget (min) | test top-1 | target | epochs | images/s | train s | wall s | processes x threads | torch | commit | date |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
