@@ -41,7 +41,7 @@ from vitzoo.io import write_text
 from vitzoo.train import TrainConfig, fit
 
 OUT = Path(__file__).resolve().parent / "results" / "fashion_mnist_10min"
-TARGETS = {"vit": 0.90, "hybrid": 0.91, "hybrid_r1": 0.91, "vit_p4": 0.90, "vit_p4_ls": 0.90}
+TARGETS = {"vit": 0.90, "hybrid": 0.91, "hybrid_r1": 0.91, "vit_p4": 0.90, "vit_p4_ls": 0.90, "vit_p4_simple": 0.90}
 DEFAULT_RUNS = ("vit", "hybrid")
 
 COMMON = dict(data="fashion-mnist", recipe="paper-pretrain", batch_size=128, weight_decay=0.05, warmup=0.05,
@@ -66,6 +66,10 @@ CONFIGS = {
     # the same ViT at the hybrid's recipe (its transformer has the same shape: D 64, 6 layers, 49 tokens)
     "vit_p4_ls": dict(model="vit_ti16", lr=3e-3, label_smoothing=0.1, model_options=dict(
         img_size=28, patch_size=4, embed_dim=64, depth=6, num_heads=4, mlp_dim=128)),
+    # the same ViT as "Simple ViT" builds it: fixed 2-D sine-cosine position embeddings (the vitzoo-sincos
+    # plugin) and global average pooling instead of the class token
+    "vit_p4_simple": dict(model="vit_ti16", lr=2e-3, model_options=dict(
+        img_size=28, patch_size=4, embed_dim=64, depth=6, num_heads=4, mlp_dim=128, pos_embed="sincos_2d", pool="gap")),
 }
 
 
