@@ -128,7 +128,7 @@ def test_ten_minute_benchmark_trains_data_parallel_in_one_thread_processes(tmp_p
     result = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
     records = json.loads((tmp_path / "results.json").read_text())["runs"]
-    assert [r["name"] for r in records] == ["vit", "hybrid"]
+    assert [r["name"] for r in records] == ["hybrid_r1", "vit_p4"]  # the default runs, in the table's order
     for record in records:
         assert (record["processes"], record["threads"]) == (2, 1) and record["steps"] > 0
         assert record["settings"]["batch_size"] == 128
