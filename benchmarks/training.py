@@ -16,7 +16,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-
 import vitzoo
 from benchmarks.suite import Run
 from vitzoo.train import TrainConfig, fit_model
