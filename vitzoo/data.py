@@ -284,6 +284,33 @@ def data_info(name: str, train_set: Dataset, in_chans: int = 3) -> DataInfo:
     return DataInfo(name, len(train_set.classes), 3, (0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
 
 
+# The validation split's own seed, the same for every run: the held-out images never depend on --seed
+# or --train-limit, so runs that differ only in those are validated on the same images.
+VALIDATION_SEED = 20_210_503
+
+
+def split_validation(dataset: Dataset, val_size: int) -> tuple[Dataset, Dataset | None]:
+    """`(rest, validation)`: `val_size` samples held out of `dataset` (a training split) as a validation set.
+
+    The held-out samples are the first `val_size` of a random order (class-mixed) seeded by the constant
+    `VALIDATION_SEED`, so they are the same whatever the run's seed. Subset the rest afterwards
+    (`subset(rest, limit, seed)`): the training subsets of one seed are then nested and never touch the
+    validation set. `val_size=0` returns `(dataset, None)`.
+    """
+    if not val_size:
+        return dataset, None
+    if not 0 < val_size < len(dataset):
+        raise ValueError(f"val_size={val_size} must be between 1 and {len(dataset) - 1} (the training split has "
+                         f"{len(dataset)} images)")
+    order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(VALIDATION_SEED))
+    parts = []
+    for indices in (order[val_size:].sort().values, order[:val_size].sort().values):
+        part = torch.utils.data.Subset(dataset, indices.tolist())
+        part.targets = dataset.targets[indices]
+        parts.append(part)
+    return parts[0], parts[1]
+
+
 def subset(dataset: Dataset, limit: int | None, seed: int = 0) -> Dataset:
     """The first `limit` samples of a fixed random order (class-mixed), or the dataset itself."""
     if not limit or limit >= len(dataset):
@@ -401,6 +428,7 @@ def normalize(images: torch.Tensor, mean, std, in_chans: int, dtype: torch.dtype
 
 __all__ = [
     "STATS",
+    "VALIDATION_SEED",
     "Augment",
     "DataError",
     "DataInfo",
@@ -415,5 +443,6 @@ __all__ = [
     "data_info",
     "load_split",
     "normalize",
+    "split_validation",
     "subset",
 ]
