@@ -12,6 +12,10 @@ here is 512 for both so that a single machine gets enough steps (`--batch-size 4
 A recipe's warm-up is capped at a tenth of the run (a 10k-step warm-up cannot fit a 2k-step run); a
 warm-up given explicitly is used as given: an int >= 1 is steps, a float < 1 a fraction of the run.
 Weight decay skips biases, norms, the class token and position embeddings.
+
+Early stopping as in the paper's section 4.3 (the best accuracy during training), judged on held-out
+training images rather than the test set: `val_size` holds out a fixed validation split, `eval_every`
+evaluates on it, and `keep_best` ends the run with the weights of the best validation top-1.
 """
 
 from __future__ import annotations
@@ -54,6 +58,9 @@ class TrainConfig:
     data_dir: str | None = _help("where the named dataset's files are", default=None)
     train_limit: int | None = _help("use only this many training images (a fixed random subset)", default=None)
     test_limit: int | None = _help("evaluate on only this many test images", default=None)
+    val_size: int = _help("hold out this many training images as a validation set, never trained on: the same "
+                          "images whatever --seed and --train-limit (taken before --train-limit subsets the rest); "
+                          "--eval-every then evaluates on them instead of the test set (0: off)", default=0)
     num_workers: int = _help("data loader worker processes", default=0)
     random_resized_crop: float = _help("RandomResizedCrop min scale (0: off)", default=0.0)
     crop_padding: int = _help("random crop after zero padding by this many pixels (0: off)", default=0)
@@ -91,7 +98,11 @@ class TrainConfig:
     resume: bool = _help("continue the run in --out from its last checkpoint", default=False)
     checkpoint_every: int = _help("checkpoint every this many steps (and at the end; 0: end only)", default=1000)
     keep_checkpoints: int = _help("how many checkpoints to keep", default=1)
-    eval_every: int = _help("evaluate on the test set every this many steps (0: at the end only)", default=0)
+    eval_every: int = _help("evaluate on the test set (the validation set with --val-size) every this many steps "
+                            "(0: at the end only)", default=0)
+    keep_best: bool = _help("end with the weights of the best validation top-1 seen at the --eval-every points and "
+                            "the last step (ties: the earliest); the test and few-shot evaluations and the saved "
+                            "model use them (needs --val-size and --eval-every)", default=False)
     log_every: int = _help("write a metrics line every this many steps", default=10)
     fewshot: tuple[int, ...] = _help("after training, few-shot linear accuracy for these shots", default=())
     quiet: bool = _help("no progress bar and no messages", default=False)
@@ -116,6 +127,12 @@ class TrainConfig:
                 raise ValueError(f"{name} must be > 0, got {value!r}")
         if self.warmup is not None and self.warmup < 0:
             raise ValueError(f"warmup must be >= 0, got {self.warmup!r}")
+        if self.val_size < 0:
+            raise ValueError(f"val_size must be >= 0 (the number of training images held out; 0: none), got {self.val_size!r}")
+        if self.keep_best and not (self.val_size > 0 and self.eval_every > 0):
+            missing = [flag for flag, value in (("--val-size N", self.val_size), ("--eval-every K", self.eval_every)) if value <= 0]
+            raise ValueError(f"keep_best picks the best of the evaluations on a validation set during training: "
+                             f"give {' and '.join(missing)} (> 0)")
         if self.resume and not self.out:
             raise ValueError("resume needs the run directory (out)")
 
