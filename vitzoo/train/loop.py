@@ -300,6 +300,11 @@ def _fit(cfg: TrainConfig, env: distributed.Env) -> tuple[vitzoo.VisionTransform
     train_raw = datasets.load_split(cfg.data, "train", cfg.data_dir, img_size=base.img_size, in_chans=base.in_chans, seed=cfg.seed)
     test_raw = datasets.load_split(cfg.data, "test", cfg.data_dir, img_size=base.img_size, in_chans=base.in_chans, seed=cfg.seed)
     info = datasets.data_info(cfg.data, train_raw, base.in_chans)
+    if cfg.val_size and len(train_raw) - cfg.val_size < cfg.batch_size:
+        raise ValueError(f"val_size={cfg.val_size} leaves {max(0, len(train_raw) - cfg.val_size)} of the {len(train_raw)} "
+                         f"training images, fewer than one batch ({cfg.batch_size}); lower --val-size or --batch-size")
+    # held out before train_limit, so that the training subsets of one seed are nested and never validate
+    train_raw, val_raw = datasets.split_validation(train_raw, cfg.val_size)
     train_raw = datasets.subset(train_raw, cfg.train_limit, cfg.seed)
     test_raw = datasets.subset(test_raw, cfg.test_limit, cfg.seed)
 
@@ -311,6 +316,7 @@ def _fit(cfg: TrainConfig, env: distributed.Env) -> tuple[vitzoo.VisionTransform
     train_set = datasets.Transformed(train_raw, datasets.build_transform(img_size, augment), cfg.seed)
     train_eval_set = datasets.Transformed(train_raw, datasets.build_transform(img_size, None))
     test_set = datasets.Transformed(test_raw, datasets.build_transform(img_size, None))
+    val_set = datasets.Transformed(val_raw, datasets.build_transform(img_size, None)) if val_raw is not None else None
     mixer = datasets.batch_mixer(augment, info.num_classes)
 
     steps_per_epoch = len(train_set) // cfg.batch_size
@@ -366,11 +372,23 @@ def _fit(cfg: TrainConfig, env: distributed.Env) -> tuple[vitzoo.VisionTransform
                                   pin_memory=device.type == "cuda", generator=torch.Generator().manual_seed(cfg.seed))
             epoch, start = epoch + 1, 0
 
-    def evaluate() -> dict[str, float]:
-        indices = range(env.rank, len(test_set), env.world_size)
-        sums = classification_sums(raw_model, test_set, indices=indices, batch_size=max(micro, 256),
+    def evaluate(dataset=test_set) -> dict[str, float]:
+        indices = range(env.rank, len(dataset), env.world_size)
+        sums = classification_sums(raw_model, dataset, indices=indices, batch_size=max(micro, 256),
                                    num_workers=cfg.num_workers, autocast_dtype=amp_dtype)
         return metrics_from_sums(distributed.all_reduce(sums, env))
+
+    # keep_best: the best validation point so far (weights on the CPU); checkpointed, so it survives a resume
+    best: dict[str, Any] = {"step": None, "val_top1": None, "weights": None}
+    if cfg.keep_best and resume_from is not None:
+        best.update(state["best"])
+
+    def consider_best(result: dict[str, float]) -> None:
+        # only a strictly better top-1 replaces the best (ties: the earliest); every rank compares the same
+        # all-reduced sums, so all ranks agree
+        if cfg.keep_best and (best["step"] is None or result["top1"] > best["val_top1"]):
+            best.update(step=step, val_top1=result["top1"],
+                        weights={k: v.detach().to("cpu", copy=True) for k, v in raw_model.state_dict().items()})
 
     def save_checkpoint() -> None:
         rng = gather_rng(env)
@@ -379,6 +397,8 @@ def _fit(cfg: TrainConfig, env: distributed.Env) -> tuple[vitzoo.VisionTransform
                      "train_seconds": train_seconds, "images_seen": images_seen, "world_size": env.world_size,
                      "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict(),
                      "scaler": scaler.state_dict(), "rng": rng}
+            if cfg.keep_best:
+                state["best"] = dict(best)
             checkpoint.save(run / "checkpoints", step, raw_model, state, cfg.keep_checkpoints)
         distributed.barrier(env)
 
@@ -452,7 +472,13 @@ def _fit(cfg: TrainConfig, env: distributed.Env) -> tuple[vitzoo.VisionTransform
                     metrics.write(record)
                     bar.set_postfix(loss=f"{loss_value:.4f}", lr=f"{lr:.2e}")
                     log_images, log_time = 0, now
-                if cfg.eval_every and step % cfg.eval_every == 0 and not finished():
+                if cfg.eval_every and step % cfg.eval_every == 0 and not finished() and val_set is not None:
+                    last_eval = evaluate(val_set)  # never the test set: it must not choose anything
+                    metrics.write({"step": step, "val_top1": last_eval["top1"], "val_top5": last_eval["top5"],
+                                   "val_loss": last_eval["loss"]})
+                    consider_best(last_eval)
+                    log_time = time.perf_counter()
+                elif cfg.eval_every and step % cfg.eval_every == 0 and not finished():
                     last_eval = evaluate()
                     metrics.write({"step": step, "eval_top1": last_eval["top1"], "eval_top5": last_eval["top5"],
                                    "eval_loss": last_eval["loss"]})
@@ -480,10 +506,18 @@ def _fit(cfg: TrainConfig, env: distributed.Env) -> tuple[vitzoo.VisionTransform
     if status == "finished":
         if run is not None and last_checkpoint != step:
             save_checkpoint()
+        val_final = evaluate(val_set) if val_set is not None else {}
+        consider_best(val_final)  # the last step is an evaluation point too
+        if cfg.keep_best and best["step"] != step:
+            raw_model.load_state_dict(best["weights"])  # test, few-shot and the saved model: the best weights
         final = evaluate()
         metrics_record = {"step": step, "eval_top1": final["top1"], "eval_top5": final["top5"], "eval_loss": final["loss"]}
+        if val_set is not None:  # the test set is measured once, reported in summary.json only
+            metrics_record = {"step": step, "val_top1": val_final["top1"], "val_top5": val_final["top5"],
+                              "val_loss": val_final["loss"]}
     else:
-        final = last_eval
+        final = last_eval if val_set is None else {}  # a validation score is no test accuracy
+        val_final = {}
         metrics_record = None
     if metrics_record is not None and run is not None and env.is_main:
         with open(run / "metrics.jsonl", "a", encoding="utf-8") as f:
@@ -516,12 +550,19 @@ def _fit(cfg: TrainConfig, env: distributed.Env) -> tuple[vitzoo.VisionTransform
         "train_config": cfg.to_dict(),
         "run_dir": str(run) if run else None,
     }
+    if val_set is not None:  # validation scores of the final weights (None for a run that did not finish)
+        summary.update(val_images=len(val_set), val_top1=val_final.get("top1"), val_top5=val_final.get("top5"),
+                       val_loss=val_final.get("loss"))
+    if cfg.keep_best:
+        summary.update(best_step=best["step"], best_val_top1=best["val_top1"])
     if env.is_main and run is not None:
         if status == "finished" or not (run / CONFIG_NAME).exists():
             card = {"dataset": cfg.data, "metrics": {"accuracy": final["top1"], "top5_accuracy": final["top5"]}} if final else None
             save_pretrained(raw_model, run, extra={"data": cfg.data}, card=card)
         write_text(run / "summary.json", json.dumps(summary, indent=2) + "\n")
     distributed.barrier(env)
+    if cfg.keep_best and status == "finished":
+        say(f"best validation top-1 {best['val_top1']:.4f} at step {best['step']}: the weights evaluated and saved")
     if status == "finished":
         say(f"done: {step} steps in {train_seconds:.0f} s, test top-1 {final['top1']:.4f}" + (f" -> {run}" if run else ""))
     else:
