@@ -239,6 +239,9 @@ def test_bad_validation_settings_fail_before_any_work(tmp_path):
     with pytest.raises(ValueError, match="lower --val-size"):
         fit(tiny_config(tmp_path, val_size=20_000))
     assert not (tmp_path / "run").exists()
+    with pytest.warns(UserWarning, match="train_limit=20000 is more than the 9900 training images left"):
+        summary = fit(tiny_config(val_size=100, train_limit=20_000, steps=1, warmup=0))
+    assert summary["train_images"] == 9900
 
 
 def test_resume_refuses_another_validation_split(tmp_path):

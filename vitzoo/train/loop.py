@@ -306,6 +306,9 @@ def _fit(cfg: TrainConfig, env: distributed.Env) -> tuple[vitzoo.VisionTransform
     # held out before train_limit, so that the training subsets of one seed are nested and never validate
     train_raw, val_raw = datasets.split_validation(train_raw, cfg.val_size)
     train_raw = datasets.subset(train_raw, cfg.train_limit, cfg.seed)
+    if val_raw is not None and cfg.train_limit and cfg.train_limit > len(train_raw):
+        warnings.warn(f"train_limit={cfg.train_limit} is more than the {len(train_raw)} training images left beside the "
+                      f"validation split (val_size={cfg.val_size}): training on all {len(train_raw)}", stacklevel=2)
     test_raw = datasets.subset(test_raw, cfg.test_limit, cfg.seed)
 
     torch.manual_seed(cfg.seed)  # the same initial weights on every process
@@ -551,7 +554,7 @@ def _fit(cfg: TrainConfig, env: distributed.Env) -> tuple[vitzoo.VisionTransform
         "run_dir": str(run) if run else None,
     }
     if val_set is not None:  # validation scores of the final weights (None for a run that did not finish)
-        summary.update(val_images=len(val_set), val_top1=val_final.get("top1"), val_top5=val_final.get("top5"),
+        summary.update(train_images=len(train_set), val_images=len(val_set), val_top1=val_final.get("top1"), val_top5=val_final.get("top5"),
                        val_loss=val_final.get("loss"))
     if cfg.keep_best:
         summary.update(best_step=best["step"], best_val_top1=best["val_top1"])
