@@ -18,16 +18,15 @@ from pathlib import Path
 import torch
 
 import vitzoo
+from benchmarks.spec import Ablation, Cell, Scale
 from benchmarks.suite import Run, markdown_table, peak_memory_growth_gb, save_figure
 
-NAME = "cost"
 MODELS = {
     "cpu": ["vit_b32", "vit_b16", "vit_l32", "vit_b16_hybrid", "vit_l16"],
     "paper": ["vit_b32", "vit_l32", "vit_b16", "vit_l16", "vit_h14", "vit_b16_hybrid", "vit_l32_hybrid"],
 }
 SIZES = {"cpu": [64, 128, 224, 384], "paper": [64, 128, 224, 384, 512]}
 CPU_MEMORY_BUDGET_GB = 16.0
-PARALLEL = False  # a speed measurement must have the machine to itself
 
 
 def sizes_for(name: str, sizes: list[int]) -> list[int]:
@@ -35,14 +34,14 @@ def sizes_for(name: str, sizes: list[int]) -> list[int]:
     return [s for s in sizes if s % stride == 0 and s >= 2 * stride]
 
 
-def plan(scale: str, quick: bool, data=None, data_dir=None) -> list[Run]:
-    models, sizes = (["vit_s32"], [64]) if quick else (MODELS[scale], SIZES[scale])
-    batch = 2 if quick else 8
-    return [
-        Run(NAME, name, {"model": name, "img_size": size, "batch": batch, "dtype": "float32"}, 0, {"model": name, "img_size": size})
-        for name in models
-        for size in sizes_for(name, sizes)
-    ]
+def cells(scale: Scale) -> list[Cell]:
+    """Each named model at each input size its stride divides; inference at batch 8 in float32."""
+    kind = "paper" if scale.name == "paper" else "cpu"
+    models, sizes = (["vit_s32"], [64]) if scale.name == "quick" else (MODELS[kind], SIZES[kind])
+    batch = 2 if scale.name == "quick" else 8
+    return [Cell(name, {"model": name, "img_size": size}, {"img_size": size}, {"batch": batch, "dtype": "float32"},
+                 model=name, inherit=False)
+            for name in models for size in sizes_for(name, sizes)]
 
 
 def images_per_second(model: torch.nn.Module, x: torch.Tensor, reps: int) -> list[float]:
@@ -108,7 +107,7 @@ def cpu_largest_batch(name: str, size: int, batch: int) -> dict:
 
 
 def measure(run: Run, device: str) -> dict:
-    name, size, batch = run.config["model"], run.config["img_size"], run.config["batch"]
+    name, size, batch = run.config["model"], run.config["options"]["img_size"], run.config["train"]["batch"]
     model = vitzoo.create(name, img_size=size).eval().to(device)
     rates = images_per_second(model, torch.randn(batch, 3, size, size, device=device), reps=3)
     median = sorted(rates)[len(rates) // 2]
@@ -130,11 +129,11 @@ def report(records: list[dict], out: Path) -> str:
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
     rows = []
     for name in models:
-        mine = sorted((r for r in records if r["config"]["model"] == name), key=lambda r: r["config"]["img_size"])
-        sizes = [r["config"]["img_size"] for r in mine]
+        mine = sorted((r for r in records if r["config"]["model"] == name), key=lambda r: r["group"]["img_size"])
+        sizes = [r["group"]["img_size"] for r in mine]
         left.plot(sizes, [r["metrics"]["images_per_s"] for r in mine], "o-", label=name)
         right.plot(sizes, [r["metrics"]["largest_batch"] for r in mine], "o-", label=name)
-        rows += [[name, r["config"]["img_size"], r["metrics"]["images_per_s"], r["metrics"]["largest_batch"]] for r in mine]
+        rows += [[name, r["group"]["img_size"], r["metrics"]["images_per_s"], r["metrics"]["largest_batch"]] for r in mine]
     for ax, title in ((left, "inference speed (images/s)"), (right, "largest batch")):
         ax.set_xscale("log")
         ax.set_yscale("log")
@@ -148,9 +147,21 @@ def report(records: list[dict], out: Path) -> str:
         f" On the CPU the largest batch is extrapolated from the measured peak resident memory at two batch "
         f"sizes, within a {CPU_MEMORY_BUDGET_GB:.0f} GB budget.")
     return (
-        f"Inference at batch {records[0]['config']['batch'] if records else '?'}, float32, on `{device}`."
+        f"Inference at batch {records[0]['config']['train']['batch'] if records else '?'}, float32, on `{device}`."
         + budget + "\n\n" + markdown_table(["model", "input px", "images/s", "largest batch"], rows)
     )
+
+
+SPEC = Ablation(
+    name="cost",
+    title="Computational cost (Appendix D.5, Figure 12)",
+    cells=cells,
+    seeds=lambda scale: 1,  # a timing, not a training: its spread is in images_per_s_all
+    measure=measure,
+    report=report,
+    parallel=False,  # a speed measurement must have the machine to itself
+    trains=False,
+)
 
 
 if __name__ == "__main__":  # the child process of `cpu_largest_batch`

@@ -8,26 +8,21 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import plt, save_figure
-from benchmarks.suite import Run, markdown_table
-from benchmarks.training import scale_settings, train
+from benchmarks.figures import plt, save_figure
+from benchmarks.spec import Ablation, Cell, Finding, Scale
+from benchmarks.suite import Run
+from benchmarks.training import train
+from benchmarks.verdict import POSITIVE
 from vitzoo.data import load_split
 from vitzoo.inspect import attention_rollout, mean_attention_distance, patch_embedding_components, position_embedding_similarity
 
-NAME = "inspect"
 
-
-def plan(scale: str, quick: bool, data=None, data_dir=None) -> list[Run]:
-    model, train = scale_settings(scale, quick, data, data_dir)
-    name = "vit_b16" if scale == "paper" and not quick else "vit_ti16"
-    hybrid = {**model, "stem": "resnet", "resnet_layers": (1,), "patch_size": 1}
-    if scale == "paper" and not quick:
-        hybrid = {}
-    return [
-        Run(NAME, "ViT", {"model": name, "options": model, "train": train}, 0, {"family": "ViT"}),
-        Run(NAME, "hybrid", {"model": "vit_b16_hybrid" if scale == "paper" and not quick else name, "options": hybrid, "train": train},
-            0, {"family": "hybrid"}),
-    ]
+def cells(scale: Scale) -> list[Cell]:
+    if scale.name == "paper":
+        return [Cell("ViT", {"family": "ViT"}, model="vit_b16"),
+                Cell("hybrid", {"family": "hybrid"}, model="vit_b16_hybrid", inherit=False)]
+    return [Cell("ViT", {"family": "ViT"}),
+            Cell("hybrid", {"family": "hybrid"}, {"stem": "resnet", "resnet_layers": (1,), "patch_size": 1})]
 
 
 def uniform_attention_distance(img_size: list[int], stride: list[int]) -> float:
@@ -57,52 +52,73 @@ def measure(run: Run, device: str) -> dict:
         analyses.update(pos_similarity=position_embedding_similarity(model).tolist(),
                         filter_components=components.tolist(), filter_explained=explained.tolist())
     result["metrics"]["analyses"] = analyses
+    result["metrics"].update(distance_summary(torch.tensor(analyses["attention_distance"])))
+    result["metrics"]["uniform_px"] = uniform_attention_distance(analyses["img_size"], analyses["stride"])
     return result
 
 
-def report(records: list[dict], out: Path) -> str:
+def distance_summary(distance: torch.Tensor) -> dict[str, float]:
+    """Per-run numbers of Figure 11 (distance: layers x heads, in pixels): the mean and the spread over
+    heads (max - min) of the first and the last layer, and the two contrasts the findings judge."""
+    first, last = distance[0], distance[-1]
+    out = {"first_mean_px": first.mean(), "last_mean_px": last.mean(), "first_spread_px": first.max() - first.min(),
+           "last_spread_px": last.max() - last.min()}
+    out = {k: round(float(v), 2) for k, v in out.items()}
+    out["growth_px"] = round(out["last_mean_px"] - out["first_mean_px"], 2)
+    out["spread_drop_px"] = round(out["first_spread_px"] - out["last_spread_px"], 2)
+    return out
+
+
+def figure(rows: list[dict], records: list[dict], out: Path) -> list[str]:
+    """Figures of the first seed's models (all seeds' attention distances in Figure 11)."""
     pyplot = plt()
-    rows = []
     fig, ax = pyplot.subplots(figsize=(5, 3.5))
-    for i, r in enumerate(records):
-        distance = torch.tensor(r["metrics"]["analyses"]["attention_distance"])  # layers x heads
-        for head in range(distance.shape[1]):
-            ax.scatter(range(1, distance.shape[0] + 1), distance[:, head].numpy(), color=f"C{i}", s=12,
-                       label=r["label"] if head == 0 else None)
-        rows.append([r["label"], f"{r['metrics']['test_acc']:.4f}",
-                     " / ".join(f"{distance[l].min():.1f}-{distance[l].max():.1f}" for l in range(distance.shape[0]))])
+    for i, row in enumerate(rows):
+        for j, r in enumerate(x for x in records if x["label"] == row["label"]):
+            distance = torch.tensor(r["metrics"]["analyses"]["attention_distance"])  # layers x heads
+            for head in range(distance.shape[1]):
+                ax.scatter(range(1, distance.shape[0] + 1), distance[:, head].numpy(), color=f"C{i}", s=10, alpha=0.6,
+                           label=row["label"] if head == 0 and j == 0 else None)
+    uniform = records[0]["metrics"]["uniform_px"]
+    ax.axhline(uniform, color="gray", linestyle=":", label="uniform attention")
     ax.set_xlabel("network depth (layer)")
     ax.set_ylabel("mean attention distance (pixels)")
-    ax.set_title("Mean attention distance (Figure 11)")
-    ax.legend()
+    ax.set_title("Mean attention distance (Figure 11), every seed")
+    ax.legend(fontsize=7)
     save_figure(fig, out / "attention_distance.png")
     pyplot.close(fig)
-    vit = next((r for r in records if "pos_similarity" in r["metrics"]["analyses"]), None)
+    files = ["attention_distance.png"]
+    first_seed = [r for r in records if r["seed"] == min(x["seed"] for x in records)]
+    vit = next((r for r in first_seed if "pos_similarity" in r["metrics"]["analyses"]), None)
     if vit is not None:
         figure_position_similarity(vit, out / "pos_embed_similarity.png")
         figure_filters(vit, out / "patch_filters.png")
-    figure_rollout(records, out / "attention_rollout.png")
-    findings = []
-    for r in records:
-        analyses = r["metrics"]["analyses"]
-        d = torch.tensor(analyses["attention_distance"])
-        first, last = d[0], d[-1]
-        uniform = uniform_attention_distance(analyses["img_size"], analyses["stride"])
-        # "widely different": the paper's lowest layers span ~10-120 px; here the spread must reach half
-        # the layer's mean. "grows": the last layer's mean at least 10% above the first's.
-        wide = float(first.max() - first.min()) >= 0.5 * float(first.mean())
-        grows = float(last.mean()) >= 1.1 * float(first.mean())
-        findings.append(
-            f"- {r['label']}: *heads in the lowest layer attend at widely different distances* (paper): "
-            f"{'**reproduced**' if wide else '**not reproduced**'}: layer 1 spans {first.min():.1f}-{first.max():.1f} px "
-            f"(mean {first.mean():.1f} px; attention spread evenly over the image would give {uniform:.1f} px).")
-        findings.append(
-            f"- {r['label']}: *the attention distance grows with depth* (paper): "
-            f"{'**reproduced**' if grows else '**not reproduced**'}: mean {first.mean():.1f} px in layer 1, "
-            f"{last.mean():.1f} px in layer {d.shape[0]}.")
-    return (markdown_table(["model", "test accuracy", "attention distance per layer (min-max over heads, px)"], rows)
-            + "\n\n" + "\n".join(findings)
-            + "\n\nFigures: `attention_distance.png`, `pos_embed_similarity.png`, `patch_filters.png`, `attention_rollout.png`.")
+        files += ["pos_embed_similarity.png", "patch_filters.png"]
+    figure_rollout(first_seed, out / "attention_rollout.png")
+    return files + ["attention_rollout.png"]
+
+
+FINDINGS = (
+    Finding("ViT: heads in the lowest layer attend at widely different distances, deeper ones alike",
+            "Figure 11: layer 1 spans ~10-120 px, the last layers ~120 px", POSITIVE,
+            lambda t: [("spread over heads, layer 1 - last layer (px)", {"ViT": 1.0})] if "ViT" in t.by_label else [],
+            metric="spread_drop_px"),
+    Finding("ViT: the attention distance grows with depth", "Figure 11", POSITIVE,
+            lambda t: [("mean distance, last layer - layer 1 (px)", {"ViT": 1.0})] if "ViT" in t.by_label else [],
+            metric="growth_px"),
+)
+
+SPEC = Ablation(
+    name="inspect",
+    title="Inside trained models (section 4.5, Figures 6, 7, 11)",
+    cells=cells,
+    findings=FINDINGS,
+    columns=(("family", "model"), ("first_mean_px", "layer 1 mean (px)"), ("first_spread_px", "layer 1 spread (px)"),
+             ("last_mean_px", "last layer mean (px)"), ("last_spread_px", "last layer spread (px)"),
+             ("uniform_px", "uniform attention (px)")),
+    figure=figure,
+    measure=measure,
+)
 
 
 def figure_position_similarity(record: dict, path: Path) -> None:

@@ -1,95 +1,101 @@
 """Transformer shape (paper Appendix D.2, Figure 8): scale depth, width, MLP width and patch size from
-a base model; accuracy against compute relative to the base."""
+a base model; accuracy against compute relative to the base.
+
+The paper's findings: depth helps most, width least; smaller patches (longer sequences) help without
+adding parameters.
+"""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
-from benchmarks.common import metrics_table, scatter_compute, summary_rows
-from benchmarks.suite import Run
-from benchmarks.training import scale_settings
+from benchmarks.figures import lines_per_family
+from benchmarks.spec import Ablation, Cell, Finding, Scale, Table, combine, difference
+from benchmarks.verdict import POSITIVE
 
-NAME = "shape"
-# Figure 8's base: 8 layers, D 1024, MLP 2048, patch 32; CPU base: the CPU scale's model
+# Figure 8's base: 8 layers, D 1024, MLP 2048, patch 32
 PAPER_BASE = dict(depth=8, embed_dim=1024, mlp_dim=2048, num_heads=16, patch_size=32)
+SMALLER_PATCH = {28: 4, 224: 16, 32: 4}  # the finer patch size tried per input size
+LARGER_PATCH = {28: 14, 224: 64, 32: 16}
+
+
+def base_of(scale: Scale) -> dict:
+    return {**scale.model, **PAPER_BASE} if scale.name == "paper" else dict(scale.model)
 
 
 def variations(base: dict, quick: bool) -> dict[str, list[dict]]:
-    """dimension -> options that scale it (the base itself is its own row)."""
-    d, m, p, depth = base["embed_dim"], base["mlp_dim"], base["patch_size"], base["depth"]
-    factors = (2,) if quick else (0.5, 2)
-    patches = [q for q in {28: [7, 2], 224: [16, 64], 32: [8, 2]}.get(base["img_size"], [p * 2]) if q != p]
-    if quick:
-        patches = patches[:1]
+    """dimension -> options that scale it (the base itself is its own cell)."""
+    d, m, depth, heads = base["embed_dim"], base["mlp_dim"], base["depth"], base["num_heads"]
+    size = base["img_size"] if isinstance(base["img_size"], int) else base["img_size"][0]
+    patches = [p for p in (LARGER_PATCH.get(size), SMALLER_PATCH.get(size)) if p and p != base["patch_size"]]
     if quick:  # one dimension of each kind of change: the layer stack and the token count
-        return {"depth": [{"depth": depth * 2}], "patch": [{"patch_size": q} for q in patches]}
+        return {"depth": [{"depth": depth * 2}], "patch": [{"patch_size": patches[0]}]}
     return {
-        "depth": [{"depth": max(1, int(depth * f))} for f in factors],
-        "width": [{"embed_dim": int(d * f), "num_heads": max(1, base["num_heads"] * int(d * f) // d)} for f in factors],
-        "mlp": [{"mlp_dim": int(m * f)} for f in factors],
-        "patch": [{"patch_size": q} for q in patches],
+        "depth": [{"depth": max(1, depth // 2)}, {"depth": depth * 2}],
+        "width": [{"embed_dim": d // 2, "num_heads": max(1, heads // 2)}, {"embed_dim": d * 2, "num_heads": heads * 2}],
+        "mlp": [{"mlp_dim": m // 2}, {"mlp_dim": m * 2}],
+        "patch": [{"patch_size": p} for p in patches],
     }
 
 
-def plan(scale: str, quick: bool, data=None, data_dir=None) -> list[Run]:
-    model, train = scale_settings(scale, quick, data, data_dir, costly=True)
-    if scale == "paper" and not quick:
-        model.update(PAPER_BASE)
-    seeds = range(1 if quick else 2)
-    runs = [Run(NAME, "base", {"model": "vit_ti16", "options": model, "train": train}, s, {"dimension": "base", "value": "-"})
-            for s in seeds]
-    for dimension, options_list in variations(model, quick).items():
+def cells(scale: Scale) -> list[Cell]:
+    base = base_of(scale)
+    out = [Cell("base", {"dimension": "base", "value": "-"}, base)]
+    for dimension, options_list in variations(base, scale.name == "quick").items():
         for options in options_list:
             value = next(iter(options.values()))
-            runs += [Run(NAME, f"{dimension} {value}", {"model": "vit_ti16", "options": {**model, **options}, "train": train}, s,
-                         {"dimension": dimension, "value": value}) for s in seeds]
-    return runs
-
-
-def report(records: list[dict], out: Path) -> str:
-    rows = summary_rows(records)
-    base = next(r for r in rows if r["dimension"] == "base")
-    base["patch_size"] = next(r for r in records if r["label"] == "base")["config"]["options"]["patch_size"]
-    for row in rows:
-        row["relative_compute"] = row["flops"] / base["flops"]
-        row["compute"] = f"{row['relative_compute']:.2f}x"
-    table = metrics_table(rows, [("dimension", "scaled"), ("value", "to"), ("compute", "compute vs base")])
-    lines = [dict(r, family=r["dimension"]) for r in rows if r["dimension"] != "base"]
-    for dim in {r["family"] for r in lines}:
-        lines.append(dict(base, family=dim))
-    scatter_compute(lines, "family", out / "shape.png", "Scaling one dimension of the base (Figure 8)", x_key="relative_compute")
-    return table + "\n\n" + "\n".join(findings(rows, base))
-
-
-def findings(rows: list[dict], base: dict) -> list[str]:
-    def gain(dimension: str) -> float | None:
-        """Accuracy gained per doubling of compute when scaling up this dimension."""
-        import math
-
-        up = [r for r in rows if r["dimension"] == dimension and r["relative_compute"] > 1.05]
-        if not up:
-            return None
-        best = max(up, key=lambda r: r["relative_compute"])
-        return (best["test_acc"] - base["test_acc"]) / math.log2(best["relative_compute"])
-
-    gains = {d: gain(d) for d in ("depth", "width", "mlp")}
-    known = {d: g for d, g in gains.items() if g is not None}
-    out = []
-    if len(known) == 3:
-        order = sorted(known, key=known.get, reverse=True)
-        out.append(
-            "- *Depth helps most, width least* (paper): "
-            + ("**reproduced**" if order[0] == "depth" and order[-1] == "width" else "**not reproduced**")
-            + " at this scale; accuracy gained per doubling of compute: "
-            + ", ".join(f"{d} {known[d]:+.4f}" for d in order) + "."
-        )
-    smaller = [r for r in rows if r["dimension"] == "patch" and isinstance(r["value"], int) and r["value"] < base.get("patch_size", 1e9)]
-    if smaller:
-        r = min(smaller, key=lambda r: r["value"])
-        out.append(
-            "- *Smaller patches help, without adding parameters* (paper): "
-            + ("**reproduced**" if r["test_acc"] > base["test_acc"] else "**not reproduced**")
-            + f": patch {r['value']} reaches {r['test_acc']:.4f} vs base {base['test_acc']:.4f}, "
-            f"with {r['params'] - base['params']:+d} parameters (the patch projection and position embeddings)."
-        )
+            out.append(Cell(f"{dimension} {value}", {"dimension": dimension, "value": value}, {**base, **options}))
     return out
+
+
+def gain_per_doubling(table: Table, dimension: str) -> dict[str, float] | None:
+    """(accuracy of the largest scale-up of this dimension - base) / log2(its compute / the base's)."""
+    base = table.by_label.get("base")
+    up = [r for r in table.where(dimension=dimension) if base and r["flops"] > 1.05 * base["flops"]]
+    if not up:
+        return None
+    top = max(up, key=lambda r: r["flops"])
+    return {label: w / math.log2(top["flops"] / base["flops"]) for label, w in difference(top["label"], "base").items()}
+
+
+def _compare_gains(pairs: list[tuple[str, str]]):
+    def contrasts(t: Table):
+        gains = {d: gain_per_doubling(t, d) for d in ("depth", "width", "mlp")}
+        return [(f"gain per doubling: {a} - {b}", combine((1.0, gains[a]), (-1.0, gains[b])))
+                for a, b in pairs if gains[a] and gains[b]]
+    return contrasts
+
+
+def _smaller_patch(t: Table):
+    base = t.by_label.get("base")
+    finer = [r for r in t.where(dimension="patch") if base and r["flops"] > base["flops"]]
+    return [(f"{r['label']} - base", difference(r["label"], "base")) for r in finer]
+
+
+FINDINGS = (
+    Finding("Depth helps most", "Figure 8: the largest gain per compute", POSITIVE,
+            _compare_gains([("depth", "width"), ("depth", "mlp")])),
+    Finding("Width helps least", "Figure 8: the smallest gain per compute", POSITIVE,
+            _compare_gains([("mlp", "width"), ("depth", "width")])),
+    Finding("Smaller patches help, without adding parameters", "Figure 8", POSITIVE, _smaller_patch),
+)
+
+
+def figure(rows: list[dict], records: list[dict], out: Path) -> list[str]:
+    base = next(r for r in rows if r["dimension"] == "base")
+    lines = [dict(r, family=r["dimension"], relative=r["flops"] / base["flops"]) for r in rows if r["dimension"] != "base"]
+    lines += [dict(base, family=d, relative=1.0) for d in {r["family"] for r in lines}]
+    lines_per_family(lines, "family", out / "shape.png", "Scaling one dimension of the base (Figure 8)",
+                     x_key="relative", x_label="training compute relative to the base")
+    return ["shape.png"]
+
+
+SPEC = Ablation(
+    name="shape",
+    title="Transformer shape (Appendix D.2, Figure 8)",
+    cells=cells,
+    findings=FINDINGS,
+    columns=(("dimension", "scaled"), ("value", "to"), ("params_k", "params"), ("compute", "training compute")),
+    figure=figure,
+)

@@ -3,6 +3,7 @@ interruption, the environment a number was measured in, and a progress bar with 
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 import multiprocessing
@@ -51,13 +52,28 @@ def git_commit() -> str:
         return "unknown"
 
 
+def cpu_model() -> str:
+    """The CPU's model name and family (Linux: /proc/cpuinfo), e.g. "AMD EPYC (family 25)": machines of
+    one size differ in CPU, and a number is only comparable beside its CPU."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() or platform.machine()
+    fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    name = fields.get("model name", platform.machine())
+    return f"{name} (family {fields['cpu family']})" if "cpu family" in fields else name
+
+
 def environment(device: str) -> dict[str, Any]:
+    """Where and when a number was measured: recorded with every result of every benchmark."""
     return {
         "device": device,
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
-        "cpu": platform.processor() or platform.machine(),
+        "cpu": cpu_model(),
         "commit": git_commit(),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     }
 
 
@@ -112,7 +128,7 @@ def execute(
     runs = list(runs)
     todo = [run for run in runs if store.get(run.key) is None]
     bar = tqdm(total=len(runs), initial=len(runs) - len(todo), desc=runs[0].ablation if runs else "",
-               unit="run", disable=quiet or None, dynamic_ncols=True)
+               unit="run", disable=quiet, dynamic_ncols=True)
 
     def done(run: Run, outcome: dict[str, Any]) -> None:
         store.add({"key": run.key, "ablation": run.ablation, "label": run.label, "group": run.group,
@@ -134,11 +150,6 @@ def execute(
     bar.close()
     # labels are presentation: they follow the current plan, even for results measured earlier
     return [{**store.get(run.key), "label": run.label, "group": run.group} for run in runs]
-
-
-def mean_std(values: list[float]) -> tuple[float, float]:
-    t = torch.tensor(values, dtype=torch.float64)
-    return float(t.mean()), float(t.std()) if len(values) > 1 else 0.0
 
 
 def markdown_table(header: list[str], rows: list[list[Any]]) -> str:

@@ -1,0 +1,119 @@
+"""How much data a ViT needs (paper section 4.3, Figures 3 and 4): a BiT ResNet, a ViT and a hybrid of
+similar training compute, each trained on nested random subsets of the training set.
+
+As in the paper: every subset size gets the same number of optimisation steps (small subsets are seen
+many times over), the same hyper-parameters, and early stopping at the best accuracy during training,
+judged on a validation split held out of the training set (never the test set); test accuracy and
+5-shot linear accuracy are those of the weights at the best validation point. The paper's finding:
+with little data the ResNet's inductive biases win; its lead shrinks as the data grows, and with
+enough data ViT overtakes it (ViT-B/32 is much worse than ResNet50x1 on 9M JFT images, better from
+90M on); ResNets plateau sooner.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from benchmarks.figures import lines_per_family
+from benchmarks.spec import Ablation, Cell, Finding, Scale, Table, combine, difference
+from benchmarks.verdict import POSITIVE
+
+FAMILIES = ("ResNet", "ViT", "hybrid")
+# subset sizes, the validation split held out before them, and the steps every size trains for
+SUBSETS = {"quick": (128, 384), "main": (1_000, 10_000), "cpu": (1_000, 3_000, 10_000, 30_000, 55_000),
+           "paper": (10_000, 100_000, 1_000_000)}
+VALIDATION = {"quick": 128, "main": 5_000, "cpu": 5_000, "paper": 50_000}
+EPOCHS_OF_LARGEST = {"quick": 1.0, "main": 2.0, "cpu": 4.0, "paper": 7.0}
+EVALUATIONS = 10  # validation points per run (early stopping picks the best)
+
+
+def family_options(scale: Scale) -> dict[str, tuple[str | None, dict]]:
+    """family -> (zoo name or None for the scale's, options): three models of similar training compute."""
+    if scale.name == "paper":
+        return {"ResNet": ("vit_b16_hybrid", {"resnet_layers": (3, 4, 6, 3), "depth": 0, "pos_embed": "none", "pool": "gap"}),
+                "ViT": ("vit_b32", {}), "hybrid": ("vit_b16_hybrid", {})}
+    # training MFLOPs per image at 28 px: ViT (the scale's, D64) 14.5, hybrid (ResNet root + D32) 16.7,
+    # ResNet (root and one bottleneck unit) 29.0
+    vit = dict(scale.model)
+    hybrid = {**vit, "stem": "resnet", "resnet_layers": (), "patch_size": 1, "embed_dim": 32, "num_heads": 2, "mlp_dim": 64}
+    resnet = {**vit, "stem": "resnet", "resnet_layers": (1,), "patch_size": 1, "depth": 0, "pos_embed": "none", "pool": "gap"}
+    return {"ResNet": (None, resnet), "ViT": (None, vit), "hybrid": (None, hybrid)}
+
+
+def cells(scale: Scale) -> list[Cell]:
+    sizes = SUBSETS[scale.name]
+    steps = max(1, int(EPOCHS_OF_LARGEST[scale.name] * sizes[-1] / scale.train["batch_size"]))
+    # the length in steps, not epochs (None overrides the scale's epochs)
+    train = dict(epochs=None, steps=steps, val_size=VALIDATION[scale.name], keep_best=True,
+                 eval_every=max(1, steps // EVALUATIONS))
+    out = []
+    for family, (name, options) in family_options(scale).items():
+        for size in sizes:
+            out.append(Cell(f"{family} {size}", {"family": family, "images": size}, options,
+                            {**train, "train_limit": size}, model=name, inherit=scale.name != "paper"))
+    return out
+
+
+def _ends(t: Table) -> tuple[int, int]:
+    sizes = sorted({r["images"] for r in t.rows})
+    return sizes[0], sizes[-1]
+
+
+def lead(t: Table, images: int) -> dict[str, float]:
+    """ResNet minus ViT at this subset size."""
+    return difference(f"ResNet {images}", f"ViT {images}")
+
+
+def _lead_shrinks(t: Table):
+    small, large = _ends(t)
+    if small == large:
+        return []
+    return [(f"(ResNet - ViT) at {small} - at {large} images", combine((1.0, lead(t, small)), (-1.0, lead(t, large))))]
+
+
+def _vit_overtakes(t: Table):
+    _, large = _ends(t)
+    return [(f"ViT - ResNet at {large} images", difference(f"ViT {large}", f"ResNet {large}"))]
+
+
+def _resnet_plateaus(t: Table):
+    sizes = sorted({r["images"] for r in t.rows})
+    if len(sizes) < 2:
+        return []
+    a, b = sizes[-2], sizes[-1]
+    vit_gain, resnet_gain = difference(f"ViT {b}", f"ViT {a}"), difference(f"ResNet {b}", f"ResNet {a}")
+    return [(f"ViT's gain - ResNet's gain from {a} to {b} images", combine((1.0, vit_gain), (-1.0, resnet_gain)))]
+
+
+def _present(t: Table) -> bool:
+    return bool(t.where(family="ResNet")) and bool(t.where(family="ViT"))
+
+
+FINDINGS = (
+    Finding("The ResNet's lead over the ViT shrinks as the data grows", "Figure 3; Figure 4: B/32 vs R50x1", POSITIVE,
+            lambda t: _lead_shrinks(t) if _present(t) else []),
+    Finding("The ResNet's lead over the ViT shrinks as the data grows", "Figure 4, 5-shot", POSITIVE,
+            lambda t: _lead_shrinks(t) if _present(t) else [], metric="fewshot_5"),
+    Finding("With enough data ViT overtakes the ResNet", "Figure 4: from 90M JFT images on", POSITIVE,
+            lambda t: _vit_overtakes(t) if _present(t) else []),
+    Finding("ResNets plateau sooner", "Figure 4", POSITIVE, lambda t: _resnet_plateaus(t) if _present(t) else []),
+)
+
+
+def figure(rows: list[dict], records: list[dict], out: Path) -> list[str]:
+    lines_per_family(rows, "family", out / "data.png", "Accuracy against training-set size (Figures 3-4)",
+                     x_key="images", x_label="training images (same number of steps for each size)")
+    return ["data.png"]
+
+
+SPEC = Ablation(
+    name="data",
+    title="How much data a ViT needs (section 4.3, Figures 3 and 4)",
+    cells=cells,
+    findings=FINDINGS,
+    columns=(("family", "family"), ("images", "training images"), ("params_k", "params"), ("compute", "training compute"),
+             ("best_step", "best step (validation)"), ("val_acc", "validation accuracy")),
+    figure=figure,
+    notes="Each run trains for the same number of steps whatever its subset; test and 5-shot accuracy are those of "
+          "the weights with the best accuracy on a validation split held out of the training set (never the test set).",
+)

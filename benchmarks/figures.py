@@ -1,0 +1,44 @@
+"""Figures the ablations share: matplotlib without a display, and accuracy
+against compute (or data) with one line per family."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from benchmarks.suite import save_figure
+
+METRIC_NAMES = (("test_acc", "test accuracy"), ("fewshot_5", "5-shot linear accuracy"))
+
+
+def plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as pyplot
+
+    return pyplot
+
+
+def lines_per_family(rows: list[dict], family_key: str, path: Path, title: str, x_key: str = "flops",
+                     x_label: str = "training FLOPs") -> None:
+    """Both metrics against `x_key` on a log axis, one line per family, error bars over seeds
+    (Figures 3, 4, 5 and 8)."""
+    from matplotlib.ticker import NullFormatter
+
+    pyplot = plt()
+    fig, axes = pyplot.subplots(1, 2, figsize=(9, 3.5))
+    families = list(dict.fromkeys(r[family_key] for r in rows))
+    for ax, (metric, name) in zip(axes, METRIC_NAMES):
+        for i, family in enumerate(families):
+            mine = sorted((r for r in rows if r[family_key] == family and metric in r), key=lambda r: r[x_key])
+            ax.errorbar([r[x_key] for r in mine], [r[metric] for r in mine], yerr=[r[metric + "_std"] for r in mine],
+                        marker="os^dv<>"[i % 7], label=str(family), capsize=2)
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())  # decade labels only: the minor ones overlap
+        ax.set_xlabel(x_label)
+        ax.set_ylabel(name)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.suptitle(title, fontsize=10)
+    save_figure(fig, path)
+    pyplot.close(fig)

@@ -1,0 +1,159 @@
+"""What an ablation will cost before it starts: training FLOPs of every run, and minutes on the device
+named, estimated from a short measured throughput probe (or, for a GPU that is not here, from a
+stated GPU throughput). `python -m benchmarks all --dry-run` prints it; a test checks each scale's
+plan against its budget.
+
+A run's time is its training images at the probed training speed, plus its evaluations (validation
+during training, the test set at the end, the few-shot features) at the probed speed of a forward
+pass (a third of a training step's work), plus a fixed start-up per run.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+import vitzoo
+from benchmarks.spec import Ablation, Scale
+from benchmarks.suite import Run
+
+RUN_OVERHEAD_S = 4.0  # per run: the data loaded from the cache, the model built, the workers fed
+FORWARD_SHARE = 1 / 3  # a forward pass is about a third of a training step's FLOPs
+# A GPU that is not here: A100 (bf16, 312 TFLOP/s peak) at the ~40% of peak a ViT reaches in training
+STATED_GPU_TFLOPS = 125.0
+DATASET_IMAGES = {"fashion-mnist": (60_000, 10_000), "cifar10": (50_000, 10_000), "cifar100": (50_000, 10_000),
+                  "synthetic": (512, 256)}
+IMAGENET = (1_281_167, 50_000)  # assumed for --scale paper when --data is an ImageFolder not found here
+
+
+def dataset_images(train: dict) -> tuple[int, int]:
+    """(training images, test images) of the run's dataset, before limits."""
+    name = train.get("data", "fashion-mnist")
+    if name in DATASET_IMAGES:
+        return DATASET_IMAGES[name]
+    root = Path(name)
+    if root.is_dir():
+        count = lambda split: sum(len(files) for _, _, files in os.walk(root / split))  # noqa: E731
+        return count("train"), count("val") or count("test")
+    return IMAGENET
+
+
+@dataclass(frozen=True)
+class RunCost:
+    train_images: int
+    eval_images: int
+    flops: float  # training FLOPs (forward and backward)
+
+
+def run_cost(run: Run) -> RunCost:
+    """Images trained on and evaluated, and the training FLOPs, from the run's settings alone."""
+    train = run.config["train"]
+    n_train, n_test = dataset_images(train)
+    n_train -= train.get("val_size", 0) or 0
+    n_train = min(n_train, train.get("train_limit") or n_train)
+    n_test = min(n_test, train.get("test_limit") or n_test)
+    batch = train["batch_size"]
+    steps = train.get("steps") or max(1, round(train.get("epochs", 10) * (n_train // batch)))
+    evaluations = steps // train["eval_every"] if train.get("eval_every") else 0
+    eval_each = train.get("val_size") or n_test
+    eval_images = evaluations * eval_each + 2 * n_test  # the test set at the end, and its few-shot features
+    config = vitzoo.get_config(run.config["model"], **model_options(run))
+    flops = float(vitzoo.count_flops(config, backward=True)) * steps * batch
+    return RunCost(steps * batch, eval_images, flops)
+
+
+def model_options(run: Run) -> dict:
+    """The run's model options with what its dataset decides (10 classes; one channel for Fashion-MNIST)."""
+    gray = run.config["train"].get("data", "fashion-mnist") == "fashion-mnist"
+    return {**run.config["options"], "num_classes": 10, "in_chans": 1 if gray else 3}
+
+
+def _model_key(run: Run) -> str:
+    train = run.config["train"]  # the images of one forward pass: a micro-batch where accumulation is used
+    return json.dumps({"model": run.config["model"], "options": model_options(run),
+                       "batch": train.get("micro_batch") or train["batch_size"]}, sort_keys=True)
+
+
+@functools.lru_cache(maxsize=None)
+def probe_images_per_s(model_key: str, device: str, threads: int, steps: int = 3) -> float:
+    """Training images per second of this model at its batch size: a warm-up step, then `steps` timed
+    AdamW steps on random data (the data pipeline is cheap next to the model at these sizes)."""
+    spec = json.loads(model_key)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        model = vitzoo.create(spec["model"], **spec["options"]).to(device)
+        cfg = model.config
+        x = torch.randn(spec["batch"], cfg.in_chans, *cfg.img_size, device=device)
+        y = torch.randint(0, 10, (spec["batch"],), device=device)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+        for i in range(steps + 1):
+            if i == 1:
+                sync()
+                start = time.perf_counter()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        sync()
+        return steps * spec["batch"] / (time.perf_counter() - start)
+    finally:
+        torch.set_num_threads(previous)
+
+
+def run_seconds(run: Run, cost: RunCost, device: str, threads: int, gpus: int, gpu_tflops: float) -> float:
+    if device.startswith("cuda") and not torch.cuda.is_available():  # a GPU that is not here: stated speed
+        return cost.flops * (1 + FORWARD_SHARE * cost.eval_images / max(cost.train_images, 1)) / (gpus * gpu_tflops * 1e12)
+    ips = probe_images_per_s(_model_key(run), "cpu" if device == "auto" else device, threads)
+    return RUN_OVERHEAD_S + cost.train_images / ips + FORWARD_SHARE * cost.eval_images / ips
+
+
+@dataclass(frozen=True)
+class AblationPlan:
+    name: str
+    runs: int
+    to_measure: int
+    flops: float
+    minutes: float  # wall time of the runs still to measure, with the workers given
+    budget_min: float | None
+
+
+def plan_ablation(spec: Ablation, scale: Scale, done: set[str], device: str, workers: int,
+                  gpus: int = 8, gpu_tflops: float = STATED_GPU_TFLOPS) -> AblationPlan:
+    runs = spec.runs(scale)
+    todo = [r for r in runs if r.key not in done]
+    if not spec.trains:  # timings (cost): a few seconds a point, measured one at a time
+        return AblationPlan(spec.name, len(runs), len(todo), 0.0, len(todo) * 20 / 60, scale.budget_min)
+    workers = workers if spec.parallel else 1
+    threads = max(1, torch.get_num_threads() // workers)
+    costs = {r.key: run_cost(r) for r in runs}
+    seconds = sum(run_seconds(r, costs[r.key], device, threads, gpus, gpu_tflops) for r in todo)
+    parallel = 1 if device.startswith("cuda") else workers  # on GPUs the runs share the GPUs in turn
+    return AblationPlan(spec.name, len(runs), len(todo), sum(c.flops for c in costs.values()), seconds / parallel / 60,
+                        scale.budget_min)
+
+
+def describe(plans: list[AblationPlan], scale: Scale, device: str, workers: int, gpus: int, gpu_tflops: float) -> str:
+    from benchmarks.suite import markdown_table
+
+    rows = [[p.name, p.runs, p.to_measure, f"{p.flops:.3g}", f"{p.minutes:.1f}",
+             "" if p.budget_min is None else ("within" if p.minutes <= p.budget_min else "OVER") + f" {p.budget_min:g}"]
+            for p in plans]
+    total = sum(p.minutes for p in plans)
+    rows.append(["all", sum(p.runs for p in plans), sum(p.to_measure for p in plans), f"{sum(p.flops for p in plans):.3g}",
+                 f"{total:.1f}", "" if scale.suite_budget_min is None else
+                 ("within" if total <= scale.suite_budget_min else "OVER") + f" {scale.suite_budget_min:g}"])
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        how = (f"estimated from a stated GPU throughput: {gpus} GPUs at {gpu_tflops:g} TFLOP/s each in training "
+               f"(--gpus, --gpu-tflops; an A100 in bf16 reaches about {STATED_GPU_TFLOPS:g})")
+    else:
+        how = (f"estimated from a measured throughput probe on `{device}` ({workers} worker(s), "
+               f"{max(1, torch.get_num_threads() // workers)} thread(s) each)")
+    return (f"Plan at `--scale {scale.name}`, {how}:\n\n"
+            + markdown_table(["ablation", "runs", "to measure", "training FLOPs", "minutes", "budget (min)"], rows))

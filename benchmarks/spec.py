@@ -1,0 +1,214 @@
+"""An ablation as a declarative spec: the cells it trains at each scale, the paper's numbers, and its
+findings as contrasts of cells judged by the one rule of `benchmarks.verdict`.
+
+    cells(scale) -> [Cell]     what differs from the scale's base model and training, per cell
+    findings                   the paper's claims, each a list of contrasts between cells
+    paper                      the paper's number per cell label, printed beside ours
+    columns, figure            how the table and the figure present the cells
+
+`runs(spec, scale)` expands the cells into runs (every cell trained with `scale.seeds` seeds, or the
+spec's own count), `report(spec, records, out)` writes the table, the verdicts and the figure. The
+registry of all ablations is `benchmarks.registry`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from benchmarks.suite import Run, markdown_table
+from benchmarks.verdict import RULE, Estimate, Judgement, contrast, judge, mean_and_variance
+
+METRICS = {"test_acc": "test accuracy", "fewshot_5": "5-shot linear"}
+
+
+@dataclass(frozen=True)
+class Scale:
+    """The base every cell of an ablation varies: a model (ViTConfig options), its training (TrainConfig
+    options), the number of seeds per cell, and the time each ablation may take on the machine it is
+    meant for (checked by `python -m benchmarks --dry-run` and a test)."""
+
+    name: str
+    model: dict[str, Any]
+    train: dict[str, Any]
+    seeds: int
+    budget_min: float | None = None  # per ablation
+    suite_budget_min: float | None = None  # all ablations together
+    zoo_name: str = "vit_ti16"  # the named model the options apply to
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One configuration of an ablation: what it changes from the scale's base, and its coordinates
+    (the table's columns: position embedding, family, subset size ...)."""
+
+    label: str
+    coords: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)  # model options over the scale's
+    train: dict[str, Any] = field(default_factory=dict)  # training options over the scale's
+    model: str | None = None  # a zoo name other than the scale's
+    inherit: bool = True  # False: the zoo model as named, only `options` applied (the paper's models)
+
+
+Contrasts = list[tuple[str, dict[str, float]]]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A claim of the paper, tested as contrasts of cells: `contrasts(table)` names each comparison and
+    its weights per cell label (e.g. ("learned_1d - none", {"learned_1d": 1, "none": -1})); `expect`
+    says whether the paper claims a positive difference or none (`benchmarks.verdict`)."""
+
+    claim: str
+    paper: str
+    expect: str
+    contrasts: Callable[[Table], Contrasts]
+    metric: str = "test_acc"
+
+    def judge(self, table: Table) -> Judgement:
+        named = self.contrasts(table)
+        return judge(self.expect, [(name, table.estimate(weights, self.metric)) for name, weights in named])
+
+
+@dataclass(frozen=True)
+class Ablation:
+    name: str
+    title: str
+    cells: Callable[[Scale], list[Cell]]
+    findings: tuple[Finding, ...] = ()
+    paper: dict[str, float] = field(default_factory=dict)  # cell label -> the paper's number
+    paper_caption: str = ""  # what the paper's number is (metric, dataset)
+    columns: tuple[tuple[str, str], ...] = ()  # (row key, title) before the metrics
+    figure: Callable[[list[dict], list[dict], Path], list[str]] | None = None  # rows, records, folder -> files
+    seeds: Callable[[Scale], int] | None = None  # default: the scale's
+    measure: Callable[..., dict] | None = None  # default: benchmarks.training.measure
+    report: Callable[[list[dict], Path], str] | None = None  # an ablation that is not a table of cells (cost)
+    parallel: bool = True  # False: it times things and must have the machine to itself
+    trains: bool = True  # False: its runs are not trained (cost): no training settings from the scale
+    notes: str = ""  # printed under the table
+
+    def runs(self, scale: Scale) -> list[Run]:
+        """Every cell, once per seed: the only place a run's config is built."""
+        seeds = self.seeds(scale) if self.seeds else scale.seeds
+        runs = []
+        for cell in self.cells(scale):
+            options = {**scale.model, **cell.options} if cell.inherit else dict(cell.options)
+            train = {**scale.train, **cell.train} if self.trains else dict(cell.train)
+            config = {"model": cell.model or scale.zoo_name, "options": options, "train": train}
+            runs += [Run(self.name, cell.label, config, seed, dict(cell.coords)) for seed in range(seeds)]
+        return runs
+
+
+class Table:
+    """The measured cells of an ablation: per label, the seeds' values of each metric, and a summary
+    row (coordinates, mean and standard deviation of each metric, training FLOPs, parameters)."""
+
+    def __init__(self, records: list[dict]) -> None:
+        self.records: dict[str, list[dict]] = defaultdict(list)
+        for r in records:
+            self.records[r["label"]].append(r)
+        self.rows = [self._row(label, runs) for label, runs in self.records.items()]
+        self.by_label = {row["label"]: row for row in self.rows}
+
+    @staticmethod
+    def _row(label: str, runs: list[dict]) -> dict:
+        row = {"label": label, "seeds": len(runs), **runs[0]["group"]}
+        for metric in {k for r in runs for k, v in r["metrics"].items() if isinstance(v, (int, float))}:
+            values = [r["metrics"][metric] for r in runs if r["metrics"].get(metric) is not None]
+            mean, variance, _ = mean_and_variance(values)
+            row[metric], row[metric + "_std"] = mean, variance**0.5 if len(values) > 1 else 0.0
+        if all("flops" in r for r in runs):
+            row["flops"] = sum(r["flops"] for r in runs) / len(runs)
+            row["compute"] = f"{row['flops'] / 1e12:.2f} TFLOP"
+        if "params" in runs[0]:
+            row["params"] = runs[0]["params"]
+            row["params_k"] = f"{row['params'] / 1e3:.0f}k"
+        return row
+
+    def values(self, label: str, metric: str) -> list[float]:
+        return [r["metrics"][metric] for r in self.records[label] if r["metrics"].get(metric) is not None]
+
+    def where(self, **coords: Any) -> list[dict]:
+        """Summary rows whose coordinates match."""
+        return [row for row in self.rows if all(row.get(k) == v for k, v in coords.items())]
+
+    def estimate(self, weights: dict[str, float], metric: str) -> Estimate:
+        return contrast({label: self.values(label, metric) for label in weights}, weights)
+
+
+def combine(*terms: tuple[float, dict[str, float]]) -> dict[str, float]:
+    """sum_k c_k * weights_k, merged per label (a contrast of contrasts)."""
+    out: dict[str, float] = defaultdict(float)
+    for c, weights in terms:
+        for label, w in weights.items():
+            out[label] += c * w
+    return {label: w for label, w in out.items() if w != 0.0}
+
+
+def difference(a: str, b: str) -> dict[str, float]:
+    return {a: 1.0, b: -1.0}
+
+
+def interpolate_log(rows: list[dict], x: float, key: str = "flops") -> dict[str, float] | None:
+    """Weights giving a family's accuracy at `x`, linear in log(x) between its two neighbouring cells;
+    None outside the family's range."""
+    import math
+
+    points = sorted(rows, key=lambda r: r[key])
+    for lo, hi in zip(points, points[1:]):
+        if lo[key] <= x <= hi[key]:
+            t = (math.log(x) - math.log(lo[key])) / (math.log(hi[key]) - math.log(lo[key])) if hi[key] > lo[key] else 0.0
+            return combine((1 - t, {lo["label"]: 1.0}), (t, {hi["label"]: 1.0}))
+    return None
+
+
+def column_value(value: Any) -> Any:
+    """Coordinates as given; averaged numbers with four significant digits (a step stays a whole number)."""
+    return f"{value:.4g}" if isinstance(value, float) else value
+
+
+def metric_cell(row: dict, metric: str) -> str:
+    if metric not in row:
+        return "n/a"
+    return f"{row[metric]:.4f} ± {row[metric + '_std']:.4f}"
+
+
+def format_findings(spec: Ablation, table: Table) -> tuple[str, list[dict]]:
+    """The verdict lines (markdown) and their machine-readable form."""
+    lines, verdicts = [], []
+    for finding in spec.findings:
+        judgement = finding.judge(table)
+        lines.append(f"- *{finding.claim}* (paper: {finding.paper}): **{judgement.verdict}** "
+                     f"({METRICS.get(finding.metric, finding.metric)}; {judgement.describe() or 'no cells to compare'}).")
+        verdicts.append({"claim": finding.claim, "verdict": judgement.verdict, "metric": finding.metric,
+                         "evidence": [{"compared": name, "d": e.value, "se": e.se if math.isfinite(e.se) else None}
+                                      for name, e in judgement.evidence]})
+    return "\n".join(lines), verdicts
+
+
+def report(spec: Ablation, records: list[dict], out: Path) -> tuple[str, list[dict]]:
+    """The table beside the paper's numbers, the figure, and every finding judged by the one rule."""
+    table = Table(records)
+    metrics = [m for m in METRICS if any(m in row for row in table.rows)]
+    header = [title for _, title in spec.columns] + ["seeds"] + [METRICS[m] for m in metrics]
+    if spec.paper:
+        header.append(f"paper ({spec.paper_caption})")
+    lines = []
+    for row in table.rows:
+        cells = [column_value(row.get(key, "")) for key, _ in spec.columns] + [row["seeds"]] + [metric_cell(row, m) for m in metrics]
+        if spec.paper:
+            cells.append(spec.paper.get(row["label"], "n/a"))
+        lines.append(cells)
+    body = markdown_table(header, lines)
+    if spec.notes:
+        body += "\n\n" + spec.notes
+    if spec.figure is not None:
+        files = spec.figure(table.rows, records, out)
+        body += "\n\nFigure" + ("s" if len(files) > 1 else "") + ": " + ", ".join(f"`{f}`" for f in files) + "."
+    findings, verdicts = format_findings(spec, table)
+    if findings:
+        body += f"\n\nFindings, each judged by one rule ({RULE}; mean ± standard deviation over seeds above):\n\n{findings}"
+    return body, verdicts

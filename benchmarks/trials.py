@@ -1,0 +1,73 @@
+"""Measured trials behind a scale's settings: candidate models and schedules trained on the real data,
+their records kept beside the results (benchmarks/results/trials/<set>/results.json), so every choice
+of model size, patch size and schedule in `benchmarks/training.py` can be traced to a run.
+
+    python -m benchmarks.trials main --workers 2          # the trials of the main job's settings
+    python -m benchmarks.trials main --only p7_d64_l4_e4  # one trial
+
+A trial is a run of the ablation machinery (same store, same environment record); re-running a set
+measures only the trials without a record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+
+from benchmarks.suite import RESULTS, ResultStore, Run, execute, markdown_table
+from benchmarks.training import measure
+
+# Shared by every trial: the 10-minute benchmark's recipe (AdamW, linear decay, short warm-up, flips).
+RECIPE = dict(data="fashion-mnist", recipe="paper-pretrain", batch_size=128, weight_decay=0.05, warmup=0.05,
+              schedule="linear", clip_grad=1.0, hflip=True)
+
+
+def _vit(patch: int, dim: int, depth: int, **options) -> dict:
+    return dict(img_size=28, patch_size=patch, embed_dim=dim, depth=depth, num_heads=4, mlp_dim=2 * dim, **options)
+
+
+def _trial(model: dict, **train) -> dict:
+    return {"model": "vit_ti16", "options": model, "train": {**RECIPE, **train}}
+
+
+# The main job: Table 8's headline (no position embedding vs learned 1-D, two seeds each) within six
+# minutes on two cores, every model with position information at >= 85% test accuracy.
+TRIALS = {
+    "main": {
+        "p7_d64_l4_lr2e-3_e4": _trial(_vit(7, 64, 4), lr=2e-3, epochs=4.0),
+        "p7_d64_l4_lr2e-3_e4_none": _trial(_vit(7, 64, 4, pos_embed="none"), lr=2e-3, epochs=4.0),
+        "p7_d64_l4_lr3e-3_e4": _trial(_vit(7, 64, 4), lr=3e-3, epochs=4.0),
+        "p7_d64_l4_lr2e-3_e2": _trial(_vit(7, 64, 4), lr=2e-3, epochs=2.0),
+        "p4_d64_l4_lr2e-3_e3": _trial(_vit(4, 64, 4), lr=2e-3, epochs=3.0),
+    },
+}
+
+
+def plan(name: str, only: list[str] | None = None) -> list[Run]:
+    trials = TRIALS[name]
+    unknown = sorted(set(only or ()) - set(trials))
+    if unknown:
+        raise SystemExit(f"unknown trial {unknown[0]!r} in set {name!r}; choose from {', '.join(trials)}")
+    return [Run(f"trials_{name}", label, config, 0, {"trial": label}) for label, config in trials.items()
+            if not only or label in only]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.trials", description=__doc__.split("\n")[0])
+    parser.add_argument("set", choices=sorted(TRIALS))
+    parser.add_argument("--only", action="append", help="run only this trial (repeatable)")
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args(argv)
+    store = ResultStore(RESULTS / "trials" / args.set)
+    records = execute(plan(args.set, args.only), functools.partial(measure, device=args.device), store, args.device,
+                      workers=args.workers)
+    rows = [[r["label"], r["metrics"]["test_acc"], r["metrics"]["fewshot_5"], round(r["wall_s"]),
+             round(r["metrics"]["images_per_s"]), r["threads"], r["commit"]] for r in records]
+    print(markdown_table(["trial", "test accuracy", "5-shot", "wall s", "images/s", "threads", "commit"], rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
