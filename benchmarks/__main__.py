@@ -46,6 +46,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--gpus", type=int, default=8, help="with --dry-run on a GPU that is not here: how many")
     parser.add_argument("--gpu-tflops", type=float, default=planning.STATED_GPU_TFLOPS,
                         help="with --dry-run on a GPU that is not here: training TFLOP/s per GPU")
+    parser.add_argument("--report-only", action="store_true",
+                        help="write the tables, figures and verdicts from the results measured so far; train nothing")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     if args.quick:
@@ -81,14 +83,24 @@ def run_ablation(spec: Ablation, scale: Scale, store: ResultStore, args: argpars
     if measure is None:
         from benchmarks.training import measure
     workers = args.workers if spec.parallel else 1  # an ablation that times things has the machine to itself
-    records = execute(spec.runs(scale), functools.partial(measure, device=args.device), store, args.device,
-                      quiet=args.quiet, workers=workers)
+    runs = spec.runs(scale)
+    if args.report_only:  # the runs measured so far, e.g. of a suite still running
+        records = [{**store.get(run.key), "label": run.label, "group": run.group} for run in runs if store.get(run.key)]
+        if not records:
+            return f"(no results of {spec.name} at --scale {scale.name} in {out} yet)"
+    else:
+        records = execute(runs, functools.partial(measure, device=args.device), store, args.device,
+                          quiet=args.quiet, workers=workers)
     if spec.report is not None:
         body, verdicts = spec.report(records, out), []
     else:
         body, verdicts = report(spec, records, out)
     write_text(out / "findings.json", json.dumps({"rule": RULE, "scale": scale.name, "findings": verdicts}, indent=1) + "\n")
-    write_text(out / "README.md", f"# {spec.title}\n\n{settings_line(scale, records)}\n\n{body}\n")
+    missing = len(runs) - len(records)
+    partial = (f"**Incomplete: {len(records)} of {len(runs)} runs measured** (the rest resume with "
+               f"`python -m benchmarks {spec.name} --scale {scale.name}`); cells without all their seeds are "
+               "judged on those they have.\n\n") if missing else ""
+    write_text(out / "README.md", f"# {spec.title}\n\n{partial}{settings_line(scale, records)}\n\n{body}\n")
     return body
 
 
@@ -103,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     print(planning.describe(list(plans.values()), scale, args.device, args.workers, args.gpus, args.gpu_tflops), flush=True)
     if args.dry_run:
         return 0
+    if args.report_only:
+        args.names = [n for n in args.names if n != "speed"]
     for i, name in enumerate(args.names, 1):
         left = sum(plans[n].minutes for n in args.names[i - 1:] if n in plans)
         print(f"\n== [{i}/{len(args.names)}] {name}" + (f", about {left:.0f} min left (estimated)" if name in plans else ""),

@@ -21,10 +21,8 @@ from __future__ import annotations
 import argparse
 import ast
 import copy
-import datetime
 import json
 import os
-import platform
 import sys
 import shutil
 import subprocess
@@ -35,7 +33,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.suite import git_commit
+from benchmarks.suite import ResultStore, environment
 from vitzoo.io import write_text
 from vitzoo.train import TrainConfig, fit
 
@@ -144,8 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     is_main = int(os.environ.get("RANK", "0")) == 0
-    results_path = args.out / "results.json"
-    runs = json.loads(results_path.read_text())["runs"] if results_path.exists() else []
+    store = ResultStore(args.out)  # the ablations' store: a run of the same name replaces the earlier one
     for name in args.only or DEFAULT_RUNS:
         config = apply_overrides({**COMMON, **CONFIGS[name]}, args.set)
         settings = dict(config, time_budget_min=args.minutes, device=args.device, data_dir=args.data_dir, quiet=args.quiet,
@@ -158,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         mc = summary["model_config"]
         record = {
+            "key": name,
             "name": name,
             "minutes": args.minutes,
             "test_top1": summary["test_top1"],
@@ -175,18 +173,14 @@ def main(argv: list[str] | None = None) -> int:
                               f"P{mc['patch_size']} @ {mc['img_size'][0]}px"),
             "settings": {k: v for k, v in summary["train_config"].items() if k not in ("out", "quiet", "tensorboard")},
             "model_config": mc,
-            "threads": torch.get_num_threads(),
             "processes": summary["world_size"],
-            "cpu": platform.processor() or platform.machine(),
             "cpu_count": os.cpu_count(),
-            "torch": torch.__version__,
-            "commit": git_commit(),
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            **environment(args.device),  # device, torch, threads, CPU model, commit, date: as every benchmark
         }
-        runs = [r for r in runs if r["name"] != name] + [record]
-        runs.sort(key=lambda r: list(CONFIGS).index(r["name"]) if r["name"] in CONFIGS else len(CONFIGS))
-        write_text(results_path, json.dumps({"runs": runs}, indent=1) + "\n")
-        write_text(args.out / "README.md", markdown(runs))
+        store.add(record)
+        store.runs.sort(key=lambda r: list(CONFIGS).index(r["name"]) if r["name"] in CONFIGS else len(CONFIGS))
+        store.save()
+        write_text(args.out / "README.md", markdown(store.runs))
         print(f"{name}: test top-1 {record['test_top1']:.4f} after {record['train_seconds']:.0f} s "
               f"({record['epochs']:.2f} epochs, {record['images_per_s']:.0f} images/s)", flush=True)
     return 0
