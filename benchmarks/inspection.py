@@ -11,18 +11,24 @@ import torch
 from benchmarks.figures import plt, save_figure
 from benchmarks.spec import Ablation, Cell, Finding, Scale
 from benchmarks.suite import Run
-from benchmarks.training import train
+from benchmarks.training import evaluate_per_epoch, train
 from benchmarks.verdict import POSITIVE
 from vitzoo.data import load_split
 from vitzoo.inspect import attention_rollout, mean_attention_distance, patch_embedding_components, position_embedding_similarity
+
+
+TRAINED_LONGER = 2  # times the scale's epochs: the analyses are of trained models, not of a model still learning
 
 
 def cells(scale: Scale) -> list[Cell]:
     if scale.name == "paper":
         return [Cell("ViT", {"family": "ViT"}, model="vit_b16"),
                 Cell("hybrid", {"family": "hybrid"}, model="vit_b16_hybrid", inherit=False)]
-    return [Cell("ViT", {"family": "ViT"}),
-            Cell("hybrid", {"family": "hybrid"}, {"stem": "resnet", "resnet_layers": (1,), "patch_size": 1})]
+    train = {} if scale.name == "quick" else {"epochs": scale.train["epochs"] * TRAINED_LONGER}
+    train = evaluate_per_epoch({**scale.train, **train})  # the test accuracy per epoch shows where it levels off
+    return [Cell("ViT", {"family": "ViT"}, train=train),
+            # the hybrid: the ResNet root (a 7x7 map at 28 px) under the same transformer
+            Cell("hybrid", {"family": "hybrid"}, {"stem": "resnet", "resnet_layers": (), "patch_size": 1}, train)]
 
 
 def uniform_attention_distance(img_size: list[int], stride: list[int]) -> float:
@@ -54,6 +60,9 @@ def measure(run: Run, device: str) -> dict:
     result["metrics"]["analyses"] = analyses
     result["metrics"].update(distance_summary(torch.tensor(analyses["attention_distance"])))
     result["metrics"]["uniform_px"] = uniform_attention_distance(analyses["img_size"], analyses["stride"])
+    curve = result["metrics"]["curve"]  # test accuracy after each epoch: how far from levelling off it ended
+    if len(curve) >= 2:
+        result["metrics"]["last_epoch_gain"] = curve[-1]["test_acc"] - curve[-2]["test_acc"]
     return result
 
 
@@ -115,7 +124,7 @@ SPEC = Ablation(
     findings=FINDINGS,
     columns=(("family", "model"), ("first_mean_px", "layer 1 mean (px)"), ("first_spread_px", "layer 1 spread (px)"),
              ("last_mean_px", "last layer mean (px)"), ("last_spread_px", "last layer spread (px)"),
-             ("uniform_px", "uniform attention (px)")),
+             ("uniform_px", "uniform attention (px)"), ("last_epoch_gain", "test accuracy gained in the last epoch")),
     figure=figure,
     measure=measure,
 )
