@@ -63,9 +63,14 @@ def run_cost(run: Run) -> RunCost:
     evaluations = steps // train["eval_every"] if train.get("eval_every") else 0
     eval_each = train.get("val_size") or n_test
     eval_images = evaluations * eval_each + 2 * n_test  # the test set at the end, and its few-shot features
-    config = vitzoo.get_config(run.config["model"], **model_options(run))
-    flops = float(vitzoo.count_flops(config, backward=True)) * steps * batch
-    return RunCost(steps * batch, eval_images, flops)
+    return RunCost(steps * batch, eval_images, image_flops(_model_key(run)) * steps * batch)
+
+
+@functools.lru_cache(maxsize=None)
+def image_flops(model_key: str) -> float:
+    """Training FLOPs of one image (forward and backward), counted once per model: seeds share it."""
+    spec = json.loads(model_key)
+    return float(vitzoo.count_flops(vitzoo.get_config(spec["model"], **spec["options"]), backward=True))
 
 
 def model_options(run: Run) -> dict:
@@ -151,11 +156,12 @@ def describe(plans: list[AblationPlan], scale: Scale, device: str, workers: int,
     rows.append(["all", sum(p.runs for p in plans), sum(p.to_measure for p in plans), f"{sum(p.flops for p in plans):.3g}",
                  f"{total:.1f}", "" if scale.suite_budget_min is None else
                  ("within" if total <= scale.suite_budget_min else "OVER") + f" {scale.suite_budget_min:g}"])
+    assumed = " (ImageNet-1k's size assumed: no --data given)" if scale.train.get("data") == "imagenet" else ""
     if device.startswith("cuda") and not torch.cuda.is_available():
-        how = (f"estimated from a stated GPU throughput: {gpus} GPUs at {gpu_tflops:g} TFLOP/s each in training "
+        how = (f"estimated{assumed} from a stated GPU throughput: {gpus} GPUs at {gpu_tflops:g} TFLOP/s each in training "
                f"(--gpus, --gpu-tflops; an A100 in bf16 reaches about {STATED_GPU_TFLOPS:g})")
     else:
-        how = (f"estimated from a measured throughput probe on `{device}` ({workers} worker(s), "
+        how = (f"estimated{assumed} from a measured throughput probe on `{device}` ({workers} worker(s), "
                f"{max(1, torch.get_num_threads() // workers)} thread(s) each)")
     return (f"Plan at `--scale {scale.name}`, {how}:\n\n"
             + markdown_table(["ablation", "runs", "to measure", "training FLOPs", "minutes", "budget (min)"], rows))
