@@ -9,6 +9,7 @@
 - convstem is log2(P) stride-2 3x3 convs (BN, ReLU) and a 1x1 conv, gives row-major tokens, and
   rejects a patch size that is not a power of two with a clear message.
 - A plugin that fails to import is a warning naming it; the built-ins and the other plugins still work.
+- An installed plugin with a misspelled hook is an error at load time naming it and the hook it meant.
 - Two plugins giving one name is an error naming both.
 
 The plugins must be installed (`./run.sh setup` does it); if they are not, these tests fail, saying so.
@@ -242,6 +243,40 @@ def test_a_plugin_that_fails_to_import_is_a_warning_naming_it_and_the_rest_still
     assert "vitzoo-broken-fake" in result["failed"] and "ImportError" in result["failed"]["vitzoo-broken-fake"]
     assert result["logits"] == [1, 5]  # the built-ins work
     assert "convstem" in result["components"]["stem"] and "sincos_2d" in result["components"]["pos_embed"]
+
+
+def test_an_installed_plugin_with_a_misspelled_hook_is_an_error_at_load_time(tmp_path, monkeypatch):
+    dist_info = tmp_path / "vitzoo_misspelled_fake-0.1.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: vitzoo-misspelled-fake\nVersion: 0.1\n")
+    (dist_info / "entry_points.txt").write_text("[vitzoo]\nvitzoo-misspelled-fake = vitzoo_misspelled_fake\n")
+    module = tmp_path / "vitzoo_misspelled_fake.py"
+    source = textwrap.dedent(
+        """
+        import vitzoo
+        from torch import nn
+
+        @vitzoo.hookimpl
+        def HOOK():
+            return {"fake_pool": nn.Identity}
+        """
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))  # where importlib.metadata finds the entry point
+    try:
+        module.write_text(source.replace("HOOK", "vitzoo_pool"))
+        with pytest.raises(PluginError) as err:
+            registry.Registry(autoload=True)
+        message = str(err.value)
+        assert "plugin 'vitzoo-misspelled-fake'" in message
+        assert "'vitzoo_pool' is not a vitzoo hook. Did you mean 'vitzoo_pools'?" in message
+        # with the name the message suggests, the same package loads and its pool is there
+        sys.modules.pop("vitzoo_misspelled_fake", None)
+        module.write_text(source.replace("HOOK", "vitzoo_pools"))
+        fixed = registry.Registry(autoload=True)
+        assert "fake_pool" in fixed.names("pool") and "gap" in fixed.names("pool")
+        assert "convstem" in fixed.names("stem")
+    finally:
+        sys.modules.pop("vitzoo_misspelled_fake", None)
 
 
 class SecondSincos:

@@ -1,4 +1,5 @@
-"""The registry: built-ins are a plugin like any other; names are unique across plugins."""
+"""The registry: built-ins are a plugin like any other; names are unique across plugins; hooks are
+called through pluggy, one plugin at a time; a hook name vitzoo does not have is an error."""
 
 import pytest
 import torch
@@ -6,7 +7,7 @@ from torch import nn
 
 import vitzoo
 from vitzoo.config import ConfigError
-from vitzoo.registry import PluginError, get_registry
+from vitzoo.registry import PluginError, Registry, get_registry
 
 
 class DoubledPatches(nn.Module):
@@ -32,6 +33,18 @@ class ClashingPlugin:
     @vitzoo.hookimpl
     def vitzoo_pools(self):
         return {"gap": DoubledPatches}
+
+
+class MisspelledPlugin:
+    @vitzoo.hookimpl
+    def vitzoo_stem(self):  # the hook is vitzoo_stems
+        return {"doubled": DoubledPatches}
+
+
+class ListPlugin:
+    @vitzoo.hookimpl
+    def vitzoo_heads(self):
+        return ["not", "a", "dict"]
 
 
 @pytest.fixture
@@ -84,3 +97,58 @@ def test_unregistering_restores_the_registry(registered):
     registry.unregister("temporary")
     with pytest.raises(ConfigError, match="unknown stem 'doubled'"):
         vitzoo.create("vit_ti16", stem="doubled")
+
+
+def test_hooks_are_called_through_pluggy_one_plugin_at_a_time():
+    """Through pm.hook, so that pluggy's call monitoring (tracing) sees every call; one plugin per call,
+    so that each name's plugin is known."""
+    fresh = Registry(autoload=False)
+    calls = []
+    fresh.pm.add_hookcall_monitoring(
+        lambda hook, impls, kwargs: calls.append((hook, [impl.plugin_name for impl in impls])),
+        lambda outcome, hook, impls, kwargs: None,
+    )
+    fresh.register(StemPlugin(), name="test-stem-plugin")
+    assert fresh.names("stem") == ["doubled", "patch", "resnet"]
+    stem_calls = [plugins for hook, plugins in calls if hook == "vitzoo_stems"]
+    assert stem_calls == [["vitzoo.builtins"], ["test-stem-plugin"]]
+    assert {hook for hook, _ in calls} == set(vitzoo.registry.KINDS.values())
+
+
+def test_a_hook_that_returns_no_dict_is_an_error_naming_the_plugin():
+    fresh = Registry(autoload=False)
+    fresh.register(ListPlugin(), name="list-plugin")
+    with pytest.raises(PluginError, match=r"plugin 'list-plugin': vitzoo_heads\(\) must return a dict, got list"):
+        fresh.names("head")
+
+
+def test_a_misspelled_hook_is_an_error_naming_the_plugin_and_the_hook_it_meant():
+    registry = get_registry()
+    before = vitzoo.list_components()
+    with pytest.raises(PluginError) as err:
+        registry.register(MisspelledPlugin(), name="misspelled-plugin")
+    message = str(err.value)
+    assert "plugin 'misspelled-plugin'" in message
+    assert "'vitzoo_stem' is not a vitzoo hook. Did you mean 'vitzoo_stems'?" in message
+    assert "Rename the function to one of vitzoo_heads, vitzoo_models, vitzoo_pools, vitzoo_pos_embeds, vitzoo_stems" in message
+    # refused, not half-registered: the registry is as it was, and a correct plugin still registers
+    assert registry.pm.get_plugin("misspelled-plugin") is None
+    assert vitzoo.list_components() == before
+    registry.register(StemPlugin(), name="test-stem-plugin")
+    try:
+        assert "doubled" in vitzoo.list_components()["stem"]
+    finally:
+        registry.unregister("test-stem-plugin")
+
+
+def test_an_optional_hook_vitzoo_does_not_have_is_allowed():
+    """pluggy's way to implement a hook of another vitzoo version: optionalhook=True."""
+
+    class Optional:
+        @vitzoo.hookimpl(optionalhook=True)
+        def vitzoo_future_hook(self):
+            return {}
+
+    fresh = Registry(autoload=False)
+    fresh.register(Optional(), name="optional-plugin")
+    assert fresh.pm.get_plugin("optional-plugin") is not None and "patch" in fresh.names("stem")

@@ -11,7 +11,8 @@ third-party packages are found through the entry-point group ``vitzoo``::
 Each hook returns a mapping from component name to a component class. A component class is an
 ``nn.Module`` whose constructor takes the typed `ViTConfig` (plus, for position embeddings, the
 token grid); the contract each kind must honour is in the hook's docstring. Two plugins that return
-the same name are an error naming both.
+the same name are an error naming both; so is a hookimpl whose name is none of the hooks below (a
+misspelling pluggy would otherwise ignore), an error naming the plugin and the hook it meant.
 """
 
 from __future__ import annotations

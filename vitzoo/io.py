@@ -32,8 +32,3 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
 def write_text(path: str | os.PathLike, text: str) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
-
-
-def write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_bytes(data)

@@ -2,7 +2,12 @@
 
 The built-ins are one plugin like any other. Third-party plugins come from the entry-point group
 ``vitzoo``; set ``VITZOO_DISABLE_PLUGIN_AUTOLOAD=1`` to load none of them. A plugin that fails to
-import is reported (a warning naming it) and skipped, so the built-ins keep working.
+import is reported (a warning naming it) and skipped, so the built-ins keep working. A plugin that
+imports but implements a hook vitzoo does not have (a misspelling such as ``vitzoo_stem``) is a
+`PluginError` when it is loaded: pluggy would otherwise never call it, silently.
+
+Hooks are called through pluggy (``pm.hook``), one plugin at a time, so that every component name is
+known to come from one plugin: duplicates and broken return values are reported naming it.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ class Registry:
             autoload = not os.environ.get(DISABLE_AUTOLOAD_ENV)
         if autoload:
             self._load_entry_points()
+        self._check_hook_names()
 
     def _load_entry_points(self) -> None:
         # One entry point at a time, so that one broken plugin cannot hide the others.
@@ -68,6 +74,11 @@ class Registry:
     def register(self, plugin: object, name: str | None = None) -> str:
         """Register a plugin object (module or instance with hookimpls); returns its name."""
         registered = self.pm.register(plugin, name=name)
+        try:
+            self._check_hook_names()
+        except PluginError:
+            self.pm.unregister(name=registered)  # leave the registry as it was
+            raise
         self._tables = None
         return registered
 
@@ -75,25 +86,53 @@ class Registry:
         self.pm.unregister(name=name)
         self._tables = None
 
+    def _check_hook_names(self) -> None:
+        """pluggy's `check_pending`, reported as a `PluginError` naming the plugin and the hook it meant.
+
+        pluggy registers an implementation whose name matches no hookspec without complaint and never
+        calls it, so a misspelled hook would make a plugin silently do nothing."""
+        try:
+            self.pm.check_pending()
+        except pluggy.PluginValidationError as exc:
+            plugin_name = self.pm.get_name(exc.plugin)
+            unknown = sorted(
+                caller.name
+                for caller in self.pm.get_hookcallers(exc.plugin) or []
+                if not caller.has_spec()
+                and any(impl.plugin is exc.plugin and not impl.optionalhook for impl in caller.get_hookimpls())
+            )
+            problems = "; ".join(f"{hook!r} is not a vitzoo hook." + closest(hook, KINDS.values()) for hook in unknown)
+            raise PluginError(
+                f"plugin {plugin_name!r} implements a hook that vitzoo does not have, so it would never be "
+                f"called: {problems} Rename the function to one of {', '.join(sorted(KINDS.values()))} "
+                f"(vitzoo/hookspecs.py), or uninstall the plugin"
+            ) from exc
+
     # ---------------------------------------------------------------- lookup
     def _collect(self, kind: str) -> dict[str, Any]:
-        hook = getattr(self.pm.hook, KINDS[kind])
+        hook_name = KINDS[kind]
+        # The plugins implementing the hook, in pluggy's order; wrappers (hookwrapper / wrapper=True)
+        # provide nothing themselves, they wrap the call of each plugin below.
+        providers: dict[object, str] = {}
+        for impl in getattr(self.pm.hook, hook_name).get_hookimpls():
+            if not (impl.wrapper or impl.hookwrapper):
+                providers.setdefault(impl.plugin, impl.plugin_name)
         table: dict[str, Any] = {}
         owner: dict[str, str] = {}
-        for impl in hook.get_hookimpls():
-            provided = impl.function()
-            if provided is None:
-                continue
-            if not isinstance(provided, dict):
-                raise PluginError(f"plugin {impl.plugin_name!r}: {KINDS[kind]}() must return a dict, got {type(provided).__name__}")
-            for name, component in provided.items():
-                if name in owner:
-                    raise PluginError(
-                        f"{kind} {name!r} is registered twice: by plugin {owner[name]!r} and by plugin "
-                        f"{impl.plugin_name!r}; uninstall or rename one of them"
-                    )
-                owner[name] = impl.plugin_name
-                table[name] = component
+        for plugin, plugin_name in providers.items():
+            # pm.hook.<hook_name> restricted to this one plugin: its results are known to be its own.
+            others = [other for other in providers if other is not plugin]
+            for provided in self.pm.subset_hook_caller(hook_name, remove_plugins=others)():
+                if not isinstance(provided, dict):
+                    raise PluginError(f"plugin {plugin_name!r}: {hook_name}() must return a dict, got {type(provided).__name__}")
+                for name, component in provided.items():
+                    if name in owner:
+                        raise PluginError(
+                            f"{kind} {name!r} is registered twice: by plugin {owner[name]!r} and by plugin "
+                            f"{plugin_name!r}; uninstall or rename one of them"
+                        )
+                    owner[name] = plugin_name
+                    table[name] = component
         return table
 
     def tables(self) -> dict[str, dict[str, Any]]:

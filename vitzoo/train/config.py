@@ -170,8 +170,4 @@ class TrainConfig:
         return cls.from_dict(json.loads(text))
 
 
-def help_of(f: dataclasses.Field) -> str:
-    return f.metadata.get("help", "")
-
-
 __all__ = ["DEVICES", "OPTIMIZERS", "PRECISIONS", "RECIPES", "RESUMABLE_CHANGES", "SCHEDULES", "TrainConfig"]

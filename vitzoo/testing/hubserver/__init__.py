@@ -2,10 +2,11 @@
 
 No machine of this project reaches huggingface.co, so `push_to_hub` / `from_pretrained` are exercised
 against this server, driven by the real `huggingface_hub` client over real HTTP. It implements the
-subset of the Hub API that the client's upload and download paths use (see
-shared/reference/hub-protocol.md): repo create, validate-yaml, preupload, the git-LFS batch / upload /
-verify protocol, NDJSON commits, repo info, tree listing, refs, commits, branches, tags, and
-`resolve` downloads. Standard library only.
+subset of the Hub API that the client's upload and download paths use: repo create, validate-yaml,
+preupload, the git-LFS batch / upload / verify protocol, NDJSON commits, repo info, tree listing, refs,
+commits, branches, tags, and `resolve` downloads. The URL of each endpoint is in `handler.py` (its
+routing tables), and `tests/test_hubserver.py` is the specification of the answers, checked with the
+real client (raw HTTP where the client cannot express a request). Standard library only.
 
 Run it::
 
