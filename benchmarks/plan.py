@@ -1,7 +1,11 @@
 """What an ablation will cost before it starts: training FLOPs of every run, and minutes on the device
 named, estimated from a short measured throughput probe (or, for a GPU that is not here, from a
-stated GPU throughput). `python -m benchmarks all --dry-run` prints it; a test checks each scale's
-plan against its budget.
+stated GPU throughput). `python -m benchmarks all --dry-run` prints it with a live probe.
+
+The budgets are checked by a test against a *recorded* probe (benchmarks/results/plan/throughput.json:
+every model of the main and cpu scales, one thread, with the CPU and date it was measured on), so the
+check does not depend on how fast or busy the machine running the tests is. Re-record it, on a quiet
+machine, when a scale's models change: `python -m benchmarks.plan --record`.
 
 A run's time is its training images at the probed training speed, plus its evaluations (validation
 during training, the test set at the end, the few-shot features) at the probed speed of a forward
@@ -17,19 +21,26 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from typing import Mapping
+
 import torch
 
 import vitzoo
 from benchmarks.spec import Ablation, Scale
-from benchmarks.suite import Run
+from benchmarks.suite import RESULTS, Run, environment
+from vitzoo.io import write_text
 
 RUN_OVERHEAD_S = 4.0  # per run: the data loaded from the cache, the model built, the workers fed
+# Two one-thread workers on two cores slow each other (shared memory bandwidth, a lower boost clock):
+# the main job took 4.1 min where the single-worker probe predicted 3.5 (2026-11-25, AMD EPYC family 25).
+PARALLEL_SLOWDOWN = 1.2
 FORWARD_SHARE = 1 / 3  # a forward pass is about a third of a training step's FLOPs
 # A GPU that is not here: A100 (bf16, 312 TFLOP/s peak) at the ~40% of peak a ViT reaches in training
 STATED_GPU_TFLOPS = 125.0
 DATASET_IMAGES = {"fashion-mnist": (60_000, 10_000), "cifar10": (50_000, 10_000), "cifar100": (50_000, 10_000),
                   "synthetic": (512, 256)}
-IMAGENET = (1_281_167, 50_000)  # assumed for --scale paper when --data is an ImageFolder not found here
+IMAGENET = (1_281_167, 50_000)
+THROUGHPUT = RESULTS / "plan" / "throughput.json"  # the recorded probe the budget test plans with  # assumed for --scale paper when --data is an ImageFolder not found here
 
 
 def dataset_images(train: dict) -> tuple[int, int]:
@@ -114,10 +125,18 @@ def probe_images_per_s(model_key: str, device: str, threads: int, steps: int = 4
         torch.set_num_threads(previous)
 
 
-def run_seconds(run: Run, cost: RunCost, device: str, threads: int, gpus: int, gpu_tflops: float) -> float:
+def run_seconds(run: Run, cost: RunCost, device: str, threads: int, gpus: int, gpu_tflops: float,
+                recorded: Mapping[str, float] | None = None) -> float:
     if device.startswith("cuda") and not torch.cuda.is_available():  # a GPU that is not here: stated speed
         return cost.flops * (1 + FORWARD_SHARE * cost.eval_images / max(cost.train_images, 1)) / (gpus * gpu_tflops * 1e12)
-    ips = probe_images_per_s(_model_key(run), "cpu" if device == "auto" else device, threads)
+    key = _model_key(run)
+    if recorded is not None:
+        if key not in recorded:
+            raise KeyError(f"no recorded throughput for the model of run {run.label!r} ({key}); re-record the probe "
+                           f"on a quiet machine: python -m benchmarks.plan --record")
+        ips = recorded[key]
+    else:
+        ips = probe_images_per_s(key, "cpu" if device == "auto" else device, threads)
     return RUN_OVERHEAD_S + cost.train_images / ips + FORWARD_SHARE * cost.eval_images / ips
 
 
@@ -132,7 +151,10 @@ class AblationPlan:
 
 
 def plan_ablation(spec: Ablation, scale: Scale, done: set[str], device: str, workers: int,
-                  gpus: int = 8, gpu_tflops: float = STATED_GPU_TFLOPS) -> AblationPlan:
+                  gpus: int = 8, gpu_tflops: float = STATED_GPU_TFLOPS,
+                  recorded: Mapping[str, float] | None = None) -> AblationPlan:
+    """The ablation's runs still to measure, their FLOPs and wall time; `recorded`: images/s per model
+    (see recorded_throughput) instead of a live probe."""
     runs = spec.runs(scale)
     todo = [r for r in runs if r.key not in done]
     if not spec.trains:  # timings (cost): a few seconds a point, measured one at a time
@@ -140,10 +162,11 @@ def plan_ablation(spec: Ablation, scale: Scale, done: set[str], device: str, wor
     workers = workers if spec.parallel else 1
     threads = max(1, torch.get_num_threads() // workers)
     costs = {r.key: run_cost(r) for r in runs}
-    seconds = sum(run_seconds(r, costs[r.key], device, threads, gpus, gpu_tflops) for r in todo)
+    seconds = sum(run_seconds(r, costs[r.key], device, threads, gpus, gpu_tflops, recorded) for r in todo)
     parallel = 1 if device.startswith("cuda") else workers  # on GPUs the runs share the GPUs in turn
-    return AblationPlan(spec.name, len(runs), len(todo), sum(c.flops for c in costs.values()), seconds / parallel / 60,
-                        scale.budget_min)
+    slowdown = PARALLEL_SLOWDOWN if parallel > 1 else 1.0
+    return AblationPlan(spec.name, len(runs), len(todo), sum(c.flops for c in costs.values()),
+                        seconds / parallel * slowdown / 60, scale.budget_min)
 
 
 def describe(plans: list[AblationPlan], scale: Scale, device: str, workers: int, gpus: int, gpu_tflops: float) -> str:
@@ -165,3 +188,37 @@ def describe(plans: list[AblationPlan], scale: Scale, device: str, workers: int,
                f"{max(1, torch.get_num_threads() // workers)} thread(s) each)")
     return (f"Plan at `--scale {scale.name}`, {how}:\n\n"
             + markdown_table(["ablation", "runs", "to measure", "training FLOPs", "minutes", "budget (min)"], rows))
+
+
+def record_throughput(scales: tuple[str, ...] = ("main", "cpu"), threads: int = 1, path: Path = THROUGHPUT) -> dict:
+    """Probe every model the given scales train (one thread each, as the two workers of a 2-core
+    machine run them) and record images/s with the environment measured on."""
+    from benchmarks.registry import ABLATIONS
+    from benchmarks.scales import SCALES
+
+    keys = sorted({_model_key(r) for name in scales for spec in ABLATIONS.values() if spec.trains
+                   for r in spec.runs(SCALES[name])})
+    record = {"environment": {**environment("cpu"), "threads": threads}, "scales": list(scales),
+              "how": "fastest of 4 AdamW steps after a warm-up, random data, at the run's batch",
+              "images_per_s": {key: round(probe_images_per_s(key, "cpu", threads), 1) for key in keys}}
+    write_text(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
+    return record
+
+
+def recorded_throughput(path: Path = THROUGHPUT) -> tuple[dict[str, float], dict]:
+    """(images/s per model key, the environment they were measured in) from the recorded probe."""
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing; record it on a quiet machine: python -m benchmarks.plan --record")
+    record = json.loads(path.read_text())
+    return record["images_per_s"], record["environment"]
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.plan",
+                                     description="record the throughput probe the budget test plans with")
+    parser.add_argument("--record", action="store_true", required=True)
+    parser.add_argument("--scales", nargs="+", default=["main", "cpu"])
+    done = record_throughput(tuple(parser.parse_args().scales))
+    print(f"recorded {len(done['images_per_s'])} models on {done['environment']['cpu']} to {THROUGHPUT}")

@@ -221,18 +221,29 @@ def test_every_ablation_is_registered_once_and_builds_its_runs_from_its_spec():
 # ---------------------------------------------------------------------------- plans and budgets
 def test_the_main_job_and_every_cpu_ablation_plan_within_their_budgets():
     """A benchmark figure, not a timed test: each plan's minutes come from the runs' training images and
-    evaluations at the throughput measured by a short probe on this machine (benchmarks/plan.py), with
-    the workers each is meant to run with (two one-thread processes on two cores)."""
+    evaluations at the throughput of the recorded probe (benchmarks/results/plan/throughput.json, one
+    thread per model, the CPU it was measured on recorded beside it), with the workers each is meant to
+    run with (two one-thread processes on two cores). A model no one has probed fails with how to record it."""
     from benchmarks import plan
     from benchmarks.scales import SCALES
 
-    main = plan.plan_ablation(ABLATIONS["pos_embed"], SCALES["main"], set(), "cpu", workers=2)
+    recorded, measured_on = plan.recorded_throughput()
+    assert measured_on["cpu"] and measured_on["threads"] == 1
+    main = plan.plan_ablation(ABLATIONS["pos_embed"], SCALES["main"], set(), "cpu", workers=2, recorded=recorded)
     assert main.minutes <= SCALES["main"].suite_budget_min, main
     cpu = SCALES["cpu"]
-    plans = [plan.plan_ablation(spec, cpu, set(), "cpu", workers=2) for spec in ABLATIONS.values()]
+    plans = [plan.plan_ablation(spec, cpu, set(), "cpu", workers=2, recorded=recorded) for spec in ABLATIONS.values()]
     over = [(p.name, round(p.minutes)) for p in plans if p.minutes > cpu.budget_min]
-    assert not over, f"over {cpu.budget_min:g} min: {over}"
+    assert not over, f"over {cpu.budget_min:g} min on {measured_on['cpu']}: {over}"
     assert sum(p.minutes for p in plans) <= cpu.suite_budget_min
+
+
+def test_a_plan_with_a_recorded_probe_names_a_model_nobody_probed():
+    from benchmarks import plan
+    from benchmarks.scales import SCALES
+
+    with pytest.raises(KeyError, match="python -m benchmarks.plan --record"):
+        plan.plan_ablation(ABLATIONS["pos_embed"], SCALES["main"], set(), "cpu", workers=2, recorded={})
 
 
 def test_dry_run_prints_the_plan_of_both_scales_and_trains_nothing(capsys, monkeypatch):
