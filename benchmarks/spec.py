@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from benchmarks.suite import Run, markdown_table
-from benchmarks.verdict import RULE, Estimate, Judgement, contrast, judge, mean_and_variance
+from benchmarks.verdict import NOT_COMPARED, RULE, Estimate, Judgement, contrast, judge, mean_and_variance
 
 METRICS = {"test_acc": "test accuracy", "fewshot_5": "5-shot linear"}
 
@@ -177,15 +177,21 @@ def metric_cell(row: dict, metric: str) -> str:
 
 
 def format_findings(spec: Ablation, table: Table) -> tuple[str, list[dict]]:
-    """The verdict lines (markdown) and their machine-readable form."""
-    lines, verdicts = [], []
+    """The verdict lines (markdown) and their machine-readable form. Findings whose cells the table
+    lacks are named in one line after the others, not judged."""
+    lines, verdicts, absent = [], [], []
     for finding in spec.findings:
         judgement = finding.judge(table)
-        lines.append(f"- *{finding.claim}* (paper: {finding.paper}): **{judgement.verdict}** "
-                     f"({METRICS.get(finding.metric, finding.metric)}; {judgement.describe() or 'no cells to compare'}).")
         verdicts.append({"claim": finding.claim, "verdict": judgement.verdict, "metric": finding.metric,
                          "evidence": [{"compared": name, "d": e.value, "se": e.se if math.isfinite(e.se) else None}
                                       for name, e in judgement.evidence]})
+        if judgement.verdict == NOT_COMPARED:
+            absent += [finding.claim] if finding.claim not in absent else []
+            continue
+        lines.append(f"- *{finding.claim}* (paper: {finding.paper}): **{judgement.verdict}** "
+                     f"({METRICS.get(finding.metric, finding.metric)}; {judgement.describe()}).")
+    if absent:
+        lines.append("\nNot compared (their cells are not run at this scale): " + "; ".join(f"*{c}*" for c in absent) + ".")
     return "\n".join(lines), verdicts
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from benchmarks.registry import ABLATIONS
 from benchmarks.suite import RESULTS, markdown_table
-from benchmarks.verdict import RULE
+from benchmarks.verdict import NOT_COMPARED, RULE
 from vitzoo.io import write_text
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,6 +38,8 @@ def findings_table(results: Path, link_prefix: str) -> str:
         recorded = json.loads(path.read_text())
         link = f"[{name}]({link_prefix}{name}/README.md)"
         for f in recorded["findings"]:
+            if f["verdict"] == NOT_COMPARED:  # its cells are not run at the scale measured
+                continue
             evidence = "; ".join(f"{e['compared']}: d = {e['d']:+.4f}" + (f", 2 SE = {2 * e['se']:.4f}" if e["se"] is not None else "")
                                  for e in f["evidence"]) or "no cells to compare"
             rows.append([link, f["claim"], METRIC_NAMES.get(f["metric"], f["metric"]), f"**{f['verdict']}**", evidence])

@@ -10,7 +10,8 @@ cell i (the cells' seeds are independent runs).
 **A difference counts when it is larger than twice its standard error** (|d| > 2 SE, about a 95%
 two-sided test). A finding that claims a difference is reproduced when every difference it names
 counts and has the paper's sign; a finding that claims no difference is reproduced when none counts.
-With one seed per cell there is no standard error and the finding is not testable.
+With one seed per cell there is no standard error and the finding is not testable; a finding whose
+cells a scale does not run (the main job runs two cells of Table 8) is not compared.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ RULE = "a difference counts when |d| > 2 SE (standard error over seeds)"
 # what a finding claims of each of its contrasts
 POSITIVE = "positive"  # the contrast is larger than zero
 ZERO = "zero"  # no difference
+NOT_COMPARED = "not compared"  # the finding's cells are not in the table
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,7 @@ def contrast(cells: Mapping[str, Sequence[float]], weights: Mapping[str, float])
 class Judgement:
     """The verdict on one finding, with the numbers behind it."""
 
-    verdict: str  # "reproduced" | "not reproduced" | "not testable"
+    verdict: str  # "reproduced" | "not reproduced" | "not testable" | "not compared"
     evidence: list[tuple[str, Estimate]]  # (what was compared, the estimate)
 
     @property
@@ -83,7 +85,9 @@ def judge(expect: str, evidence: list[tuple[str, Estimate]]) -> Judgement:
     """Apply the rule to every contrast a finding names."""
     if expect not in (POSITIVE, ZERO):
         raise ValueError(f"a finding expects {POSITIVE!r} or {ZERO!r}, not {expect!r}")
-    if not evidence or any(not math.isfinite(e.se) for _, e in evidence):
+    if not evidence:
+        return Judgement(NOT_COMPARED, evidence)
+    if any(not math.isfinite(e.se) for _, e in evidence):
         return Judgement("not testable", evidence)
     if expect == POSITIVE:
         ok = all(e.counts and e.value > 0 for _, e in evidence)
