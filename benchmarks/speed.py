@@ -33,7 +33,7 @@ from typing import Callable
 import torch
 
 import vitzoo
-from benchmarks.suite import RESULTS, environment, markdown_table, peak_memory_growth_gb, resident_memory_gb, save_figure
+from benchmarks.suite import RESULTS, ResultStore, environment, markdown_table, peak_memory_growth_gb, resident_memory_gb, save_figure
 from vitzoo.fast import compile_for_inference, compile_for_training
 from vitzoo.io import write_text
 
@@ -294,7 +294,20 @@ def speedup(row: dict, contestant: str) -> tuple[float, str]:
     return row["speeds"][contestant]["images_per_s"] / peers[best], best
 
 
-def report(rows: list[dict], env: dict, out: Path) -> str:
+def case_key(row: dict, quick: bool) -> str:
+    return f"{row['kind']} {row['model']} {row['dtype']} batch {row['batch']}" + (" quick" if quick else "")
+
+
+def environments(rows: list[dict]) -> str:
+    """Where the rows were measured: each distinct device, CPU, threads, torch and commit, with dates."""
+    seen: dict[tuple, list[str]] = {}
+    for r in rows:
+        seen.setdefault((r["device"], r["threads"], r["cpu"], r["torch"], r["commit"]), []).append(r["date"])
+    return "; ".join(f"`{d}` ({t} threads, {c}), torch {v}, commit {g}, {min(dates)[:10]}" + (
+        f" to {max(dates)[:10]}" if max(dates)[:10] != min(dates)[:10] else "") for (d, t, c, v, g), dates in seen.items())
+
+
+def report(rows: list[dict], out: Path) -> str:
     inference_rows = [r for r in rows if r["kind"] == "inference"]
     table = []
     for r in inference_rows:
@@ -321,7 +334,7 @@ def report(rows: list[dict], env: dict, out: Path) -> str:
     figure(inference_rows, out / "speed.png")
     parity = {r["model"]: r["max_abs_logit_diff"] for r in inference_rows}
     return "\n\n".join([
-        f"Measured on `{env['device']}` ({env['threads']} threads, {env['cpu']}), torch {env['torch']}, commit {env['commit']}.",
+        f"Measured on {environments(rows)}. Every record, with its environment, is in `results.json`.",
         "### Against the faster eager peer\n\n" + markdown_table(["model", "dtype", "batch", "vitzoo", "faster peer", "speed-up"], targets),
         "### Inference (images/s, median of interleaved repetitions; share of the matrix-product ceiling)\n\n"
         + markdown_table(["model", "dtype", "batch", "contestant", "images/s", "min-max", "of ceiling"], table),
@@ -361,21 +374,22 @@ def main(quick: bool = False, out: Path = OUT, device: str = "cpu") -> Path:
     reps = 3 if quick else 7
     batches = [2] if quick else [1, 8, 32]
     plan = cases(quick)
-    rows: list[dict] = []
-    env = environment(str(device))
-    out.mkdir(parents=True, exist_ok=True)
+    # the ablations' store: one record per case, keyed by what it measures, each with its environment
+    # (device, torch, threads, CPU model, commit, date); a case measured again replaces its record
+    store = ResultStore(out)
 
-    def save() -> None:  # after every case, so that a failure later keeps what was measured
-        write_text(out / "results.json", json.dumps({"runs": rows, "environment": env, "quick": quick}, indent=1) + "\n")
+    def save(rows: list[dict]) -> None:  # after every case, so that a failure later keeps what was measured
+        env = environment(str(device))
+        for row in rows:
+            store.add({"key": case_key(row, quick), "quick": quick, **row, **env})
 
     for case in plan["inference"]:
-        rows += inference(case, batches, reps, None if quick else 8, device)
-        save()
+        save(inference(case, batches, reps, None if quick else 8, device))
     for i, case in enumerate(plan["training"]):
         batch = 2 if quick else (16 if case.vitzoo_name == "vit_s16" else 4) * (8 if device.type == "cuda" else 1)
-        rows += training(i, case, batch, reps, quick, not quick, device)
-        save()
-    write_text(out / "README.md", "# Speed\n\n" + report(rows, env, out) + "\n")
+        save(training(i, case, batch, reps, quick, not quick, device))
+    rows = [r for r in store.runs if r.get("quick", False) == quick and r["device"] == str(device)]
+    write_text(out / "README.md", "# Speed\n\n" + report(rows, out) + "\n")
     return out
 
 

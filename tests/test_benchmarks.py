@@ -124,6 +124,9 @@ def test_speed_benchmark_measures_every_contestant_on_the_same_weights(tmp_path)
         assert max(r["max_abs_logit_diff"].values()) < 1e-4  # the same model, not merely the same shapes
     for r in training:
         assert all(gb > 0 for gb in r["peak_memory_gb"].values())
+    for r in data["runs"]:  # the ablations' store: a key per case, the environment in every record
+        assert RECORD_FIELDS - {"seed", "config", "metrics", "wall_s"} <= set(r), set(r)
+        assert r["key"] == f"{r['kind']} {r['model']} {r['dtype']} batch {r['batch']} quick"
     readme = (out / "README.md").read_text()
     assert "faster peer" in readme and "speed-up" in readme
     assert (out / "speed.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
