@@ -73,3 +73,19 @@ def test_image_size_not_divisible_by_the_stride_names_both():
         vitzoo.create("vit_ti16", img_size=(225, 224))
     with pytest.raises(ConfigError, match=r"stride \(16, 16\)"):
         vitzoo.create("vit_b16_hybrid", img_size=200, device="meta")  # R50 (3,4,9): total stride 16
+
+
+def test_activations_and_resnet_numerics_are_checked_against_the_tables_the_layers_use():
+    """One table per concept: the config accepts exactly what the layers can build, and the transformers
+    converter maps only onto names of that table."""
+    from vitzoo.layers.activations import ACTIVATIONS
+    from vitzoo.layers.resnet import NUMERICS
+    from vitzoo.weights.transformers import HIDDEN_ACT
+
+    for act in ACTIVATIONS:
+        assert ViTConfig(act=act).act == act
+    for numerics in NUMERICS:
+        assert ViTConfig(resnet_numerics=numerics).resnet_numerics == numerics
+    assert set(HIDDEN_ACT.values()) <= set(ACTIVATIONS)
+    with pytest.raises(ConfigError, match="'gelu', 'gelu_tanh'"):
+        ViTConfig(act="relu")

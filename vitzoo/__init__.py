@@ -18,7 +18,7 @@ from vitzoo.config import ConfigError, ViTConfig
 from vitzoo.hookspecs import hookimpl
 from vitzoo.hub import HubError
 from vitzoo.model import InputError, VisionTransformer
-from vitzoo.registry import KINDS, get_registry
+from vitzoo.registry import COMPONENT_KINDS, get_registry
 from vitzoo.weights.checkpoint import CheckpointError
 
 __version__ = "0.1.0"
@@ -32,7 +32,7 @@ def list_models(pattern: str = "*") -> list[str]:
 def list_components() -> dict[str, list[str]]:
     """Registered component names by kind: stem, pos_embed, pool, head."""
     registry = get_registry()
-    return {kind: registry.names(kind) for kind in KINDS if kind != "model"}
+    return {kind: registry.names(kind) for kind in COMPONENT_KINDS}
 
 
 def get_config(name: str, **options) -> ViTConfig:

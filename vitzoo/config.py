@@ -14,9 +14,11 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from vitzoo.layers.activations import ACTIVATIONS
+from vitzoo.layers.resnet import NUMERICS as RESNET_NUMERICS
+
 POS_EMBED_MODES = ("input", "every_layer", "every_layer_shared")
-ACTIVATIONS = ("gelu", "gelu_tanh")
-RESNET_NUMERICS = ("official", "timm")
+# `act` and `resnet_numerics` are checked against the live tables the layers use (keys of each dict)
 
 
 class ConfigError(ValueError):
@@ -134,11 +136,11 @@ class ViTConfig:
             )
         if self.resnet_numerics not in RESNET_NUMERICS:
             raise ConfigError(
-                f"resnet_numerics={self.resnet_numerics!r} is not one of {RESNET_NUMERICS}."
+                f"resnet_numerics={self.resnet_numerics!r} is not one of {tuple(RESNET_NUMERICS)}."
                 + closest(self.resnet_numerics, RESNET_NUMERICS)
             )
         if self.act not in ACTIVATIONS:
-            raise ConfigError(f"act={self.act!r} is not one of {ACTIVATIONS}." + closest(self.act, ACTIVATIONS))
+            raise ConfigError(f"act={self.act!r} is not one of {tuple(ACTIVATIONS)}." + closest(self.act, ACTIVATIONS))
         for name in ("dropout", "attn_dropout", "drop_path", "norm_eps"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool):

@@ -16,9 +16,7 @@ from torch import nn
 
 from vitzoo.config import ConfigError, ViTConfig
 from vitzoo.layers.encoder import Encoder
-from vitzoo.registry import PluginError, get_registry
-
-COMPONENT_KINDS = ("stem", "pos_embed", "pool", "head")
+from vitzoo.registry import COMPONENT_KINDS, PluginError, get_registry
 
 
 class InputError(ValueError):

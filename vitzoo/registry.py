@@ -34,6 +34,7 @@ KINDS = {
     "head": "vitzoo_heads",
     "model": "vitzoo_models",
 }
+COMPONENT_KINDS = tuple(kind for kind in KINDS if kind != "model")  # the parts a model is built from
 
 
 class PluginError(RuntimeError):

@@ -17,12 +17,8 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from vitzoo.config import ConfigError, ViTConfig
+from vitzoo.layers.activations import ACTIVATIONS
 from vitzoo.layers.attention import Attention
-
-ACTIVATIONS = {
-    "gelu": lambda x: F.gelu(x),  # exact (erf): PyTorch, timm, torchvision, transformers
-    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),  # the official Flax code's nn.gelu
-}
 
 
 class DropPath(nn.Module):

@@ -26,8 +26,8 @@ from vitzoo.weights.checkpoint import Checkpoint, CheckpointError, take_head
 
 FORMAT = "transformers"
 DEFAULT_EPS = 1e-12
-# transformers' activation names -> vitzoo's
-ACTIVATIONS = {"gelu": "gelu", "gelu_python": "gelu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh",
+# transformers' hidden_act names -> keys of vitzoo's activation table (vitzoo/layers/activations.py)
+HIDDEN_ACT = {"gelu": "gelu", "gelu_python": "gelu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh",
                "gelu_fast": "gelu_tanh"}
 
 _LAYER = re.compile(r"^(?:encoder\.layer|layers)\.(\d+)\.(.+)$")
@@ -60,9 +60,9 @@ def config_options(document: dict) -> dict[str, Any]:
     """vitzoo options from a transformers `config.json` (those it states)."""
     options: dict[str, Any] = {}
     act = document.get("hidden_act", "gelu")
-    if act not in ACTIVATIONS:
-        raise CheckpointError(f"the transformers config has hidden_act={act!r}; vitzoo supports {sorted(ACTIVATIONS)}")
-    options["act"] = ACTIVATIONS[act]
+    if act not in HIDDEN_ACT:
+        raise CheckpointError(f"the transformers config has hidden_act={act!r}; vitzoo supports {sorted(HIDDEN_ACT)}")
+    options["act"] = HIDDEN_ACT[act]
     options["norm_eps"] = float(document.get("layer_norm_eps", DEFAULT_EPS))
     if "num_attention_heads" in document:
         options["num_heads"] = int(document["num_attention_heads"])
