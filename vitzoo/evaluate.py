@@ -35,6 +35,11 @@ def _device_of(model: torch.nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
+def sum_dtype(device: torch.device) -> torch.dtype:
+    """The dtype of sums kept on `device`: float64, except on MPS, which has no float64."""
+    return torch.float32 if device.type == "mps" else torch.float64
+
+
 def _batches(dataset: Dataset, indices: Sequence[int] | None, batch_size: int, num_workers: int = 0):
     data = dataset if indices is None else Subset(dataset, list(indices))
     return DataLoader(data, batch_size=batch_size, shuffle=False, num_workers=num_workers)
@@ -48,12 +53,12 @@ def _inputs(model, images: torch.Tensor, device: torch.device) -> torch.Tensor:
 @torch.no_grad()
 def classification_sums(model, dataset: Dataset, *, indices: Sequence[int] | None = None, batch_size: int = 256,
                         num_workers: int = 0, autocast_dtype: torch.dtype | None = None) -> torch.Tensor:
-    """[top-1 correct, top-5 correct, summed loss, count] as a float64 tensor on the model's device
-    (sums, so that processes can add theirs)."""
+    """[top-1 correct, top-5 correct, summed loss, count] as a tensor on the model's device, float64
+    (float32 on MPS: `sum_dtype`), sums, so that processes can add theirs."""
     device = _device_of(model)
     was_training = model.training
     model.eval()
-    sums = torch.zeros(4, dtype=torch.float64, device=device)
+    sums = torch.zeros(4, dtype=sum_dtype(device), device=device)
     for images, labels in _batches(dataset, indices, batch_size, num_workers):
         labels = labels.to(device)
         with torch.autocast(device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
@@ -210,4 +215,5 @@ def linear_probe(model, train_set: Dataset, test_set: Dataset, *, l2_reg: float 
 __all__ = [
     "FEWSHOT_L2_REG", "accuracy", "classification_sums", "extract_features", "fewshot_draws",
     "fewshot_from_features", "fewshot_linear_accuracy", "linear_probe", "metrics_from_sums", "ridge_fewshot_accuracy",
+    "sum_dtype",
 ]

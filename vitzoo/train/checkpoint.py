@@ -27,20 +27,42 @@ LATEST = "latest"
 STATE_NAME = "state.pt"
 
 
-def rng_state() -> dict[str, Any]:
+def rng_state(device: torch.device | str | None = None) -> dict[str, Any]:
+    """The random states a process restores on resume: torch's, Python's, NumPy's, and its training
+    device's. On CUDA only this process's own GPU (not every visible one), so that a machine with
+    another number of GPUs can resume the run; MPS has one generator."""
     np_state = np.random.get_state()
-    return {
+    state = {
         "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
         "python": random.getstate(),
         "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), *np_state[2:]],
     }
+    device = torch.device(device) if device is not None else None
+    if device is not None and device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    if device is not None and device.type == "mps":
+        state["mps"] = torch.mps.get_rng_state()
+    return state
 
 
-def set_rng_state(state: dict[str, Any]) -> None:
+def _own_cuda_state(saved: Any, device: torch.device) -> torch.Tensor | None:
+    """This GPU's state: checkpoints before one-GPU states held a list of every visible GPU's."""
+    if isinstance(saved, (list, tuple)):
+        index = device.index or 0
+        return saved[index] if index < len(saved) else None
+    return saved
+
+
+def set_rng_state(state: dict[str, Any], device: torch.device | str | None = None) -> None:
+    """Restore `rng_state(device)`; a device state saved on another kind of device is left alone."""
     torch.set_rng_state(state["torch"])
-    if state["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    device = torch.device(device) if device is not None else None
+    if device is not None and device.type == "cuda" and state.get("cuda") is not None:
+        own = _own_cuda_state(state["cuda"], device)
+        if own is not None:
+            torch.cuda.set_rng_state(own, device)
+    if device is not None and device.type == "mps" and state.get("mps") is not None:
+        torch.mps.set_rng_state(state["mps"])
     random.setstate(state["python"])
     name, keys, *rest = state["numpy"]
     np.random.set_state((name, keys.numpy().astype(np.uint32), *rest))

@@ -89,7 +89,7 @@ class TrainConfig:
     stop_at: int | None = _help("stop (with a checkpoint) at this step, before the schedule ends", default=None)
     # devices and numerics
     device: str = _help("auto | cpu | cuda | mps", default="auto")
-    precision: str = _help("auto (bf16 on CUDA, fp32 elsewhere) | fp32 | bf16 | fp16 (CUDA)", default="auto")
+    precision: str = _help("auto (bf16 on GPUs that have it natively, fp16 on other CUDA GPUs, fp32 elsewhere) | fp32 | bf16 | fp16 (CUDA)", default="auto")
     compile: bool = _help("torch.compile the model", default=False)
     grad_checkpointing: bool = _help("recompute blocks in the backward pass to save memory", default=False)
     seed: int = _help("random seed (model init, data order, augmentation)", default=0)

@@ -43,12 +43,22 @@ def pick_device(name: str, local_rank: int = 0) -> torch.device:
     if name == "cuda":
         if not cuda:
             raise RuntimeError("--device cuda: no CUDA device is available (use --device auto or cpu)")
-        return torch.device("cuda", local_rank % torch.cuda.device_count())
+        return torch.device("cuda", own_gpu(local_rank, torch.cuda.device_count()))
     if name == "mps":
         if not mps:
             raise RuntimeError("--device mps: MPS is not available (use --device auto or cpu)")
         return torch.device("mps")
     return torch.device("cpu")
+
+
+def own_gpu(local_rank: int, gpus: int) -> int:
+    """The GPU of the process of this local rank: one each. Two processes on one GPU would only fail
+    later, in NCCL's first collective ("Duplicate GPU detected"), so more processes than GPUs is an error."""
+    if local_rank >= gpus:
+        raise RuntimeError(f"LOCAL_RANK {local_rank} has no GPU of its own: this node runs more processes than its "
+                           f"{gpus} visible CUDA device(s); start at most {gpus} (torchrun --nproc_per_node {gpus}) "
+                           "or make more GPUs visible (CUDA_VISIBLE_DEVICES)")
+    return local_rank
 
 
 def setup(device: str) -> Env:

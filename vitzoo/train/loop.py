@@ -37,6 +37,7 @@ from vitzoo.evaluate import (
     classification_sums,
     fewshot_linear_accuracy,
     metrics_from_sums,
+    sum_dtype,
 )
 from vitzoo.io import write_text
 from vitzoo.train import checkpoint, distributed
@@ -154,11 +155,18 @@ def build_optimizer(cfg: TrainConfig, model: torch.nn.Module, device: torch.devi
     return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, **fused)
 
 
+def native_bf16(device: torch.device) -> bool:
+    """Whether the GPU computes in bfloat16 natively: T4s and V100s only emulate it, slowly."""
+    with torch.cuda.device(device):
+        return torch.cuda.is_bf16_supported(including_emulation=False)
+
+
 def resolve_precision(cfg: TrainConfig, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype, or None for float32."""
+    """The autocast dtype, or None for float32. `auto`: bf16 on a GPU that has it natively, else
+    fp16 (with the loss scaler) on CUDA; fp32 elsewhere."""
     precision = cfg.precision
     if precision == "auto":
-        precision = "bf16" if device.type == "cuda" else "fp32"
+        precision = ("bf16" if native_bf16(device) else "fp16") if device.type == "cuda" else "fp32"
     if precision == "fp16" and device.type != "cuda":
         raise ValueError("--precision fp16 needs CUDA (use bf16 or fp32)")
     return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
@@ -186,7 +194,7 @@ def prepare_run_dir(cfg: TrainConfig, run: Path | None) -> Path | None:
 
 
 def gather_rng(env: distributed.Env) -> list[dict]:
-    state = checkpoint.rng_state()
+    state = checkpoint.rng_state(env.device)
     if not env.distributed:
         return [state]
     states: list = [None] * env.world_size
@@ -294,6 +302,7 @@ def _fit(cfg: TrainConfig, env: distributed.Env) -> tuple[vitzoo.VisionTransform
     accum = cfg.batch_size // (env.world_size * micro)
     device = env.device
     amp_dtype = resolve_precision(cfg, device)
+    exact = sum_dtype(device)  # of the loss and clock reductions
     base = base_config(cfg)
 
     # -- 2. data, model, optimizer, schedule
@@ -345,7 +354,7 @@ def _fit(cfg: TrainConfig, env: distributed.Env) -> tuple[vitzoo.VisionTransform
         step, train_seconds, images_seen = state["step"], state["train_seconds"], state["images_seen"]
         rngs = state["rng"]
         if len(rngs) == env.world_size:
-            checkpoint.set_rng_state(rngs[env.rank])
+            checkpoint.set_rng_state(rngs[env.rank], device)
         else:  # another world size: a fresh stream per process
             torch.manual_seed(cfg.seed + 1 + env.rank + 7919 * step)
         say(f"resuming {run} at step {step} from {resume_from.name}")
@@ -449,7 +458,7 @@ def _fit(cfg: TrainConfig, env: distributed.Env) -> tuple[vitzoo.VisionTransform
                         scaler.scale(loss / accum).backward()
                     loss_sum += loss.detach()
                 # one all-reduce: the global batch's mean loss, and whether any process was asked to stop
-                shared = torch.stack([loss_sum / accum, torch.tensor(float(bool(flag.get("signal"))), device=device)]).double()
+                shared = torch.stack([loss_sum / accum, torch.tensor(float(bool(flag.get("signal"))), device=device)]).to(exact)
                 loss_value, stop_requested = (distributed.all_reduce(shared, env) / env.world_size).tolist()
                 if not math.isfinite(loss_value):
                     raise TrainingDiverged(f"the loss is {loss_value} at step {step}")
@@ -464,7 +473,7 @@ def _fit(cfg: TrainConfig, env: distributed.Env) -> tuple[vitzoo.VisionTransform
                 images_seen += cfg.batch_size
                 log_images += cfg.batch_size
                 # the step's time, agreed across processes (the time budget must end every process at once)
-                step_time = torch.tensor(time.perf_counter() - t0, dtype=torch.float64, device=device)
+                step_time = torch.tensor(time.perf_counter() - t0, dtype=exact, device=device)
                 train_seconds += float(distributed.all_reduce(step_time, env, torch.distributed.ReduceOp.MAX if env.distributed else None))
                 bar.update(1 if total_steps else int(train_seconds) - bar.n)
                 if step % cfg.log_every == 0 or finished():
