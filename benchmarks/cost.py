@@ -20,6 +20,7 @@ import torch
 import vitzoo
 from benchmarks.spec import Ablation, Cell, Scale
 from benchmarks.suite import Run, markdown_table, peak_memory_growth_gb, save_figure
+from vitzoo.train.distributed import pick_device
 
 MODELS = {
     "cpu": ["vit_b32", "vit_b16", "vit_l32", "vit_b16_hybrid", "vit_l16"],
@@ -44,30 +45,43 @@ def cells(scale: Scale) -> list[Cell]:
             for name in models for size in sizes_for(name, sizes)]
 
 
+def synchronize(device: torch.device) -> None:
+    """Wait for `device`'s queued work (CUDA runs asynchronously), on that device, not the current one."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def images_per_second(model: torch.nn.Module, x: torch.Tensor, reps: int) -> list[float]:
-    sync = torch.cuda.synchronize if x.is_cuda else (lambda: None)
     with torch.inference_mode():
         model(x)  # warm-up
         rates = []
         for _ in range(reps):
-            sync()
+            synchronize(x.device)
             start = time.perf_counter()
             model(x)
-            sync()
+            synchronize(x.device)
             rates.append(x.shape[0] / (time.perf_counter() - start))
     return rates
 
 
-def largest_cuda_batch(model: torch.nn.Module, size: int, limit: int = 4096) -> int:
+BATCH_CAP = 4096  # the largest batch tried on a GPU: a model that fits it is reported as "at least" this
+
+
+def largest_cuda_batch(model: torch.nn.Module, size: int, limit: int = BATCH_CAP) -> int:
+    """The largest inference batch that fits on the model's GPU, up to `limit`."""
+    device = next(model.parameters()).device
+
     def fits(batch: int) -> bool:
         try:
             with torch.inference_mode():
-                model(torch.randn(batch, 3, size, size, device="cuda"))
+                model(torch.randn(batch, 3, size, size, device=device))
+            synchronize(device)
             return True
-        except torch.cuda.OutOfMemoryError:
+        except torch.OutOfMemoryError:
             return False
         finally:
-            torch.cuda.empty_cache()
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
 
     good, bad = 0, None
     batch = 1
@@ -108,15 +122,23 @@ def cpu_largest_batch(name: str, size: int, batch: int) -> dict:
 
 def measure(run: Run, device: str) -> dict:
     name, size, batch = run.config["model"], run.config["options"]["img_size"], run.config["train"]["batch"]
-    model = vitzoo.create(name, img_size=size).eval().to(device)
-    rates = images_per_second(model, torch.randn(batch, 3, size, size, device=device), reps=3)
+    where = pick_device(device)  # `auto` becomes a real device; cuda:1 stays cuda:1
+    model = vitzoo.create(name, img_size=size).eval().to(where)
+    rates = images_per_second(model, torch.randn(batch, 3, size, size, device=where), reps=3)
     median = sorted(rates)[len(rates) // 2]
     memory = (
-        {"largest_batch": largest_cuda_batch(model, size)} if device.startswith("cuda")
+        {"largest_batch": largest_cuda_batch(model, size), "batch_cap": BATCH_CAP} if where.type == "cuda"
         else cpu_largest_batch(name, size, batch)
     )
     info = vitzoo.count_params(model)
-    return {"metrics": {"images_per_s": median, "images_per_s_all": rates, **memory}, "params": info}
+    return {"metrics": {"images_per_s": median, "images_per_s_all": rates, "measured_on": str(where), **memory},
+            "params": info}
+
+
+def largest_batch(metrics: dict) -> str | int:
+    """The largest batch as measured: one that reached the cap that was tried is "at least" the cap."""
+    cap = metrics.get("batch_cap")
+    return f"at least {cap}" if cap is not None and metrics["largest_batch"] >= cap else metrics["largest_batch"]
 
 
 def report(records: list[dict], out: Path) -> str:
@@ -133,7 +155,7 @@ def report(records: list[dict], out: Path) -> str:
         sizes = [r["group"]["img_size"] for r in mine]
         left.plot(sizes, [r["metrics"]["images_per_s"] for r in mine], "o-", label=name)
         right.plot(sizes, [r["metrics"]["largest_batch"] for r in mine], "o-", label=name)
-        rows += [[name, r["group"]["img_size"], r["metrics"]["images_per_s"], r["metrics"]["largest_batch"]] for r in mine]
+        rows += [[name, r["group"]["img_size"], r["metrics"]["images_per_s"], largest_batch(r["metrics"])] for r in mine]
     for ax, title in ((left, "inference speed (images/s)"), (right, "largest batch")):
         ax.set_xscale("log")
         ax.set_yscale("log")
@@ -142,10 +164,11 @@ def report(records: list[dict], out: Path) -> str:
     left.legend(fontsize=7)
     save_figure(fig, out / "cost.png")
     plt.close(fig)
-    device = records[0]["device"] if records else "?"
-    budget = "" if device.startswith("cuda") else (
+    device = records[0]["metrics"].get("measured_on", records[0]["device"]) if records else "?"
+    budget = (f" On the GPU the largest batch is found by trying batches up to {BATCH_CAP}: \"at least {BATCH_CAP}\" is "
+              "a model that fitted every batch tried." if device.startswith("cuda") else (
         f" On the CPU the largest batch is extrapolated from the measured peak resident memory at two batch "
-        f"sizes, within a {CPU_MEMORY_BUDGET_GB:.0f} GB budget.")
+        f"sizes, within a {CPU_MEMORY_BUDGET_GB:.0f} GB budget."))
     return (
         f"Inference at batch {records[0]['config']['train']['batch'] if records else '?'}, float32, on `{device}`."
         + budget + "\n\n" + markdown_table(["model", "input px", "images/s", "largest batch"], rows)

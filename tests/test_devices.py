@@ -151,3 +151,76 @@ def test_cuda_random_state_survives_a_save_and_restore():
     first = torch.rand(8, device=device)
     checkpoint.set_rng_state(state, device)
     assert torch.equal(torch.rand(8, device=device), first)
+
+
+# ---------------------------------------------------------------------------- the paper scale fits on GPUs
+def test_the_paper_scale_accumulates_micro_batches_and_decodes_in_workers():
+    """The paper's batch of 4096 is accumulated from micro-batches a GPU holds (one forward pass of 4096
+    ViT-B/16 images would not fit), and JPEGs are decoded by loader workers."""
+    from benchmarks.scales import SCALES
+
+    train = TrainConfig(model="vit_b16", data="synthetic", **SCALES["paper"].train).resolved()
+    assert train.batch_size == 4096
+    assert train.micro_batch is not None and train.micro_batch <= 128 and train.batch_size % train.micro_batch == 0
+    assert train.num_workers > 0
+
+
+# ---------------------------------------------------------------------------- inspection and cost on the model's device
+def test_attention_distance_is_computed_where_the_attention_maps_are():
+    """A model on another device than the CPU (here `meta`, standing in for a GPU) gives its mean
+    attention distance on that device, not a device-mismatch error."""
+    from vitzoo.inspect import mean_attention_distance
+
+    model = vitzoo.create("vit_ti16", embed_dim=32, depth=1, num_heads=2, mlp_dim=64, img_size=32, patch_size=8, device="meta")
+    distance = mean_attention_distance(model, torch.randn(1, 3, 32, 32, device="meta"))
+    assert distance.device.type == "meta" and distance.shape == (1, 2)
+
+
+class RunsOutOfMemoryAbove(torch.nn.Module):
+    """A model that fits batches up to `most` images."""
+
+    def __init__(self, most: int | None) -> None:
+        super().__init__()
+        self.most = most
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+
+    def forward(self, x):
+        if self.most is not None and x.shape[0] > self.most:
+            raise torch.OutOfMemoryError("out of memory")
+        return x.mean() * self.weight
+
+
+def test_the_largest_batch_is_found_by_bisection_and_a_batch_at_the_cap_is_reported_as_at_least():
+    """The search finds the largest batch that fits; a model that fits every batch up to the cap is
+    reported as "at least" the cap, not as if the cap were measured."""
+    from benchmarks import cost
+
+    assert cost.largest_cuda_batch(RunsOutOfMemoryAbove(40), size=4) == 40
+    capped = cost.largest_cuda_batch(RunsOutOfMemoryAbove(None), size=4)
+    assert capped == cost.BATCH_CAP == 4096
+    assert cost.largest_batch({"largest_batch": capped, "batch_cap": cost.BATCH_CAP}) == "at least 4096"
+    assert cost.largest_batch({"largest_batch": 40, "batch_cap": cost.BATCH_CAP}) == 40
+
+
+def test_cost_resolves_auto_to_a_real_device_and_records_it(monkeypatch):
+    """`--device auto` measures on the device `auto` stands for (here the CPU), and says which."""
+    from benchmarks import cost
+    from benchmarks.spec import Scale
+    from benchmarks.suite import Run
+
+    monkeypatch.setattr(cost, "cpu_largest_batch", lambda name, size, batch: {"largest_batch": 1})
+    cell = cost.cells(Scale("quick", {}, {}, seeds=1))[0]
+    run = Run("cost", cell.label, {"model": cell.model, "options": cell.options, "train": cell.train})
+    result = cost.measure(run, "auto")
+    assert result["metrics"]["measured_on"] == "cpu"
+
+
+def test_cost_synchronises_the_models_gpu_not_the_current_one(monkeypatch):
+    """Timing a model on cuda:1 waits for cuda:1's queue."""
+    from benchmarks import cost
+
+    waited = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: waited.append(torch.device(device)))
+    cost.synchronize(torch.device("cuda", 1))
+    cost.synchronize(torch.device("cpu"))
+    assert waited == [torch.device("cuda", 1)]

@@ -34,7 +34,7 @@ def mean_attention_distance(model: VisionTransformer, images: torch.Tensor) -> t
     model.eval()
     maps = model.get_attention_maps(images)
     grid = model.grid_size(tuple(images.shape[-2:]))
-    centres = _patch_centres(model, grid)
+    centres = _patch_centres(model, grid).to(maps[0].device)  # where the attention maps are
     distance = torch.cdist(centres, centres)  # (N, N) pixels
     p = model.num_prefix_tokens
     out = []
