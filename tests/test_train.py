@@ -32,7 +32,7 @@ def tiny_config(tmp_path=None, **changes) -> TrainConfig:
     options.update(changes.pop("model_options", {}))
     base = dict(model="vit_ti16", model_options=options, data="synthetic", train_limit=256, test_limit=128,
                 batch_size=32, steps=8, lr=3e-3, warmup=2, log_every=1, checkpoint_every=0, quiet=True,
-                tensorboard=False, out=str(tmp_path / "run") if tmp_path is not None else None)
+                tensorboard=False, device="cpu", out=str(tmp_path / "run") if tmp_path is not None else None)
     base.update(changes)
     return TrainConfig(**base)
 
@@ -123,7 +123,7 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path):
     run = tmp_path / "run"
     cmd = [sys.executable, "-m", "vitzoo", "train", "vit_ti16", "--data", "synthetic", "--steps", "100000",
            "--batch-size", "16", "--train-limit", "256", "--test-limit", "64", "--checkpoint-every", "0",
-           "--log-every", "1", "--out", str(run), "--quiet", "--no-tensorboard"]
+           "--log-every", "1", "--out", str(run), "--quiet", "--no-tensorboard", "--device", "cpu"]
     cmd += [f"--{k.replace('_', '-')}={v}" for k, v in TINY.items()]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120

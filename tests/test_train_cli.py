@@ -9,7 +9,7 @@ from vitzoo.commands.train import config_from_args
 
 TINY = ["--embed-dim", "32", "--depth", "2", "--num-heads", "2", "--mlp-dim", "64", "--img-size", "28", "--patch-size", "7"]
 DATA = ["--data", "synthetic", "--train-limit", "256", "--test-limit", "128", "--batch-size", "32", "--warmup", "2",
-        "--lr", "3e-3", "--quiet", "--no-tensorboard"]
+        "--lr", "3e-3", "--quiet", "--no-tensorboard", "--device", "cpu"]
 
 
 def test_model_options_come_from_the_config_fields():
@@ -35,11 +35,11 @@ def test_train_resume_and_eval(tmp_path, capsys):
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["step"] == 6
     capsys.readouterr()
-    assert main(["eval", str(run), "--fewshot", "1,5", "--draws", "2", "--test-limit", "100", "--json"]) == 0
+    assert main(["eval", str(run), "--fewshot", "1,5", "--draws", "2", "--test-limit", "100", "--json", "--device", "cpu"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["data"] == "synthetic" and result["test_images"] == 100
     assert set(result["fewshot"]) == {"1", "5"} and 0 <= result["test_top1"] <= 1
-    assert main(["eval", str(run), "--test-limit", "50"]) == 0
+    assert main(["eval", str(run), "--test-limit", "50", "--device", "cpu"]) == 0
     assert "top-1" in capsys.readouterr().out
 
 

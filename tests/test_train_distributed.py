@@ -29,11 +29,13 @@ def curve(run) -> list[float]:
 
 @pytest.mark.slow
 def test_two_processes_follow_the_one_process_loss_curve(tmp_path):
-    fit(TrainConfig(model="vit_ti16", model_options=TINY, out=str(tmp_path / "one"), quiet=True, tensorboard=False, **ARGS))
+    # both runs on the CPU: on a GPU machine `auto` would pick CUDA (and bf16) for the reference alone
+    fit(TrainConfig(model="vit_ti16", model_options=TINY, out=str(tmp_path / "one"), quiet=True, tensorboard=False,
+                    device="cpu", fewshot=(1, 2), **ARGS))
     # the two-process run halves each global batch between the processes, and accumulates 2 micro-batches
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
            "--master_port", str(free_port()), "-m", "vitzoo", "train", "vit_ti16", "--device", "cpu",
-           "--out", str(tmp_path / "two"), "--micro-batch", "8", "--quiet", "--no-tensorboard"]
+           "--out", str(tmp_path / "two"), "--micro-batch", "8", "--quiet", "--no-tensorboard", "--fewshot", "1,2"]
     cmd += [f"--{k.replace('_', '-')}={v}" for k, v in {**TINY, **ARGS}.items()]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", "lo")}
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, check=False)
@@ -43,5 +45,9 @@ def test_two_processes_follow_the_one_process_loss_curve(tmp_path):
     for a, b in zip(one, two):
         assert abs(a - b) <= 1e-5, (one, two)  # float rounding only (measured: ~4e-7)
     summary = json.loads((tmp_path / "two" / "summary.json").read_text())
+    reference = json.loads((tmp_path / "one" / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["status"] == "finished"
-    assert abs(summary["test_top1"] - json.loads((tmp_path / "one" / "summary.json").read_text())["test_top1"]) < 0.05
+    assert abs(summary["test_top1"] - reference["test_top1"]) < 0.05
+    # the few-shot features are shared between the two processes and gathered in order
+    assert summary["fewshot"].keys() == reference["fewshot"].keys() == {"1", "2"}
+    assert all(abs(summary["fewshot"][k] - reference["fewshot"][k]) < 0.05 for k in ("1", "2"))

@@ -25,7 +25,7 @@ REAL_LOSS = loop.loss_fn  # before any test wraps it
 def tiny_config(tmp_path=None, **changes) -> TrainConfig:
     base = dict(model="vit_ti16", model_options=dict(TINY), data="synthetic", train_limit=256, test_limit=128,
                 val_size=200, batch_size=32, steps=8, lr=3e-3, warmup=2, log_every=1, checkpoint_every=0, quiet=True,
-                tensorboard=False, out=str(tmp_path / "run") if tmp_path is not None else None)
+                tensorboard=False, device="cpu", out=str(tmp_path / "run") if tmp_path is not None else None)
     base.update(changes)
     return TrainConfig(**base)
 
@@ -256,7 +256,7 @@ def test_the_flags(tmp_path, capsys):
     run = tmp_path / "run"
     args = ["train", "vit_ti16", *[f"--{k.replace('_', '-')}={v}" for k, v in TINY.items()], "--data", "synthetic",
             "--train-limit", "128", "--test-limit", "64", "--batch-size", "32", "--steps", "4", "--warmup", "1",
-            "--quiet", "--no-tensorboard", "--out", str(run)]
+            "--quiet", "--no-tensorboard", "--device", "cpu", "--out", str(run)]
     assert main([*args, "--val-size", "64", "--eval-every", "2", "--keep-best"]) == 0
     summary = json.loads((run / "summary.json").read_text())
     assert summary["train_config"]["val_size"] == 64 and summary["train_config"]["keep_best"] is True
