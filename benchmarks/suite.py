@@ -20,6 +20,7 @@ import torch
 from tqdm import tqdm
 
 from vitzoo.io import write_text
+from vitzoo.train.distributed import pick_device
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -65,10 +66,21 @@ def cpu_model() -> str:
     return f"{name} (family {fields['cpu family']})" if "cpu family" in fields else name
 
 
+def gpu_name(device: str) -> str | None:
+    """The name of the GPU `device` stands for (`auto`, `cuda`, `cuda:1`), or None off CUDA."""
+    if not torch.cuda.is_available():
+        return None
+    where = pick_device(device)
+    return torch.cuda.get_device_name(where) if where.type == "cuda" else None
+
+
 def environment(device: str) -> dict[str, Any]:
-    """Where and when a number was measured: recorded with every result of every benchmark."""
+    """Where and when a number was measured: recorded with every result of every benchmark (on CUDA
+    with the GPU's name: "cuda" alone does not say which GPU)."""
+    gpu = gpu_name(device)
     return {
         "device": device,
+        **({"gpu": gpu} if gpu else {}),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "cpu": cpu_model(),
