@@ -224,3 +224,243 @@ def test_cost_synchronises_the_models_gpu_not_the_current_one(monkeypatch):
     cost.synchronize(torch.device("cuda", 1))
     cost.synchronize(torch.device("cpu"))
     assert waited == [torch.device("cuda", 1)]
+
+
+# ---------------------------------------------------------------------------- no host-device sync per step
+class HostReads(TorchFunctionMode):
+    """Counts the reads of a tensor's values into Python (each makes the host wait for the device)."""
+
+    READS = {"item", "tolist", "__float__", "__int__", "__bool__"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") in self.READS:
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_per_step_values_stay_on_the_device_until_log_time(monkeypatch):
+    """8 steps logged every 4 read the device's numbers at the 2 log points (and the sampler's order
+    once an epoch), not several times a step; what is logged is every step's value all the same."""
+    reads = HostReads()
+    counted = {}
+
+    class LoopStarts(loop.Metrics):  # made just before the first step
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            counted["before"] = reads.count
+
+    def first_evaluation(*args, **kwargs):  # the training loop ends where the final evaluation starts
+        counted.setdefault("training", reads.count - counted["before"])
+        return real(*args, **kwargs)
+
+    real = loop.classification_sums
+    monkeypatch.setattr(loop, "Metrics", LoopStarts)
+    monkeypatch.setattr(loop, "classification_sums", first_evaluation)
+    with reads:
+        summary = fit(tiny_config(steps=8, log_every=4))
+    # 2 log points; in each of the 2 epochs, the sampler's order and the loader's seed (host tensors)
+    assert counted["training"] <= 2 + 2 * 2
+    assert summary["status"] == "finished" and summary["final_loss"] is not None
+
+
+def test_a_non_finite_loss_between_log_points_is_caught_at_the_next_read_and_named_by_its_step(monkeypatch):
+    """The loss is read at log time, yet a NaN at step 5 is reported as step 5's."""
+    calls = {"n": 0}
+    real = loop.loss_fn
+
+    def poisoned(logits, targets, smoothing):
+        calls["n"] += 1
+        return real(logits, targets, smoothing) * (float("nan") if calls["n"] == 6 else 1.0)
+
+    monkeypatch.setattr(loop, "loss_fn", poisoned)
+    with pytest.raises(loop.TrainingDiverged, match=r"loss is nan at step 5"):
+        fit(tiny_config(steps=8, log_every=4))
+
+
+def test_normalising_a_batch_makes_no_tensor_from_host_data():
+    """The normalisation's mean and std are made once; a batch then needs no copy from the host."""
+    from vitzoo import data
+
+    made = []
+
+    class TensorsMade(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if func is torch.tensor:
+                made.append(args)
+            return func(*args, **(kwargs or {}))
+
+    normalizer = data.Normalizer((0.5, 0.4, 0.3), (0.2, 0.2, 0.2), 3, "cpu")
+    images = torch.randint(0, 256, (2, 3, 4, 4), dtype=torch.uint8)
+    with TensorsMade():
+        out = normalizer(images)
+    assert made == []
+    assert torch.equal(out, data.normalize(images, (0.5, 0.4, 0.3), (0.2, 0.2, 0.2), 3))
+
+
+# ---------------------------------------------------------------------------- loaders and DDP
+def test_loaders_are_made_once_with_persistent_workers(monkeypatch):
+    """Over three epochs with evaluations, one training loader and one per evaluated dataset are made;
+    with workers they persist between epochs and evaluations."""
+    made = []
+    real_loader, real_eval_loader = loop.DataLoader, loop.eval_loader
+
+    def training_loader(*args, **kwargs):
+        made.append(("train", kwargs.get("persistent_workers")))
+        return real_loader(*args, **kwargs)
+
+    def evaluation_loader(*args, **kwargs):
+        loader = real_eval_loader(*args, **kwargs)
+        made.append(("eval", loader.persistent_workers))
+        return loader
+
+    monkeypatch.setattr(loop, "DataLoader", training_loader)
+    monkeypatch.setattr(loop, "eval_loader", evaluation_loader)
+    summary = fit(tiny_config(steps=12, eval_every=4, num_workers=1))
+    assert summary["status"] == "finished"
+    assert made == [("train", True), ("eval", True)]
+
+
+def test_ddp_broadcasts_buffers_only_for_running_statistics():
+    """vitzoo's only buffer is the relative position index, constant: DDP need not broadcast it every
+    forward pass. A model with BatchNorm running statistics (a plugin's stem, say) does need it."""
+    relative = vitzoo.create("vit_ti16", **{**TINY, "pos_embed": "relative"})
+    assert {name.rsplit(".", 1)[-1] for name, _ in relative.named_buffers()} == {"index"}
+    assert not loop.has_running_statistics(relative)
+    assert loop.has_running_statistics(torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4)))
+
+
+# ---------------------------------------------------------------------------- the few-shot evaluation, sharded
+def _gather_in_group(rank: int, world: int, store_path: str, results) -> None:
+    store = torch.distributed.FileStore(store_path, world)
+    torch.distributed.init_process_group("gloo", store=store, rank=rank, world_size=world)
+    env = distributed.Env(rank, world, rank, torch.device("cpu"))
+    total = 7
+    mine = torch.arange(total, dtype=torch.float32)[rank::world].unsqueeze(1) * 10
+    results[rank] = distributed.gather_strided(mine, total, env).flatten().tolist()
+    torch.distributed.destroy_process_group()
+
+
+def test_features_shared_between_processes_are_gathered_in_order(tmp_path):
+    """Rank r extracts rows r, r + W, ...; every rank gets all rows back in their order (shares of
+    unequal size included: 7 rows over 2 ranks)."""
+    import torch.multiprocessing as mp
+
+    with mp.Manager() as manager:
+        results = manager.dict()
+        mp.spawn(_gather_in_group, args=(2, str(tmp_path / "store"), results), nprocs=2, join=True)
+        gathered = dict(results)
+    expected = [0.0, 10.0, 20.0, 30.0, 40.0, 50.0, 60.0]
+    assert gathered == {0: expected, 1: expected}
+
+
+def test_the_end_of_run_few_shot_evaluation_uses_the_loops_sharded_features(monkeypatch):
+    """Few-shot features come from the loop's sharing extractor with the configured workers; in one
+    process that gives what the plain evaluation gives."""
+    seen = {}
+    real = loop.fewshot_linear_accuracy
+
+    def capture(model, train_set, test_set, shots, **kwargs):
+        seen["features"] = kwargs.get("features")
+        seen["plain"] = real(model, train_set, test_set, shots, draws=kwargs["draws"], seed=kwargs["seed"])
+        return real(model, train_set, test_set, shots, **kwargs)
+
+    monkeypatch.setattr(loop, "fewshot_linear_accuracy", capture)
+    summary = fit(tiny_config(fewshot=(1, 2)))
+    assert seen["features"] is not None
+    assert summary["fewshot"] == {str(k): v for k, v in seen["plain"].items()}
+
+
+# ---------------------------------------------------------------------------- shared files, in order
+def test_every_rank_checks_the_run_directory_before_rank_0_writes_to_it(tmp_path, monkeypatch):
+    """The first barrier comes after the run directory is checked and before anything is written to
+    it, so a slower rank never finds the run rank 0 has just begun and calls it an existing one."""
+    seen = []
+    real = distributed.barrier
+    monkeypatch.setattr(distributed, "barrier", lambda env: (seen.append(sorted(p.name for p in (tmp_path / "run").glob("*"))),
+                                                             real(env)))
+    fit(tiny_config(tmp_path))
+    assert seen[0] == []
+    assert "summary.json" in seen[-1]  # and the last after rank 0's last write
+
+
+# ---------------------------------------------------------------------------- on a GPU only
+@CUDA
+def test_fp16_on_cuda_trains_with_the_loss_scaler(tmp_path):
+    """fp16 autocast with GradScaler: the run finishes with a finite loss and the scaler's state is
+    checkpointed."""
+    summary = fit(tiny_config(tmp_path, device="cuda", precision="fp16", checkpoint_every=2))
+    assert summary["status"] == "finished" and summary["precision"] == "float16"
+    assert summary["final_loss"] is not None and summary["final_loss"] == summary["final_loss"]
+    state = torch.load(checkpoint.latest(tmp_path / "run" / "checkpoints") / checkpoint.STATE_NAME, weights_only=True)
+    assert state["scaler"]["scale"] > 0
+
+
+@CUDA
+def test_bf16_on_cuda_trains_and_evaluates():
+    """bf16 autocast on the GPU (native or emulated): the run finishes and evaluates."""
+    summary = fit(tiny_config(device="cuda", precision="bf16", eval_every=2))
+    assert summary["status"] == "finished" and summary["precision"] == "bfloat16"
+    assert 0.0 <= summary["test_top1"] <= 1.0
+
+
+@CUDA
+def test_resume_on_cuda_gives_the_same_losses(tmp_path):
+    """Dropout and stochastic depth draw from the GPU's generator: a resumed run restores its state
+    and follows the uninterrupted run."""
+    changes = dict(device="cuda", precision="fp32", model_options={**TINY, "dropout": 0.1, "drop_path": 0.1},
+                   steps=6, log_every=1)
+    fit(tiny_config(tmp_path / "straight", **changes))
+    fit(tiny_config(tmp_path / "split", stop_at=3, **changes))
+    fit(tiny_config(tmp_path / "split", resume=True, **changes))
+
+    def losses(run):
+        import json
+
+        return [r["loss"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "loss" in r]
+
+    straight, split = losses(tmp_path / "straight" / "run"), losses(tmp_path / "split" / "run")
+    assert len(straight) == len(split) == 6
+    assert all(abs(a - b) <= 1e-5 for a, b in zip(straight, split)), (straight, split)
+
+
+@CUDA
+def test_the_pinned_memory_path_with_workers_gives_the_losses_of_the_plain_one(tmp_path):
+    """Loader workers with pinned memory and non_blocking copies feed the GPU the same batches."""
+    plain = fit(tiny_config(tmp_path / "plain", device="cuda", precision="fp32", num_workers=0))
+    pinned = fit(tiny_config(tmp_path / "pinned", device="cuda", precision="fp32", num_workers=2, eval_every=2))
+    assert abs(plain["final_loss"] - pinned["final_loss"]) <= 1e-5
+
+
+# ---------------------------------------------------------------------------- the speed benchmark on GPUs
+def test_results_measured_on_a_gpu_record_its_name(monkeypatch):
+    """A record says which GPU (`cuda` alone does not), for cuda:1 that GPU's; CPU records have no GPU."""
+    from benchmarks import suite
+
+    asked = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: asked.append(device) or "Some GPU 80GB")
+    assert suite.environment("cuda:1")["gpu"] == "Some GPU 80GB" and asked == [torch.device("cuda", 1)]
+    assert "gpu" not in suite.environment("cpu")
+
+
+@CUDA
+def test_the_gpu_matmul_ceiling_times_many_products_with_events():
+    """The ceiling on a GPU is positive and finite, and below any GPU's peak (2 PFLOP/s)."""
+    from benchmarks import speed
+
+    ceiling = speed.matmul_ceiling(None, reps=3, device=torch.device("cuda", 0))
+    assert 0 < ceiling < 2e6
+
+
+def test_a_named_gpu_is_that_gpu(monkeypatch):
+    """`cuda:1` (benchmarks' --device) is GPU 1, not the local rank's; a GPU that is not there is an error."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert distributed.pick_device("cuda:1") == torch.device("cuda", 1)
+    with pytest.raises(RuntimeError, match="2 visible CUDA device"):
+        distributed.pick_device("cuda:2")

@@ -411,19 +411,32 @@ class Transformed(Dataset):
         return self.transform(image), label
 
 
+class Normalizer:
+    """uint8 (B, C, H, W) on `device` -> normalised float; gray becomes `in_chans` channels.
+
+    The mean and std tensors are made once: made per batch, each would be a copy from the host that
+    waits for the device (and for the batch's non_blocking copy before it)."""
+
+    def __init__(self, mean, std, in_chans: int, device: torch.device | str, dtype: torch.dtype = torch.float32) -> None:
+        self.in_chans, self.dtype = in_chans, dtype
+        self.mean = torch.tensor(mean, device=device, dtype=dtype).view(1, -1, 1, 1)
+        self.std = torch.tensor(std, device=device, dtype=dtype).view(1, -1, 1, 1)
+
+    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        x = images.to(self.dtype).div_(255)
+        if x.shape[1] != self.in_chans:
+            if x.shape[1] == 1:
+                x = x.expand(-1, self.in_chans, -1, -1)
+            elif self.in_chans == 1:
+                x = x.mean(dim=1, keepdim=True)
+            else:
+                raise DataError(f"images have {x.shape[1]} channels but the model takes in_chans={self.in_chans}")
+        return (x - self.mean) / self.std
+
+
 def normalize(images: torch.Tensor, mean, std, in_chans: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """uint8 (B, C, H, W) on any device -> normalised float; gray becomes `in_chans` channels."""
-    x = images.to(dtype).div_(255)
-    if x.shape[1] != in_chans:
-        if x.shape[1] == 1:
-            x = x.expand(-1, in_chans, -1, -1)
-        elif in_chans == 1:
-            x = x.mean(dim=1, keepdim=True)
-        else:
-            raise DataError(f"images have {x.shape[1]} channels but the model takes in_chans={in_chans}")
-    mean = torch.tensor(mean, device=x.device, dtype=dtype).view(1, -1, 1, 1)
-    std = torch.tensor(std, device=x.device, dtype=dtype).view(1, -1, 1, 1)
-    return (x - mean) / std
+    """uint8 (B, C, H, W) on any device -> normalised float (one batch; a loop makes a `Normalizer` once)."""
+    return Normalizer(mean, std, in_chans, images.device, dtype)(images)
 
 
 __all__ = [
@@ -433,6 +446,7 @@ __all__ = [
     "DataError",
     "DataInfo",
     "FolderImages",
+    "Normalizer",
     "SyntheticImages",
     "TensorImages",
     "Transformed",

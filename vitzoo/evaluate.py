@@ -19,13 +19,13 @@ once: the test set once, and the training images that some draw uses once.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from vitzoo.data import normalize
+from vitzoo.data import Normalizer
 
 FEWSHOT_L2_REG = 2.0**10
 FEWSHOT_BIAS = 100.0
@@ -40,29 +40,41 @@ def sum_dtype(device: torch.device) -> torch.dtype:
     return torch.float32 if device.type == "mps" else torch.float64
 
 
-def _batches(dataset: Dataset, indices: Sequence[int] | None, batch_size: int, num_workers: int = 0):
+def eval_loader(dataset: Dataset, indices: Sequence[int] | None = None, *, batch_size: int = 256, num_workers: int = 0,
+                pin_memory: bool = False, persistent: bool = False) -> DataLoader:
+    """Batches of `dataset` (or of `indices`) in order. `pin_memory` (for CUDA) lets the copies to the
+    device overlap the computation; `persistent` keeps the workers between passes (a loop that
+    evaluates again and again makes its loader once)."""
     data = dataset if indices is None else Subset(dataset, list(indices))
-    return DataLoader(data, batch_size=batch_size, shuffle=False, num_workers=num_workers)
+    return DataLoader(data, batch_size=batch_size, shuffle=False, num_workers=num_workers, pin_memory=pin_memory,
+                      persistent_workers=persistent and num_workers > 0)
 
 
-def _inputs(model, images: torch.Tensor, device: torch.device) -> torch.Tensor:
+def _on_device(model, loader: Iterable):
+    """(normalised inputs on the model's device, labels) of each batch, the normalisation made once."""
+    device = _device_of(model)
     config = model.config
-    return normalize(images.to(device, non_blocking=True), config.mean, config.std, config.in_chans)
+    inputs = Normalizer(config.mean, config.std, config.in_chans, device)
+    return ((inputs(images.to(device, non_blocking=True)), labels) for images, labels in loader)
 
 
 @torch.no_grad()
 def classification_sums(model, dataset: Dataset, *, indices: Sequence[int] | None = None, batch_size: int = 256,
-                        num_workers: int = 0, autocast_dtype: torch.dtype | None = None) -> torch.Tensor:
+                        num_workers: int = 0, autocast_dtype: torch.dtype | None = None,
+                        loader: Iterable | None = None) -> torch.Tensor:
     """[top-1 correct, top-5 correct, summed loss, count] as a tensor on the model's device, float64
-    (float32 on MPS: `sum_dtype`), sums, so that processes can add theirs."""
+    (float32 on MPS: `sum_dtype`), sums, so that processes can add theirs. `loader`: the batches of
+    `dataset` (`indices`) from a loader made once (`eval_loader`), instead of one made here."""
     device = _device_of(model)
     was_training = model.training
     model.eval()
     sums = torch.zeros(4, dtype=sum_dtype(device), device=device)
-    for images, labels in _batches(dataset, indices, batch_size, num_workers):
-        labels = labels.to(device)
+    if loader is None:
+        loader = eval_loader(dataset, indices, batch_size=batch_size, num_workers=num_workers, pin_memory=device.type == "cuda")
+    for x, labels in _on_device(model, loader):
+        labels = labels.to(device, non_blocking=True)
         with torch.autocast(device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
-            logits = model(_inputs(model, images, device)).float()
+            logits = model(x).float()
         top = logits.topk(min(5, logits.shape[1]), dim=1).indices
         sums[0] += (top[:, 0] == labels).sum()
         sums[1] += (top == labels[:, None]).any(dim=1).sum()
@@ -92,8 +104,9 @@ def extract_features(model, dataset: Dataset, indices: Sequence[int] | None = No
     was_training = model.training
     model.eval()
     features, targets = [], []
-    for images, labels in _batches(dataset, indices, batch_size, num_workers):
-        tokens = model.forward_features(_inputs(model, images, device))
+    loader = eval_loader(dataset, indices, batch_size=batch_size, num_workers=num_workers, pin_memory=device.type == "cuda")
+    for x, labels in _on_device(model, loader):
+        tokens = model.forward_features(x)
         features.append(model.forward_head(tokens, pre_logits=True).float().cpu())
         targets.append(labels)
     model.train(was_training)
@@ -163,23 +176,30 @@ def fewshot_from_features(train_features: torch.Tensor, train_labels: torch.Tens
 
 def fewshot_linear_accuracy(model, train_set: Dataset, test_set: Dataset, shots: Iterable[int] = (1, 5, 10, 25),
                             draws: int = 5, seed: int = 0, *, l2_reg: float = FEWSHOT_L2_REG, test_limit: int | None = None,
-                            batch_size: int = 256, num_workers: int = 0, details: bool = False) -> dict:
+                            batch_size: int = 256, num_workers: int = 0, details: bool = False,
+                            features: Callable[[Dataset, Sequence[int] | None], tuple[torch.Tensor, torch.Tensor]] | None = None,
+                            ) -> dict:
     """The paper's few-shot linear evaluation of a model's frozen representation.
 
     `train_set` / `test_set` yield (uint8 image, label) at the model's resolution (vitzoo.data); the
     model's config says how to normalise. Returns {k: mean test accuracy over `draws` draws}. Only the
     training images some draw uses are passed through the model, once; the test set (or its first
-    `test_limit` images) once.
+    `test_limit` images) once. `features(dataset, indices)` replaces `extract_features` (the training
+    loop's shares the work between processes).
     """
+    if features is None:
+        def features(dataset, indices):
+            return extract_features(model, dataset, indices, batch_size=batch_size, num_workers=num_workers)
+
     shots = sorted({int(k) for k in shots})
     labels = _labels_of(train_set)
     drawn = fewshot_draws(labels, shots, draws, seed)
     needed = torch.cat([idx for sets in drawn.values() for idx in sets]).unique()
-    feats, _ = extract_features(model, train_set, needed.tolist(), batch_size=batch_size, num_workers=num_workers)
+    feats, _ = features(train_set, needed.tolist())
     full = torch.zeros(len(labels), feats.shape[1])
     full[needed] = feats
     test_indices = list(range(min(len(test_set), test_limit))) if test_limit else None
-    test_feats, test_labels = extract_features(model, test_set, test_indices, batch_size=batch_size, num_workers=num_workers)
+    test_feats, test_labels = features(test_set, test_indices)
     return fewshot_from_features(full, labels, test_feats, test_labels, shots, draws, seed, l2_reg, details)
 
 
@@ -213,7 +233,7 @@ def linear_probe(model, train_set: Dataset, test_set: Dataset, *, l2_reg: float 
 
 
 __all__ = [
-    "FEWSHOT_L2_REG", "accuracy", "classification_sums", "extract_features", "fewshot_draws",
+    "FEWSHOT_L2_REG", "accuracy", "classification_sums", "eval_loader", "extract_features", "fewshot_draws",
     "fewshot_from_features", "fewshot_linear_accuracy", "linear_probe", "metrics_from_sums", "ridge_fewshot_accuracy",
     "sum_dtype",
 ]

@@ -1,7 +1,9 @@
 """Devices and torch.distributed: one process per device, launched by torchrun.
 
 `torchrun --nproc_per_node N -m vitzoo train ...` sets RANK, LOCAL_RANK and WORLD_SIZE; the process
-group is NCCL on CUDA and gloo on CPU. Rank 0 logs and writes; every rank computes.
+group is NCCL on CUDA and gloo on CPU. Rank 0 logs and writes; every rank computes. Numbers the host
+holds (clock readings, a stop request) are agreed over a gloo group, so that agreeing on them never
+waits for the GPU.
 
 The group is made at the first `setup` and lives as long as the process: torch cannot make the default
 group again in a process once it was destroyed (the second rendezvous hangs), and a script may train
@@ -13,6 +15,7 @@ from __future__ import annotations
 import atexit
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -24,6 +27,7 @@ class Env:
     world_size: int
     local_rank: int
     device: torch.device
+    host_group: Any = None  # the group for CPU tensors (None: the default group, when that is gloo)
 
     @property
     def is_main(self) -> bool:
@@ -35,15 +39,17 @@ class Env:
 
 
 def pick_device(name: str, local_rank: int = 0) -> torch.device:
-    """`auto` is CUDA if present, else MPS, else CPU; asking for a missing device is an error."""
+    """`auto` is CUDA if present, else MPS, else CPU; `cuda` is the local rank's GPU, `cuda:N` GPU N;
+    asking for a missing device is an error."""
     cuda = torch.cuda.is_available()
     mps = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
     if name == "auto":
         name = "cuda" if cuda else "mps" if mps else "cpu"
-    if name == "cuda":
+    if torch.device(name).type == "cuda":
         if not cuda:
-            raise RuntimeError("--device cuda: no CUDA device is available (use --device auto or cpu)")
-        return torch.device("cuda", own_gpu(local_rank, torch.cuda.device_count()))
+            raise RuntimeError(f"--device {name}: no CUDA device is available (use --device auto or cpu)")
+        index = torch.device(name).index
+        return torch.device("cuda", own_gpu(local_rank if index is None else index, torch.cuda.device_count()))
     if name == "mps":
         if not mps:
             raise RuntimeError("--device mps: MPS is not available (use --device auto or cpu)")
@@ -73,7 +79,19 @@ def setup(device: str) -> Env:
         atexit.register(_destroy_group)
     if dist.is_initialized():
         rank, world = dist.get_rank(), dist.get_world_size()
-    return Env(rank, world, local_rank, dev)
+    return Env(rank, world, local_rank, dev, _host_group() if dist.is_initialized() else None)
+
+
+_HOST_GROUPS: list = []
+
+
+def _host_group():
+    """A gloo group beside an NCCL one (made once: making a group is a collective of every rank)."""
+    if dist.get_backend() == "gloo":
+        return None
+    if not _HOST_GROUPS:
+        _HOST_GROUPS.append(dist.new_group(backend="gloo"))
+    return _HOST_GROUPS[0]
 
 
 def _destroy_group() -> None:
@@ -88,9 +106,35 @@ def all_reduce(tensor: torch.Tensor, env: Env, op=None) -> torch.Tensor:
     return tensor
 
 
+def host_max(values: list[float], env: Env) -> list[float]:
+    """The largest of each number over ranks, for numbers the host holds: a CPU collective, no device sync."""
+    if not env.distributed:
+        return values
+    agreed = torch.tensor(values, dtype=torch.float64)
+    dist.all_reduce(agreed, op=dist.ReduceOp.MAX, group=env.host_group)
+    return agreed.tolist()
+
+
+def gather_strided(part: torch.Tensor, total: int, env: Env) -> torch.Tensor:
+    """The `total` rows of which rank r holds rows r, r + W, r + 2W, ... (W the world size), on every
+    rank, in order, on `part`'s device. Shares differ by at most one row: each is padded to the
+    largest for all_gather (NCCL gathers device tensors)."""
+    if not env.distributed:
+        return part
+    world, rows = env.world_size, -(-total // env.world_size)
+    padded = torch.zeros((rows, *part.shape[1:]), dtype=part.dtype, device=env.device)
+    padded[: len(part)] = part.to(env.device)
+    shares = [torch.empty_like(padded) for _ in range(world)]
+    dist.all_gather(shares, padded)
+    whole = torch.empty((total, *part.shape[1:]), dtype=part.dtype, device=part.device)
+    for rank, share in enumerate(shares):
+        whole[rank::world] = share[: len(range(rank, total, world))].to(part.device)
+    return whole
+
+
 def barrier(env: Env) -> None:
     if env.distributed:
         dist.barrier()
 
 
-__all__ = ["Env", "all_reduce", "barrier", "pick_device", "setup"]
+__all__ = ["Env", "all_reduce", "barrier", "gather_strided", "host_max", "own_gpu", "pick_device", "setup"]

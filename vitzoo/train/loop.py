@@ -35,6 +35,8 @@ import vitzoo
 from vitzoo import data as datasets
 from vitzoo.evaluate import (
     classification_sums,
+    eval_loader,
+    extract_features,
     fewshot_linear_accuracy,
     metrics_from_sums,
     sum_dtype,
@@ -44,6 +46,10 @@ from vitzoo.train import checkpoint, distributed
 from vitzoo.train.config import RESUMABLE_CHANGES, TrainConfig
 from vitzoo.train.schedule import Schedule
 from vitzoo.weights.files import CONFIG_NAME, read_config, save_pretrained
+
+
+# steps whose loss and gradient norm may wait on the device before they are read (and checked)
+MAX_UNREAD_STEPS = 100
 
 
 class TrainingDiverged(RuntimeError):
@@ -69,6 +75,10 @@ class GlobalBatchSampler(Sampler):
         self.size, self.global_batch, self.micro_batch = size, global_batch, micro_batch
         self.rank, self.world_size, self.seed, self.epoch, self.start_step = rank, world_size, seed, epoch, start_step
         self.steps = size // global_batch
+
+    def set_epoch(self, epoch: int, start_step: int = 0) -> None:
+        """Continue with this epoch's order from `start_step` (one loader, its workers kept, serves every epoch)."""
+        self.epoch, self.start_step = epoch, start_step
 
     def __len__(self) -> int:
         return (self.steps - self.start_step) * (self.global_batch // self.world_size // self.micro_batch)
@@ -159,6 +169,13 @@ def native_bf16(device: torch.device) -> bool:
     """Whether the GPU computes in bfloat16 natively: T4s and V100s only emulate it, slowly."""
     with torch.cuda.device(device):
         return torch.cuda.is_bf16_supported(including_emulation=False)
+
+
+def has_running_statistics(model: torch.nn.Module) -> bool:
+    """Whether the model has buffers that training changes (BatchNorm's running statistics), which DDP
+    must broadcast from rank 0 every forward pass. vitzoo's own buffers are constant (the relative
+    position index, made from the grid alike on every rank): broadcasting them would only cost time."""
+    return any(isinstance(m, torch.nn.modules.batchnorm._NormBase) and m.track_running_stats for m in model.modules())
 
 
 def resolve_precision(cfg: TrainConfig, device: torch.device) -> torch.dtype | None:
@@ -295,6 +312,7 @@ def _fit(cfg: TrainConfig, env: distributed.Env) -> tuple[vitzoo.VisionTransform
     datasets.check_data(cfg.data, cfg.data_dir)
     run = Path(cfg.out) if cfg.out else None
     resume_from = prepare_run_dir(cfg, run)
+    distributed.barrier(env)  # every rank has checked the run directory before rank 0 writes to it
     micro = cfg.micro_batch or cfg.batch_size // env.world_size
     if micro < 1 or cfg.batch_size % (env.world_size * micro):
         raise ValueError(f"batch_size={cfg.batch_size} is not a multiple of world_size={env.world_size} x "
@@ -369,26 +387,48 @@ def _fit(cfg: TrainConfig, env: distributed.Env) -> tuple[vitzoo.VisionTransform
         torch.backends.cudnn.allow_tf32 = True
     raw_model = model
     if env.distributed:
-        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
+                                                          broadcast_buffers=has_running_statistics(raw_model))
     if cfg.compile:
         model = torch.compile(model)
 
     def autocast():
         return torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None)
 
+    # the loaders are made once, their workers kept between epochs and evaluations (persistent_workers)
+    pin, persistent = device.type == "cuda", cfg.num_workers > 0
+    sampler = GlobalBatchSampler(len(train_set), cfg.batch_size, micro, env.rank, env.world_size, cfg.seed, 0)
+    train_loader = DataLoader(train_set, batch_sampler=sampler, num_workers=cfg.num_workers, pin_memory=pin,
+                              persistent_workers=persistent, generator=torch.Generator().manual_seed(cfg.seed))
+    eval_batch = max(micro, 256)
+    eval_loaders: dict[int, DataLoader] = {}
+
     def micro_batches(start_step: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         epoch, start = divmod(start_step, steps_per_epoch)
         while True:
-            sampler = GlobalBatchSampler(len(train_set), cfg.batch_size, micro, env.rank, env.world_size, cfg.seed, epoch, start)
-            yield from DataLoader(train_set, batch_sampler=sampler, num_workers=cfg.num_workers,
-                                  pin_memory=device.type == "cuda", generator=torch.Generator().manual_seed(cfg.seed))
+            sampler.set_epoch(epoch, start)
+            yield from train_loader
             epoch, start = epoch + 1, 0
 
     def evaluate(dataset=test_set) -> dict[str, float]:
         indices = range(env.rank, len(dataset), env.world_size)
-        sums = classification_sums(raw_model, dataset, indices=indices, batch_size=max(micro, 256),
-                                   num_workers=cfg.num_workers, autocast_dtype=amp_dtype)
+        if id(dataset) not in eval_loaders:
+            eval_loaders[id(dataset)] = eval_loader(dataset, indices, batch_size=eval_batch, num_workers=cfg.num_workers,
+                                                    pin_memory=pin, persistent=persistent)
+        sums = classification_sums(raw_model, dataset, indices=indices, batch_size=eval_batch, num_workers=cfg.num_workers,
+                                   autocast_dtype=amp_dtype, loader=eval_loaders[id(dataset)])
         return metrics_from_sums(distributed.all_reduce(sums, env))
+
+    def fewshot_features(dataset, indices) -> tuple[torch.Tensor, torch.Tensor]:
+        """Features of `indices` (None: all of `dataset`): each rank extracts every world_size-th image,
+        every rank gets all of them, in order."""
+        indices = list(range(len(dataset))) if indices is None else list(indices)
+        mine = indices[env.rank :: env.world_size]
+        # a rank with no image of its own passes one through anyway, to learn the features' width
+        features, labels = extract_features(raw_model, dataset, mine or indices[:1], batch_size=eval_batch,
+                                            num_workers=cfg.num_workers)
+        features, labels = features[: len(mine)], labels[: len(mine)]
+        return (distributed.gather_strided(features, len(indices), env), distributed.gather_strided(labels, len(indices), env))
 
     # keep_best: the best validation point so far (weights on the CPU); checkpointed, so it survives a resume
     best: dict[str, Any] = {"step": None, "val_top1": None, "weights": None}
@@ -432,9 +472,30 @@ def _fit(cfg: TrainConfig, env: distributed.Env) -> tuple[vitzoo.VisionTransform
     flag: dict[str, Any] = {}
     status, last_checkpoint = "finished", step if resume_from is not None else None
     last_eval: dict[str, float] = {}
-    loss_value = None
+    loss_value, grad_norm = None, None
+    # each step's (step, mean loss, gradient norm), kept on the device until read: reading a number
+    # makes the host wait for the device, so it is done when the numbers are needed, not every step
+    unread: list[tuple[int, torch.Tensor, torch.Tensor]] = []
+
+    def read_steps() -> None:
+        """Read the unread steps' losses and gradient norms (one wait for the device); stop at the
+        first non-finite one. Before anything is logged, evaluated or saved."""
+        nonlocal loss_value, grad_norm
+        if not unread:
+            return
+        values = torch.stack([torch.stack([loss.to(exact), norm.to(exact)]) for _, loss, norm in unread]).tolist()
+        steps = [s for s, _, _ in unread]
+        unread.clear()
+        for s, (loss, norm) in zip(steps, values):
+            if not math.isfinite(loss):
+                raise TrainingDiverged(f"the loss is {loss} at step {s}")
+            if not math.isfinite(norm) and not scaler.is_enabled():  # (the scaler skips steps of inf gradients)
+                raise TrainingDiverged(f"the gradient norm is {norm} at step {s} (loss {loss:.4g})")
+        loss_value, grad_norm = values[-1]
+
     log_images, log_time = 0, time.perf_counter()
     batches = micro_batches(step)
+    normalize = datasets.Normalizer(raw_model.config.mean, raw_model.config.std, raw_model.config.in_chans, device)
     model.train()
     try:
         with stop_signals(flag):
@@ -446,8 +507,7 @@ def _fit(cfg: TrainConfig, env: distributed.Env) -> tuple[vitzoo.VisionTransform
                 loss_sum = torch.zeros((), device=device)
                 for i in range(accum):
                     images, labels = next(batches)
-                    x = datasets.normalize(images.to(device, non_blocking=True), raw_model.config.mean,
-                                           raw_model.config.std, raw_model.config.in_chans)
+                    x = normalize(images.to(device, non_blocking=True))
                     y = labels.to(device, non_blocking=True)
                     if mixer is not None:
                         x, y = mixer(x, y)
@@ -457,26 +517,31 @@ def _fit(cfg: TrainConfig, env: distributed.Env) -> tuple[vitzoo.VisionTransform
                             loss = loss_fn(model(x), y, cfg.label_smoothing)
                         scaler.scale(loss / accum).backward()
                     loss_sum += loss.detach()
-                # one all-reduce: the global batch's mean loss, and whether any process was asked to stop
-                shared = torch.stack([loss_sum / accum, torch.tensor(float(bool(flag.get("signal"))), device=device)]).to(exact)
-                loss_value, stop_requested = (distributed.all_reduce(shared, env) / env.world_size).tolist()
-                if not math.isfinite(loss_value):
-                    raise TrainingDiverged(f"the loss is {loss_value} at step {step}")
+                # the global batch's mean loss, all-reduced on the device
+                mean_loss = distributed.all_reduce((loss_sum / accum).to(exact), env) / env.world_size
                 scaler.unscale_(optimizer)
-                grad_norm = float(torch.nn.utils.clip_grad_norm_(raw_model.parameters(), cfg.clip_grad or float("inf")))
-                if not math.isfinite(grad_norm) and not scaler.is_enabled():
-                    raise TrainingDiverged(f"the gradient norm is {grad_norm} at step {step} (loss {loss_value:.4g})")
+                norm = torch.nn.utils.clip_grad_norm_(raw_model.parameters(), cfg.clip_grad or float("inf"))
                 scaler.step(optimizer)
                 scaler.update()
                 optimizer.zero_grad(set_to_none=True)
+                unread.append((step, mean_loss.detach(), norm.detach()))
                 step += 1
                 images_seen += cfg.batch_size
                 log_images += cfg.batch_size
-                # the step's time, agreed across processes (the time budget must end every process at once)
-                step_time = torch.tensor(time.perf_counter() - t0, dtype=exact, device=device)
-                train_seconds += float(distributed.all_reduce(step_time, env, torch.distributed.ReduceOp.MAX if env.distributed else None))
+                # the step's time and whether any process was asked to stop, agreed across processes on
+                # the host (the time budget must end every process at once). Without waiting for the
+                # device, a step's time is the host's; the device's queue is bounded, so the two agree
+                # over a run
+                step_time, stop_requested = distributed.host_max([time.perf_counter() - t0, float(bool(flag.get("signal")))], env)
+                train_seconds += step_time
                 bar.update(1 if total_steps else int(train_seconds) - bar.n)
-                if step % cfg.log_every == 0 or finished():
+                logging = step % cfg.log_every == 0 or finished()
+                evaluating = bool(cfg.eval_every) and step % cfg.eval_every == 0 and not finished()
+                stop = stop_requested > 0 or (cfg.stop_at is not None and step >= cfg.stop_at)
+                checkpointing = bool(cfg.checkpoint_every) and step % cfg.checkpoint_every == 0 or stop
+                if logging or evaluating or checkpointing or len(unread) >= MAX_UNREAD_STEPS:
+                    read_steps()
+                if logging:
                     now = time.perf_counter()
                     record = {"step": step, "epoch": round(step / steps_per_epoch, 4), "loss": loss_value, "lr": lr,
                               "grad_norm": grad_norm, "images_per_s": log_images / max(now - log_time, 1e-9),
@@ -484,19 +549,18 @@ def _fit(cfg: TrainConfig, env: distributed.Env) -> tuple[vitzoo.VisionTransform
                     metrics.write(record)
                     bar.set_postfix(loss=f"{loss_value:.4f}", lr=f"{lr:.2e}")
                     log_images, log_time = 0, now
-                if cfg.eval_every and step % cfg.eval_every == 0 and not finished() and val_set is not None:
+                if evaluating and val_set is not None:
                     last_eval = evaluate(val_set)  # never the test set: it must not choose anything
                     metrics.write({"step": step, "val_top1": last_eval["top1"], "val_top5": last_eval["top5"],
                                    "val_loss": last_eval["loss"]})
                     consider_best(last_eval)
                     log_time = time.perf_counter()
-                elif cfg.eval_every and step % cfg.eval_every == 0 and not finished():
+                elif evaluating:
                     last_eval = evaluate()
                     metrics.write({"step": step, "eval_top1": last_eval["top1"], "eval_top5": last_eval["top5"],
                                    "eval_loss": last_eval["loss"]})
                     log_time = time.perf_counter()
-                stop = stop_requested > 0 or (cfg.stop_at is not None and step >= cfg.stop_at)
-                if cfg.checkpoint_every and step % cfg.checkpoint_every == 0 or stop:
+                if checkpointing:
                     save_checkpoint()
                     last_checkpoint = step
                     log_time = time.perf_counter()
@@ -535,8 +599,9 @@ def _fit(cfg: TrainConfig, env: distributed.Env) -> tuple[vitzoo.VisionTransform
         with open(run / "metrics.jsonl", "a", encoding="utf-8") as f:
             f.write(json.dumps(metrics_record) + "\n")
     fewshot = {}
-    if cfg.fewshot and status == "finished" and env.is_main:
-        fewshot = fewshot_linear_accuracy(raw_model, train_eval_set, test_set, cfg.fewshot, draws=5, seed=cfg.seed)
+    if cfg.fewshot and status == "finished":  # every rank extracts a share of the features
+        fewshot = fewshot_linear_accuracy(raw_model, train_eval_set, test_set, cfg.fewshot, draws=5, seed=cfg.seed,
+                                          features=fewshot_features)
     raw_model.eval()
     summary = {
         "status": status,
