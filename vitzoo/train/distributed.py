@@ -48,8 +48,12 @@ def pick_device(name: str, local_rank: int = 0) -> torch.device:
     if torch.device(name).type == "cuda":
         if not cuda:
             raise RuntimeError(f"--device {name}: no CUDA device is available (use --device auto or cpu)")
-        index = torch.device(name).index
-        return torch.device("cuda", own_gpu(local_rank if index is None else index, torch.cuda.device_count()))
+        index, gpus = torch.device(name).index, torch.cuda.device_count()
+        if index is None:
+            return torch.device("cuda", own_gpu(local_rank, gpus))
+        if index >= gpus:
+            raise RuntimeError(f"--device {name}: there are only {gpus} visible CUDA device(s)")
+        return torch.device("cuda", index)
     if name == "mps":
         if not mps:
             raise RuntimeError("--device mps: MPS is not available (use --device auto or cpu)")

@@ -2,8 +2,9 @@
 
 1. check everything cheap (data, run directory, batch arithmetic) before any work;
 2. build data, model, optimizer, schedule; resume from the last checkpoint if asked;
-3. loop: accumulate gradients over micro-batches, agree across processes on the loss, stop on a
-   non-finite loss, clip, step, log, evaluate, checkpoint; SIGINT / SIGTERM end the loop with a checkpoint;
+3. loop: accumulate gradients over micro-batches, agree across processes on the loss, clip, step; read
+   the steps' losses (on the device until then) when logging, evaluating or checkpointing, and stop on a
+   non-finite one; log, evaluate, checkpoint; SIGINT / SIGTERM end the loop with a checkpoint;
 4. evaluate, save the model (save_pretrained) and summary.json.
 
 The global batch is `batch_size` whatever the number of processes: each optimizer step consumes one
@@ -175,7 +176,7 @@ def has_running_statistics(model: torch.nn.Module) -> bool:
     """Whether the model has buffers that training changes (BatchNorm's running statistics), which DDP
     must broadcast from rank 0 every forward pass. vitzoo's own buffers are constant (the relative
     position index, made from the grid alike on every rank): broadcasting them would only cost time."""
-    return any(isinstance(m, torch.nn.modules.batchnorm._NormBase) and m.track_running_stats for m in model.modules())
+    return any(getattr(m, "running_mean", None) is not None for m in model.modules())
 
 
 def resolve_precision(cfg: TrainConfig, device: torch.device) -> torch.dtype | None:
