@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from vitzoo.config import ViTConfig
-from vitzoo.io import atomic_path, write_text
+from vitzoo.io import atomic_path, staged_directory, write_text
 from vitzoo.weights.checkpoint import Checkpoint, CheckpointError
 
 FORMAT = "vitzoo"
@@ -40,16 +40,20 @@ def save_pretrained(model, directory: str | os.PathLike, extra: dict | None = No
     """Write `model.safetensors`, the model card `README.md` and `config.json` into `directory`
     (created if needed). `card` fills the model card (see `vitzoo.weights.card`).
 
-    Every file is written to a temporary name and renamed; the weights are written first and the
-    config last, so a directory with a config always has complete weights beside it.
+    The card and config are rendered (and so checked) before anything is written; the three files
+    are written beside `directory` and put in place together (`vitzoo.io.staged_directory`), so a
+    failed save leaves `directory` as it was: an earlier save there stays whole and loadable.
     """
     from vitzoo.weights.card import render
 
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    save_state_dict(model.state_dict(), directory / WEIGHTS_NAME, metadata={"format": "pt"})
-    write_text(directory / CARD_NAME, render(model, card))
-    write_text(directory / CONFIG_NAME, json.dumps(config_document(model.config, extra), indent=2, sort_keys=True) + "\n")
+    texts = {CARD_NAME: render(model, card),
+             CONFIG_NAME: json.dumps(config_document(model.config, extra), indent=2, sort_keys=True) + "\n"}
+    # the config marks a complete save, so it is the last file renamed into a directory that holds more
+    with staged_directory(directory, (WEIGHTS_NAME, CARD_NAME, CONFIG_NAME)) as stage:
+        save_state_dict(model.state_dict(), stage / WEIGHTS_NAME, metadata={"format": "pt"})
+        for name, text in texts.items():
+            write_text(stage / name, text)
     return directory
 
 
