@@ -102,3 +102,117 @@ def test_a_save_into_a_directory_holding_more_keeps_the_rest(tmp_path):
     assert (tmp_path / "run" / "metrics.jsonl").read_text() == "{}\n"
     assert [p.name for p in tmp_path.iterdir()] == ["run"]
     assert same_outputs(vitzoo.from_pretrained(tmp_path / "run").eval(), model)
+
+
+# ------------------------------------------------------------------ 5. a Hub server that never answers
+HUB_TOKEN = "test-token"
+
+
+@pytest.fixture
+def hermetic_hub(monkeypatch, tmp_path):
+    """A cache of our own, no stray token, LFS uploads, and Hub waits of one second."""
+    from huggingface_hub import constants
+
+    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf_home" / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    monkeypatch.setenv("VITZOO_HUB_TIMEOUT", "1")
+    return tmp_path
+
+
+@pytest.fixture
+def silent_server():
+    """A loopback server that accepts connections and never answers; yields its URL."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    held, stop = [], threading.Event()
+
+    def accept():
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                held.append(listener.accept()[0])
+            except OSError:
+                pass
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    stop.set()
+    thread.join()
+    for conn in held:
+        conn.close()
+    listener.close()
+
+
+def within(seconds: float, call):
+    """`call()`'s result, or its exception raised here; fails the test when it is still waiting after
+    `seconds` (the thread is left to the silent server's teardown, which closes its connections)."""
+    import threading
+
+    outcome = {}
+
+    def run():
+        try:
+            outcome["value"] = call()
+        except BaseException as exc:  # handed to the test thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still waiting after {seconds} s"
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+def test_a_pull_from_a_silent_server_stops_and_says_how_to_work_offline(hermetic_hub, silent_server, monkeypatch):
+    """A pull from a server that accepts and never answers stops after the Hub timeout with a HubError
+    naming the server, VITZOO_HUB_TIMEOUT and how to work offline (HF_HUB_OFFLINE=1, a local path)."""
+    from vitzoo.hub import HubError
+
+    monkeypatch.setenv("HF_ENDPOINT", silent_server)
+    with pytest.raises(HubError, match=rf"(?s){silent_server} did not answer within 1 s.*VITZOO_HUB_TIMEOUT.*HF_HUB_OFFLINE=1.*local"):
+        within(15, lambda: vitzoo.from_pretrained("hf-hub:alice/silent"))
+
+
+def test_a_push_to_a_silent_server_stops(hermetic_hub, silent_server, monkeypatch):
+    """A push to a server that accepts and never answers stops after the Hub timeout with a HubError
+    naming the server."""
+    from vitzoo.hub import HubError
+
+    monkeypatch.setenv("HF_ENDPOINT", silent_server)
+    with pytest.raises(HubError, match=rf"{silent_server} did not answer within 1 s"):
+        within(15, lambda: tiny().push_to_hub("alice/silent", token=HUB_TOKEN))
+
+
+def test_a_cached_model_loads_when_the_server_is_silent(hermetic_hub, silent_server, monkeypatch):
+    """A model pulled once loads from the cache when the server later accepts and never answers."""
+    from vitzoo.testing.hubserver import HubServer
+
+    model = tiny()
+    with HubServer(hermetic_hub / "hub", token=HUB_TOKEN) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        model.push_to_hub("alice/cached", token=HUB_TOKEN)
+        vitzoo.from_pretrained("hf-hub:alice/cached")
+    monkeypatch.setenv("HF_ENDPOINT", silent_server)
+    assert same_outputs(within(15, lambda: vitzoo.from_pretrained("hf-hub:alice/cached")).eval(), model)
+
+
+def test_a_hub_timeout_that_is_no_number_of_seconds_is_refused(hermetic_hub, monkeypatch):
+    """VITZOO_HUB_TIMEOUT must be a finite number of seconds above 0; anything else is a HubError that
+    says so, before anything is sent."""
+    from vitzoo.hub import HubError
+
+    for text in ("0", "-1", "nan", "inf", "soon"):
+        monkeypatch.setenv("VITZOO_HUB_TIMEOUT", text)
+        with pytest.raises(HubError, match="VITZOO_HUB_TIMEOUT"):
+            vitzoo.from_pretrained("hf-hub:alice/anything")

@@ -7,10 +7,14 @@ Everything goes through `huggingface_hub` (`HfApi` to write, `snapshot_download`
 usual settings apply: `HF_ENDPOINT` (the server), `HF_TOKEN` (or `hf auth login`), `HF_HOME` /
 `HF_HUB_CACHE` (the cache), `HF_HUB_OFFLINE=1` (cached files only). vitzoo keeps no cache of its own.
 huggingface_hub's errors become `HubError`s that name the cause and the fix.
+
+No Hub call waits for a silent server longer than `VITZOO_HUB_TIMEOUT` seconds (default 30) to
+connect, or between two reads or writes: huggingface_hub sends some requests with no timeout at all.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import tempfile
@@ -24,8 +28,45 @@ WEIGHT_FILES = ["model.safetensors", "pytorch_model.bin"]
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 
 
+TIMEOUT_ENV = "VITZOO_HUB_TIMEOUT"
+DEFAULT_TIMEOUT = 30.0
+
+
 class HubError(RuntimeError):
     """Talking to the Hub failed; the message names the cause and what to do."""
+
+
+def timeout() -> float:
+    """Seconds a Hub call waits to connect, and for each read or write: VITZOO_HUB_TIMEOUT or 30."""
+    text = os.environ.get(TIMEOUT_ENV, "").strip()
+    try:
+        value = float(text) if text else DEFAULT_TIMEOUT
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise HubError(f"{TIMEOUT_ENV}={text!r} is not a number of seconds above 0; e.g. {TIMEOUT_ENV}=30")
+    return value
+
+
+def _bound_waits(request) -> None:
+    """A request hook: every wait of the request (connect, read, write, pool) at most `timeout()`
+    seconds; huggingface_hub's own shorter timeouts stay."""
+    limit = timeout()
+    given = request.extensions.get("timeout") or {}
+    bounded = {k: limit if given.get(k) is None else min(given[k], limit) for k in ("connect", "read", "write", "pool")}
+    request.extensions = {**request.extensions, "timeout": bounded}
+
+
+def _bounded_session() -> None:
+    """Add `_bound_waits` to huggingface_hub's shared HTTP client (it makes a new one after errors, so
+    this is checked before every call)."""
+    from huggingface_hub.utils import get_session
+
+    timeout()  # a bad VITZOO_HUB_TIMEOUT is refused before anything is sent
+    client = get_session()
+    hooks = client.event_hooks
+    if _bound_waits not in hooks["request"]:
+        client.event_hooks = {**hooks, "request": [*hooks["request"], _bound_waits]}
 
 
 def parse(uri: str) -> tuple[str, str | None]:
@@ -127,6 +168,15 @@ def _explain(exc: Exception, repo_id: str, revision: str | None, endpoint: str, 
             "or unset HF_HUB_OFFLINE"
         )
     network = _connection_error(exc)
+    if network is not None and any("Timeout" in c.__name__ for c in type(network).__mro__):
+        return HubError(
+            f"the Hub at {endpoint} did not answer within {timeout():g} s ({type(network).__name__}) while "
+            f"{'uploading' if writing else 'downloading'} {where}"
+            + ("" if writing else f", and {where} is not in the Hugging Face cache ({cache})")
+            + ": check the server and HF_ENDPOINT, wait longer with VITZOO_HUB_TIMEOUT=SECONDS"
+            + ("" if writing else ", or work offline: HF_HUB_OFFLINE=1 loads cached models, and a local "
+               "directory written by save_pretrained loads without the Hub")
+        )
     if network is not None and not any(c.__name__ in ("ConnectError", "ConnectionRefusedError", "ConnectTimeout")
                                        for c in type(network).__mro__):
         # connected, then the transfer broke off (server stopped, connection reset, short body)
@@ -221,6 +271,7 @@ def download(
     revision = revision or parsed_revision
     endpoint = _endpoint(endpoint)  # HF_ENDPOINT as set now, not only as it was at import
     offline = local_files_only or _offline()
+    _bounded_session()
     common: dict[str, Any] = dict(repo_type="model", token=token, cache_dir=cache_dir, endpoint=endpoint,
                                   local_files_only=offline, library_name="vitzoo")
     try:
@@ -268,6 +319,7 @@ def push_folder(
     repo_id, parsed_revision = parse(repo_id)
     revision = revision or parsed_revision
     endpoint = _endpoint(endpoint)
+    _bounded_session()
     api = HfApi(endpoint=endpoint, token=token, library_name="vitzoo")
     try:
         api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
