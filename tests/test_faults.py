@@ -216,3 +216,72 @@ def test_a_hub_timeout_that_is_no_number_of_seconds_is_refused(hermetic_hub, mon
         monkeypatch.setenv("VITZOO_HUB_TIMEOUT", text)
         with pytest.raises(HubError, match="VITZOO_HUB_TIMEOUT"):
             vitzoo.from_pretrained("hf-hub:alice/anything")
+
+
+# ------------------------------------------------------------------ 6. revisions git would refuse
+BAD_REVISIONS = ["../../..../x", "a/../b", "/main", "main/", "v1.", "a//b", ".hidden", "x/.y", "br.lock",
+                 "a@{1}", "@", "tab\there", "new\nline", "sp ace", "a~1", "a^", "a:b", "a?", "a*", "a[0]",
+                 "back\\slash", "del\x7f", ""]
+GOOD_REVISIONS = ["main", "v1.0", "refs/pr/1", "feature/x-1", "a" * 40, "release_2026.11"]
+
+
+@pytest.mark.parametrize("revision", GOOD_REVISIONS)
+def test_revisions_git_accepts_are_accepted(revision):
+    """Branch, tag, pull-request and commit names that git accepts are revisions."""
+    from vitzoo.hub import check_revision, parse
+
+    assert check_revision(revision) == revision
+    assert parse(f"hf-hub:org/name@{revision}") == ("org/name", revision)
+
+
+@pytest.mark.parametrize("revision", BAD_REVISIONS)
+def test_a_revision_git_refuses_is_refused_before_anything_is_sent(hermetic_hub, revision, monkeypatch):
+    """A revision git's ref-name rules refuse (`..`, a leading or trailing `/`, a trailing `.`, `//`,
+    a part starting with `.` or ending in `.lock`, `@{`, `@`, control characters, space, `~^:?*[\\`)
+    is a HubError naming it, whether it comes after the @ of a reference or as `revision=`, on pull
+    and on push, before any request: nothing is written into the cache or beside it."""
+    from vitzoo.hub import HubError, download
+
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens: a request would fail otherwise
+    if revision:
+        with pytest.raises(HubError, match="is not a revision"):
+            vitzoo.from_pretrained(f"hf-hub:org/name@{revision}")
+    with pytest.raises(HubError, match="is not a revision"):
+        download("hf-hub:org/name", revision=revision)
+    with pytest.raises(HubError, match="is not a revision"):
+        tiny().push_to_hub("org/name", token=HUB_TOKEN, revision=revision)
+    assert not (hermetic_hub / "hf_home").exists()
+
+
+def test_the_cli_refuses_a_revision_git_refuses(hermetic_hub, tmp_path, capsys):
+    """`vitzoo pull --revision` and `vitzoo push --revision` refuse such a name with a one-line error."""
+    from vitzoo.cli import main
+
+    tiny().save_pretrained(tmp_path / "saved")
+    assert main(["pull", "org/name", str(tmp_path / "out"), "--revision", "../../x"]) != 0
+    assert main(["push", str(tmp_path / "saved"), "org/name", "--revision", "a..b"]) != 0
+    err = capsys.readouterr().err
+    assert "'../../x' is not a revision" in err and "'a..b' is not a revision" in err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("revision", ["../../x", "a..b", "/lead", "tail/", "x.lock", "a@{0}", "sp ace", "a~1"])
+def test_the_test_hub_server_refuses_branch_and_tag_names_git_refuses(hermetic_hub, revision):
+    """The test Hub server answers 400 to a branch or tag whose name git refuses, as the Hub does, and
+    keeps no such ref."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import HfHubHTTPError
+
+    from vitzoo.testing.hubserver import HubServer
+
+    with HubServer(hermetic_hub / "hub", token=HUB_TOKEN) as hub:
+        api = HfApi(endpoint=hub.url, token=HUB_TOKEN)
+        api.create_repo("alice/refs")
+        with pytest.raises(HfHubHTTPError, match="Invalid branch name") as refused:
+            api.create_branch("alice/refs", branch=revision)
+        assert refused.value.response.status_code == 400
+        with pytest.raises(HfHubHTTPError, match="Invalid tag name") as refused:
+            api.create_tag("alice/refs", tag=revision)
+        assert refused.value.response.status_code == 400
+        refs = api.list_repo_refs("alice/refs")
+        assert [b.name for b in refs.branches] == ["main"] and refs.tags == []

@@ -69,13 +69,24 @@ def _bounded_session() -> None:
         client.event_hooks = {**hooks, "request": [*hooks["request"], _bound_waits]}
 
 
+def check_revision(revision: str | None) -> str | None:
+    """`revision` when it is None or a name git (and so the Hub) accepts for a branch, tag or commit."""
+    from vitzoo import refname
+
+    reason = None if revision is None else refname.problem(revision)
+    if reason is not None:
+        raise HubError(f"{revision!r} is not a revision: {reason}; give a branch, tag or commit as git names "
+                       "them (e.g. main, v1.0, a commit sha)")
+    return revision
+
+
 def parse(uri: str) -> tuple[str, str | None]:
     """`hf-hub:ORG/NAME[@REVISION]` (the prefix is optional) -> (repo_id, revision or None)."""
     text = uri[len(HUB_PREFIX):] if uri.startswith(HUB_PREFIX) else uri
     repo_id, _, revision = text.partition("@")
     if not _REPO_ID.match(repo_id) or (_ and not revision):
         raise HubError(f"{uri!r} is not a Hub model reference; write hf-hub:ORG/NAME or hf-hub:ORG/NAME@REVISION")
-    return repo_id, revision or None
+    return repo_id, check_revision(revision or None)
 
 
 def _constants():
@@ -268,7 +279,7 @@ def download(
     from huggingface_hub import snapshot_download
 
     repo_id, parsed_revision = parse(source)
-    revision = revision or parsed_revision
+    revision = check_revision(revision) or parsed_revision
     endpoint = _endpoint(endpoint)  # HF_ENDPOINT as set now, not only as it was at import
     offline = local_files_only or _offline()
     _bounded_session()
@@ -317,7 +328,7 @@ def push_folder(
     if not (directory / WEIGHTS_NAME).exists():
         raise HubError(f"{directory} has no {WEIGHTS_NAME}; write it with model.save_pretrained(...)")
     repo_id, parsed_revision = parse(repo_id)
-    revision = revision or parsed_revision
+    revision = check_revision(revision) or parsed_revision
     endpoint = _endpoint(endpoint)
     _bounded_session()
     api = HfApi(endpoint=endpoint, token=token, library_name="vitzoo")
@@ -355,4 +366,4 @@ def push_to_hub(
                            commit_message=commit_message, endpoint=endpoint)
 
 
-__all__ = ["HUB_PREFIX", "HubError", "download", "parse", "push_folder", "push_to_hub"]
+__all__ = ["HUB_PREFIX", "HubError", "check_revision", "download", "parse", "push_folder", "push_to_hub", "timeout"]
