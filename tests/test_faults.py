@@ -285,3 +285,64 @@ def test_the_test_hub_server_refuses_branch_and_tag_names_git_refuses(hermetic_h
         assert refused.value.response.status_code == 400
         refs = api.list_repo_refs("alice/refs")
         assert [b.name for b in refs.branches] == ["main"] and refs.tags == []
+
+
+# ------------------------------------------------------------------ 3. train --out onto what is not this run
+RUN_TINY = dict(embed_dim=32, depth=2, num_heads=2, mlp_dim=64, img_size=28, patch_size=7)
+
+
+def train_config(out, **changes):
+    from vitzoo.train import TrainConfig
+
+    base = dict(model="vit_ti16", model_options=dict(RUN_TINY), data="synthetic", train_limit=64, test_limit=32,
+                batch_size=16, steps=2, lr=3e-3, warmup=1, log_every=1, checkpoint_every=0, quiet=True,
+                tensorboard=False, out=str(out))
+    return TrainConfig(**{**base, **changes})
+
+
+def test_training_refuses_an_out_that_holds_a_saved_model(tmp_path):
+    """`--out` onto a save_pretrained directory is refused, naming the saved model; its files are kept
+    byte for byte."""
+    from vitzoo.train import fit
+
+    tiny().save_pretrained(tmp_path / "saved")
+    before = snapshot(tmp_path)
+    with pytest.raises(ValueError, match=r"--out .*saved already holds a saved model"):
+        fit(train_config(tmp_path / "saved"))
+    assert snapshot(tmp_path) == before
+
+
+def test_training_refuses_an_out_that_is_its_pretrained_source(tmp_path):
+    """`--pretrained DIR --out DIR` (or an --out holding the --pretrained file) is refused, naming the
+    source, before anything is written."""
+    from vitzoo.train import fit
+
+    vitzoo.create("vit_ti16", **RUN_TINY, num_classes=10).save_pretrained(tmp_path / "source")
+    before = snapshot(tmp_path)
+    with pytest.raises(ValueError, match="already holds the --pretrained source"):
+        fit(train_config(tmp_path / "source", pretrained=str(tmp_path / "source")))
+    with pytest.raises(ValueError, match="already holds the --pretrained source"):
+        fit(train_config(tmp_path / "source", pretrained=str(tmp_path / "source" / "model.safetensors")))
+    assert snapshot(tmp_path) == before
+
+
+def test_training_refuses_an_out_that_holds_other_files_or_is_a_file(tmp_path):
+    """`--out` onto a directory holding files of its own names them; onto a file says it is a file."""
+    from vitzoo.train import fit
+
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "todo.txt").write_text("keep me\n")
+    with pytest.raises(ValueError, match=r"already holds files of its own \(todo.txt\)"):
+        fit(train_config(tmp_path / "notes"))
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ValueError, match="is a file"):
+        fit(train_config(tmp_path / "file"))
+    assert (tmp_path / "notes" / "todo.txt").read_text() == "keep me\n" and (tmp_path / "file").read_text() == "x"
+
+
+def test_training_into_an_empty_out_directory_runs(tmp_path):
+    """An existing empty --out directory is fine for a new run."""
+    from vitzoo.train import fit
+
+    (tmp_path / "empty").mkdir()
+    assert fit(train_config(tmp_path / "empty"))["status"] == "finished"

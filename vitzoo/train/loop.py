@@ -165,14 +165,36 @@ def resolve_precision(cfg: TrainConfig, device: torch.device) -> torch.dtype | N
 
 
 # ---------------------------------------------------------------------------- the run directory
+def _describe(run: Path, entries: list[str], pretrained: str | None) -> str:
+    """What an --out directory holds, in words: a run, a saved model, the --pretrained source, files."""
+    if pretrained and os.path.exists(pretrained) and (run.resolve() == Path(pretrained).resolve()
+                                                      or run.resolve() in Path(pretrained).resolve().parents):
+        return f"the --pretrained source {pretrained} (training would overwrite the weights it starts from)"
+    if "train_config.json" in entries or "checkpoints" in entries:
+        return "a run; pass --resume to continue it"
+    if CONFIG_NAME in entries:
+        return "a saved model (config.json, written by save_pretrained or another program)"
+    return "files of its own (" + ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "") + ")"
+
+
+def _check_new_run_dir(run: Path, pretrained: str | None) -> None:
+    """A new run writes only into a directory that does not exist or is empty: anything already there
+    (a saved model, the --pretrained weights, another run) would be overwritten or mixed in."""
+    if run.exists() and not run.is_dir():
+        raise ValueError(f"--out {run} is a file, not a directory; choose another --out")
+    entries = sorted(p.name for p in run.iterdir()) if run.is_dir() else []
+    if entries:
+        raise ValueError(f"--out {run} already holds {_describe(run, entries, pretrained)}; a new run needs "
+                         "an empty or new directory: choose another --out")
+
+
 def prepare_run_dir(cfg: TrainConfig, run: Path | None) -> Path | None:
     """Check the run directory; return the checkpoint to resume from (or None)."""
     if run is None:
         return None
     saved = run / "train_config.json"
     if not cfg.resume:
-        if (run / "checkpoints").exists() or saved.exists():
-            raise ValueError(f"{run} already holds a run; pass --resume to continue it, or choose another --out")
+        _check_new_run_dir(run, cfg.pretrained)
         return None
     if not saved.exists():
         raise FileNotFoundError(f"cannot resume: {saved} does not exist")
