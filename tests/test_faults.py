@@ -346,3 +346,103 @@ def test_training_into_an_empty_out_directory_runs(tmp_path):
 
     (tmp_path / "empty").mkdir()
     assert fit(train_config(tmp_path / "empty"))["status"] == "finished"
+
+
+# ------------------------------------------------------------------ 4. resume from what is left
+def run_losses(run: Path) -> list[tuple[int, float]]:
+    import json
+
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [(r["step"], r["loss"]) for r in records if "loss" in r]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> list[tuple[int, float]]:
+    """The losses of the 6-step run the resumed runs below must reproduce."""
+    from vitzoo.train import fit
+
+    run = tmp_path_factory.mktemp("uninterrupted") / "run"
+    fit(train_config(run, steps=6))
+    return run_losses(run)
+
+
+def stopped_run(tmp_path, keep: int = 1) -> Path:
+    """A 6-step run stopped after step 4, with a checkpoint every 2 steps."""
+    from vitzoo.train import fit
+
+    run = tmp_path / "run"
+    fit(train_config(run, steps=6, stop_at=4, checkpoint_every=2, keep_checkpoints=keep))
+    return run
+
+
+def resume(run: Path):
+    from vitzoo.train import fit
+
+    return fit(train_config(run, steps=6, checkpoint_every=2, resume=True))
+
+
+@pytest.mark.parametrize("pointer", [b"step_00000099\n", b"", b"\xff\xfe garbage", b"../../elsewhere\n"])
+def test_resume_with_a_damaged_latest_pointer_uses_the_newest_complete_checkpoint(tmp_path, uninterrupted, pointer):
+    """A `checkpoints/latest` that names a missing directory, is empty, unreadable or points outside
+    the run is said (a warning) and the newest complete checkpoint is resumed from: the run goes on at
+    step 5 and its losses are those of an uninterrupted run."""
+    run = stopped_run(tmp_path)
+    (run / "checkpoints" / "latest").write_bytes(pointer)
+    with pytest.warns(UserWarning, match="resuming from the newest complete checkpoint, step_00000004"):
+        summary = resume(run)
+    assert summary["step"] == 6 and run_losses(run) == uninterrupted
+
+
+def test_resume_with_a_damaged_pointer_and_no_complete_checkpoint_stops(tmp_path):
+    """With the pointer naming a missing checkpoint and none complete left, resume stops with a
+    CheckpointError that says so, instead of starting again from step 0; nothing is deleted."""
+    from vitzoo.weights import CheckpointError
+
+    run = stopped_run(tmp_path)
+    (run / "checkpoints" / "step_00000004" / "state.pt").unlink()
+    (run / "checkpoints" / "latest").write_text("step_00000099\n")
+    before = snapshot(run)
+    with pytest.raises(CheckpointError, match=r"latest names 'step_00000099', which is not a complete checkpoint.*"
+                                              r"holds no complete checkpoint"):
+        resume(run)
+    assert snapshot(run) == before
+
+
+@pytest.mark.parametrize("damaged", ["model.safetensors", "state.pt"])
+def test_resume_from_a_truncated_checkpoint_names_it_and_uses_the_previous_one(tmp_path, uninterrupted, damaged):
+    """A truncated file in the newest checkpoint is named (a warning) and the previous checkpoint is
+    resumed from; the losses are those of an uninterrupted run."""
+    run = stopped_run(tmp_path, keep=2)
+    path = run / "checkpoints" / "step_00000004" / damaged
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.warns(UserWarning, match=rf"step_00000004/{damaged} is damaged or truncated.*previous checkpoint, step_00000002"):
+        summary = resume(run)
+    assert summary["step"] == 6 and run_losses(run) == uninterrupted
+
+
+def test_resume_from_the_only_checkpoint_truncated_stops_and_keeps_it(tmp_path):
+    """When the only checkpoint is truncated, resume stops with a CheckpointError naming the file; the
+    checkpoint is kept for the user to restore."""
+    from vitzoo.weights import CheckpointError
+
+    run = stopped_run(tmp_path)
+    path = run / "checkpoints" / "step_00000004" / "model.safetensors"
+    path.write_bytes(path.read_bytes()[:100])
+    before = snapshot(run)
+    with pytest.raises(CheckpointError, match=r"no checkpoint reads: .*step_00000004/model.safetensors is damaged"):
+        resume(run)
+    assert snapshot(run) == before
+
+
+@pytest.mark.parametrize("how", ["move", "copy"])
+def test_a_moved_or_copied_run_resumes(tmp_path, uninterrupted, how):
+    """A run directory moved or copied elsewhere resumes from its checkpoint there, with the same losses."""
+    import shutil
+
+    run = stopped_run(tmp_path)
+    elsewhere = tmp_path / "elsewhere" / "run"
+    elsewhere.parent.mkdir()
+    (shutil.move if how == "move" else shutil.copytree)(run, elsewhere)
+    summary = resume(elsewhere)
+    assert summary["step"] == 6 and run_losses(elsewhere) == uninterrupted
+

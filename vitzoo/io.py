@@ -50,45 +50,51 @@ def _fsync_directory(path: Path) -> None:
         os.close(fd)
 
 
-def _publish(stage: Path, final: Path, names: tuple[str, ...]) -> None:
-    """Put the files staged in `stage` under `final`, so that a reader sees all of them or none."""
-    parent = final.parent
-    entries = None if final.is_symlink() or not final.is_dir() else {p.name for p in final.iterdir()}
-    if not final.exists() and not final.is_symlink():
+def _holds_only(final: Path, names: tuple[str, ...]) -> bool:
+    """Whether `final` does not exist, or is a plain directory holding nothing but some of `names`."""
+    if final.is_symlink() or not final.exists():
+        return not final.is_symlink()
+    return final.is_dir() and {p.name for p in final.iterdir()} <= set(names)
+
+
+def _swap_in(stage: Path, final: Path) -> None:
+    """`stage` becomes `final`; an earlier `final` is removed only once the new one is in place."""
+    if not final.exists():
         os.rename(stage, final)  # a new directory appears whole
-    elif entries is not None and entries <= set(names):
-        # an earlier save and nothing else: swap the directories, the old one goes only once the new one is in
-        old = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".old", dir=parent))
-        os.rename(final, old / final.name)
-        try:
-            os.rename(stage, final)
-        except BaseException:
-            os.rename(old / final.name, final)
-            raise
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        # a directory that holds more (a training run): every file is complete before the first rename,
-        # the names are renamed in the order given (the one that marks the save complete comes last)
-        for name in names:
-            if (stage / name).exists():
-                os.replace(stage / name, final / name)
-        _fsync_directory(final)
-    _fsync_directory(parent)
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".old", dir=final.parent))
+    os.rename(final, old / final.name)
+    try:
+        os.rename(stage, final)
+    except BaseException:
+        os.rename(old / final.name, final)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
 
 
 @contextlib.contextmanager
 def staged_directory(path: str | os.PathLike, names: tuple[str, ...]) -> Iterator[Path]:
-    """Yield an empty directory beside `path` to write the files `names` into; on success they replace
-    those of `path` together, on an exception nothing under `path` has changed.
+    """Yield an empty directory to write the files `names` into; on success they replace those of
+    `path` together, on an exception nothing under `path` has changed.
 
-    `path` may not exist (it appears whole), hold an earlier set of these files (swapped for the new
-    one), or hold other files too, such as a training run's (each of `names` is renamed into it)."""
+    A `path` that does not exist appears whole; one holding only an earlier set of these files is
+    swapped for the new set. One that holds more (a training run) keeps the rest: the staging directory
+    is inside it, and each file, complete before the first rename, is renamed in in the order of `names`
+    (so the one that marks the set complete comes last)."""
     final = Path(path)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    stage = final.parent / f".{final.name}.{uuid.uuid4().hex[:12]}.tmp"
+    whole = _holds_only(final, names)
+    home = final.parent if whole else final
+    home.mkdir(parents=True, exist_ok=True)
+    stage = home / f".{final.name}.{uuid.uuid4().hex[:12]}.tmp"
     stage.mkdir()  # not mkdtemp: the directory that appears gets the usual permissions (umask), not 0700
     try:
         yield stage
-        _publish(stage, final, names)
+        if whole:
+            _swap_in(stage, final)
+        else:
+            for name in names:
+                if (stage / name).exists():
+                    os.replace(stage / name, final / name)
+        _fsync_directory(home)
     finally:
         shutil.rmtree(stage, ignore_errors=True)

@@ -37,9 +37,10 @@ DEVICES = ("auto", "cpu", "cuda", "mps")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 DEFAULT_EPOCHS = 10
 
-# Fields that may differ between a run and its resumption (they do not change what is computed).
+# Fields that may differ between a run and its resumption (they do not change what is computed);
+# `out` too: a run directory moved or copied elsewhere is the same run.
 RESUMABLE_CHANGES = {"resume", "stop_at", "quiet", "num_workers", "log_every", "eval_every", "checkpoint_every",
-                     "keep_checkpoints", "device", "compile", "tensorboard"}
+                     "keep_checkpoints", "device", "compile", "tensorboard", "out"}
 
 
 def _help(text: str, **kwargs) -> Any:

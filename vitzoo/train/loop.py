@@ -188,14 +188,14 @@ def _check_new_run_dir(run: Path, pretrained: str | None) -> None:
                          "an empty or new directory: choose another --out")
 
 
-def prepare_run_dir(cfg: TrainConfig, run: Path | None) -> Path | None:
-    """Check the run directory; return the checkpoint to resume from (or None)."""
+def prepare_run_dir(cfg: TrainConfig, run: Path | None) -> list[Path]:
+    """Check the run directory; return the checkpoints to resume from, in the order to try them."""
     if run is None:
-        return None
+        return []
     saved = run / "train_config.json"
     if not cfg.resume:
         _check_new_run_dir(run, cfg.pretrained)
-        return None
+        return []
     if not saved.exists():
         raise FileNotFoundError(f"cannot resume: {saved} does not exist")
     before = json.loads(json.dumps(TrainConfig.from_json(saved.read_text(encoding="utf-8")).resolved().to_dict()))
@@ -204,7 +204,7 @@ def prepare_run_dir(cfg: TrainConfig, run: Path | None) -> Path | None:
     if changed:
         detail = ", ".join(f"{k}: {before.get(k)!r} -> {now[k]!r}" for k in changed)
         raise ValueError(f"cannot resume {run} with different settings ({detail})")
-    return checkpoint.latest(run / "checkpoints")
+    return checkpoint.to_resume(run / "checkpoints")
 
 
 def gather_rng(env: distributed.Env) -> list[dict]:
@@ -308,7 +308,7 @@ def _fit(cfg: TrainConfig, env: distributed.Env) -> tuple[vitzoo.VisionTransform
     # -- 1. cheap checks, before any work
     datasets.check_data(cfg.data, cfg.data_dir)
     run = Path(cfg.out) if cfg.out else None
-    resume_from = prepare_run_dir(cfg, run)
+    resume_points = prepare_run_dir(cfg, run)
     micro = cfg.micro_batch or cfg.batch_size // env.world_size
     if micro < 1 or cfg.batch_size % (env.world_size * micro):
         raise ValueError(f"batch_size={cfg.batch_size} is not a multiple of world_size={env.world_size} x "
@@ -359,8 +359,9 @@ def _fit(cfg: TrainConfig, env: distributed.Env) -> tuple[vitzoo.VisionTransform
     optimizer = build_optimizer(cfg, model, device)
     scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16)
     step, train_seconds, images_seen = 0, 0.0, 0
-    if resume_from is not None:
-        state = checkpoint.load(resume_from, model, device)
+    resume_from = None
+    if resume_points:
+        resume_from, state = checkpoint.load_first(resume_points, model, device)
         optimizer.load_state_dict(state["optimizer"])
         schedule.load_state_dict(state["schedule"])
         scaler.load_state_dict(state["scaler"])
