@@ -446,3 +446,85 @@ def test_a_moved_or_copied_run_resumes(tmp_path, uninterrupted, how):
     summary = resume(elsewhere)
     assert summary["step"] == 6 and run_losses(elsewhere) == uninterrupted
 
+
+# ------------------------------------------------------------------ should fix: every number option
+@pytest.mark.parametrize("options, fragment", [
+    ({"num_classes": True}, "num_classes must be an int, got True"),
+    ({"representation_size": "64", "head": "mlp"}, "representation_size must be an int, got '64'"),
+    ({"representation_size": 0, "head": "mlp"}, "representation_size must be > 0"),
+    ({"embed_dim": 64.0}, "embed_dim must be an int"),
+    ({"norm_eps": float("nan")}, "norm_eps must be a finite number"),
+    ({"dropout": float("inf")}, "dropout must be a finite number"),
+    ({"std": 0}, "std must be > 0"),
+    ({"std": (0.5, -0.5, 0.5)}, "std must be > 0"),
+    ({"mean": float("nan")}, "mean must be a finite number"),
+    ({"resnet_layers": (True,)}, "resnet_layers must be positive block counts"),
+])
+def test_a_model_option_of_the_wrong_type_or_range_is_one_config_error(options, fragment):
+    """Every number option of a model: a bool or text where a number belongs, NaN, infinite, zero or
+    negative where it cannot be, is a ConfigError naming the option, raised when the config is made."""
+    with pytest.raises(ConfigError, match=fragment):
+        vitzoo.get_config("vit_ti16", **options)
+
+
+@pytest.mark.parametrize("changes, fragment", [
+    ({"log_every": 0}, "log_every must be > 0"),
+    ({"eval_every": -1}, "eval_every must be >= 0"),
+    ({"checkpoint_every": -5}, "checkpoint_every must be >= 0"),
+    ({"train_limit": 0}, "train_limit must be > 0"),
+    ({"test_limit": -1}, "test_limit must be > 0"),
+    ({"warmup": float("nan")}, "warmup must be a finite number"),
+    ({"lr": float("inf")}, "lr must be a finite number"),
+    ({"lr": "0.1"}, "lr must be a number, got '0.1'"),
+    ({"steps": True}, "steps must be an int, got True"),
+    ({"batch_size": 16.0}, "batch_size must be an int"),
+    ({"label_smoothing": 1.0}, "label_smoothing must be in \\[0, 1\\)"),
+    ({"mixup": -0.2}, "mixup must be >= 0"),
+    ({"fewshot": (5, 0)}, "fewshot must be > 0, got 0"),
+    ({"betas": (0.9, float("nan"))}, "betas must be a finite number"),
+    ({"keep_checkpoints": 0}, "keep_checkpoints must be > 0"),
+])
+def test_a_training_option_of_the_wrong_type_or_range_is_one_config_error_before_data_loads(tmp_path, changes, fragment):
+    """Every number option of a training run is checked when the TrainConfig is made, as one
+    ConfigError naming the option, before any data loads or anything is written."""
+    with pytest.raises(ConfigError, match=fragment):
+        train_config(tmp_path / "run", data="fashion-mnist", data_dir=str(tmp_path / "nowhere"), **changes)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("flag, value, fragment", [
+    ("--log-every", "0", "log_every must be > 0"), ("--eval-every", "-1", "eval_every must be >= 0"),
+    ("--fewshot", "0", "fewshot must be > 0"), ("--warmup", "nan", "warmup must be a finite number"),
+    ("--train-limit", "0", "train_limit must be > 0"),
+])
+def test_the_cli_reports_a_bad_number_option_in_one_line(tmp_path, capsys, flag, value, fragment):
+    """On the command line the same checks give a one-line error (exit status 2), no traceback."""
+    from vitzoo.cli import main
+
+    assert main(["train", "vit_ti16", "--data", "synthetic", "--out", str(tmp_path / "run"), flag, value]) == 2
+    err = capsys.readouterr().err
+    assert fragment in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("flag, value", [("--fewshot", "0"), ("--draws", "0"), ("--test-limit", "0"),
+                                         ("--batch-size", "-1"), ("--l2-reg", "nan")])
+def test_eval_reports_a_bad_number_option_before_loading_anything(tmp_path, capsys, flag, value):
+    """`vitzoo eval` checks its number options the same way, before it loads the model or the data."""
+    from vitzoo.cli import main
+
+    tiny().save_pretrained(tmp_path / "saved")
+    assert main(["eval", str(tmp_path / "saved"), "--data", "synthetic", flag, value]) == 2
+    assert f"{flag[2:].replace('-', '_')} must be" in capsys.readouterr().err
+
+
+def test_a_nan_loss_from_the_normalisation_does_not_advise_a_lower_learning_rate(tmp_path):
+    """A loss that is NaN because the normalised images are not finite (here a std so small that
+    x / std overflows) says so and names mean and std; it does not advise lowering the learning rate."""
+    from vitzoo.train import TrainingDiverged, fit
+
+    config = train_config(tmp_path / "run", model_options={**RUN_TINY, "std": 1e-45})
+    with pytest.raises(TrainingDiverged, match="normalised images hold NaN or infinite values") as err:
+        fit(config)
+    assert "learning rate" not in str(err.value) and "std" in str(err.value)
+

@@ -46,7 +46,12 @@ from vitzoo.weights.files import CONFIG_NAME, read_config, save_pretrained
 
 
 class TrainingDiverged(RuntimeError):
-    """The loss (or gradient norm) became NaN or infinite."""
+    """The loss (or gradient norm) became NaN or infinite. `inputs` is True when the normalised images
+    themselves were not finite: the data or its mean/std, not the optimisation, is at fault."""
+
+    def __init__(self, message: str, inputs: bool = False) -> None:
+        super().__init__(message)
+        self.inputs = inputs
 
 
 def loss_fn(logits: torch.Tensor, targets: torch.Tensor, label_smoothing: float) -> torch.Tensor:
@@ -458,11 +463,13 @@ def _fit(cfg: TrainConfig, env: distributed.Env) -> tuple[vitzoo.VisionTransform
                     group["lr"] = lr
                 t0 = time.perf_counter()
                 loss_sum = torch.zeros((), device=device)
+                bad_inputs = torch.zeros((), device=device)
                 for i in range(accum):
                     images, labels = next(batches)
                     x = datasets.normalize(images.to(device, non_blocking=True), raw_model.config.mean,
                                            raw_model.config.std, raw_model.config.in_chans)
                     y = labels.to(device, non_blocking=True)
+                    bad_inputs += (~torch.isfinite(x)).sum()  # no sync: read with the loss below
                     if mixer is not None:
                         x, y = mixer(x, y)
                     sync = i == accum - 1 or not env.distributed
@@ -472,8 +479,14 @@ def _fit(cfg: TrainConfig, env: distributed.Env) -> tuple[vitzoo.VisionTransform
                         scaler.scale(loss / accum).backward()
                     loss_sum += loss.detach()
                 # one all-reduce: the global batch's mean loss, and whether any process was asked to stop
-                shared = torch.stack([loss_sum / accum, torch.tensor(float(bool(flag.get("signal"))), device=device)]).double()
-                loss_value, stop_requested = (distributed.all_reduce(shared, env) / env.world_size).tolist()
+                shared = torch.stack([loss_sum / accum, torch.tensor(float(bool(flag.get("signal"))), device=device),
+                                      bad_inputs.float()]).double()
+                loss_value, stop_requested, inputs_bad = (distributed.all_reduce(shared, env) / env.world_size).tolist()
+                if not math.isfinite(loss_value) and inputs_bad:
+                    config = raw_model.config
+                    raise TrainingDiverged(f"the loss is {loss_value} at step {step} because the normalised images hold "
+                                           f"NaN or infinite values (mean {list(config.mean)}, std {list(config.std)})",
+                                           inputs=True)
                 if not math.isfinite(loss_value):
                     raise TrainingDiverged(f"the loss is {loss_value} at step {step}")
                 scaler.unscale_(optimizer)
@@ -522,8 +535,9 @@ def _fit(cfg: TrainConfig, env: distributed.Env) -> tuple[vitzoo.VisionTransform
                  if last_checkpoint is not None and run is not None else "no checkpoint was written")
         if env.is_main and run is not None:
             write_text(run / "summary.json", json.dumps({"status": "diverged", "step": step, "error": str(exc)}, indent=2) + "\n")
-        raise TrainingDiverged(f"training stopped: {exc}; {where}. Lower the learning rate (--lr) or "
-                               "check the data") from None
+        advice = ("Check the images and the model's mean and std (--mean, --std)" if exc.inputs
+                  else "Lower the learning rate (--lr) or check the data")
+        raise TrainingDiverged(f"training stopped: {exc}; {where}. {advice}", inputs=exc.inputs) from None
     finally:
         bar.close()
         metrics.close()
