@@ -528,3 +528,91 @@ def test_a_nan_loss_from_the_normalisation_does_not_advise_a_lower_learning_rate
         fit(config)
     assert "learning rate" not in str(err.value) and "std" in str(err.value)
 
+
+# ------------------------------------------------------------------ should fix: foreign and unreadable files
+def test_an_empty_npz_is_not_a_checkpoint(tmp_path):
+    """An empty .npz file is a CheckpointError saying it is not a checkpoint (not a bare EOFError)."""
+    from vitzoo.weights import CheckpointError
+
+    (tmp_path / "empty.npz").write_bytes(b"")
+    with pytest.raises(CheckpointError, match="empty.npz is not a checkpoint: the file is empty"):
+        vitzoo.from_pretrained(tmp_path / "empty.npz")
+
+
+@pytest.mark.parametrize("content", [b"random bytes here" * 10, b"\x93NUMPY not really" * 4])
+def test_a_random_npz_is_not_a_checkpoint_and_pickles_are_never_advised(tmp_path, content):
+    """An .npz that is not a zip archive is not a checkpoint; numpy's advice to allow pickles (an
+    unsafe fix) is never passed on."""
+    from vitzoo.weights import CheckpointError
+
+    (tmp_path / "random.npz").write_bytes(content)
+    with pytest.raises(CheckpointError, match="is not a checkpoint: the file is not a zip archive") as err:
+        vitzoo.from_pretrained(tmp_path / "random.npz")
+    assert "pickle" not in str(err.value)
+
+
+def test_an_npz_of_python_objects_is_not_a_checkpoint(tmp_path):
+    """An .npz holding object arrays (pickled Python objects) is not a checkpoint; they are never loaded."""
+    import numpy as np
+
+    from vitzoo.weights import CheckpointError
+
+    np.savez(tmp_path / "objects.npz", a=np.array([{"x": 1}], dtype=object))
+    with pytest.raises(CheckpointError, match="not a checkpoint: it holds pickled Python objects, which vitzoo never loads"):
+        vitzoo.from_pretrained(tmp_path / "objects.npz")
+
+
+def test_a_truncated_npz_is_damaged(tmp_path):
+    """A zip archive cut short is reported as damaged or truncated."""
+    import numpy as np
+
+    from vitzoo.weights import CheckpointError
+
+    np.savez(tmp_path / "full.npz", a=np.zeros(1000))
+    data = (tmp_path / "full.npz").read_bytes()
+    (tmp_path / "cut.npz").write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match="cut.npz is damaged or truncated"):
+        vitzoo.from_pretrained(tmp_path / "cut.npz")
+
+
+def test_an_unreadable_weights_file_is_not_called_damaged(tmp_path):
+    """A weights file the system will not read (here: a directory where the file belongs) is reported
+    with the system's reason, not as damaged."""
+    from vitzoo.weights import CheckpointError
+
+    tiny().save_pretrained(tmp_path / "saved")
+    (tmp_path / "saved" / "model.safetensors").unlink()
+    (tmp_path / "saved" / "model.safetensors").mkdir()
+    with pytest.raises(CheckpointError, match="cannot read .*model.safetensors") as err:
+        vitzoo.from_pretrained(tmp_path / "saved")
+    assert "damaged" not in str(err.value)
+
+
+def test_a_config_json_that_is_not_utf8_says_so(tmp_path):
+    """A config.json with bytes that are not UTF-8 is a CheckpointError naming the file."""
+    from vitzoo.weights import CheckpointError
+
+    tiny().save_pretrained(tmp_path / "saved")
+    (tmp_path / "saved" / "config.json").write_bytes(b'{"format": "vitzoo", "model": {"act": "\xff"}}')
+    with pytest.raises(CheckpointError, match="config.json is not UTF-8 text"):
+        vitzoo.from_pretrained(tmp_path / "saved")
+
+
+@pytest.mark.parametrize("document, error, fragment", [
+    ('{"format": "vitzoo", "format_version": 1, "model": {"depth": "2"}}', ConfigError, "depth must be an int"),
+    ('{"format": "vitzoo", "format_version": 1, "model": {"resnet_layers": 5}}', ConfigError, "saved model config is not valid"),
+    ('{"format": "vitzoo", "format_version": 1, "model": {"num_classes": true}}', ConfigError, "num_classes must be an int"),
+    ('{"format": "vitzoo", "format_version": 1, "model": []}', None, "is not a vitzoo config.json"),
+    ('{"format": "vitzoo", "format_version": "1", "model": {}}', None, "format_version must be an int"),
+    ('["format", "vitzoo"]', None, "is not a JSON object"),
+])
+def test_a_config_json_with_wrong_types_names_the_file_and_the_problem(tmp_path, document, error, fragment):
+    """A saved config.json whose values have the wrong types gives a typed error (ConfigError for a
+    model option, CheckpointError for the file's layout) naming the file, not a bare TypeError."""
+    from vitzoo.weights import CheckpointError
+
+    tiny().save_pretrained(tmp_path / "saved")
+    (tmp_path / "saved" / "config.json").write_text(document)
+    with pytest.raises(error or CheckpointError, match=fragment) as err:
+        vitzoo.from_pretrained(tmp_path / "saved")
+    assert "config.json" in str(err.value)

@@ -22,7 +22,7 @@ import torch
 from safetensors.torch import load_file
 
 from vitzoo.io import atomic_path, write_text
-from vitzoo.weights.checkpoint import CheckpointError
+from vitzoo.weights.checkpoint import CheckpointError, read_failed
 from vitzoo.weights.files import CONFIG_NAME, WEIGHTS_NAME, save_pretrained
 
 LATEST = "latest"
@@ -132,11 +132,11 @@ def load(path: str | Path, model: torch.nn.Module, map_location: torch.device | 
     try:
         state = torch.load(path / STATE_NAME, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises several types for a truncated or foreign file
-        raise CheckpointError(f"the checkpoint file {path / STATE_NAME} is damaged or truncated ({exc})") from exc
+        raise read_failed(path / STATE_NAME, exc) from exc
     try:
         weights = load_file(str(path / WEIGHTS_NAME), device=str(map_location))
     except Exception as exc:  # safetensors raises its own error types
-        raise CheckpointError(f"the checkpoint file {path / WEIGHTS_NAME} is damaged or truncated ({exc})") from exc
+        raise read_failed(path / WEIGHTS_NAME, exc) from exc
     model.load_state_dict(weights, strict=True)
     return state
 
