@@ -12,16 +12,7 @@ import torch
 import vitzoo
 from vitzoo.config import ConfigError
 
-TINY = dict(embed_dim=32, depth=2, num_heads=2, mlp_dim=64, img_size=32, patch_size=8, num_classes=5)
-
-
-def tiny(seed: int = 0, **changes):
-    torch.manual_seed(seed)
-    model = vitzoo.create("vit_b16", **{**TINY, **changes})
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0, 0.05)
-    return model.eval()
+from hub_testing import TOKEN, hermetic_hub_environment, tiny  # tests/hub_testing.py
 
 
 def same_outputs(a, b) -> bool:
@@ -105,22 +96,13 @@ def test_a_save_into_a_directory_holding_more_keeps_the_rest(tmp_path):
 
 
 # ------------------------------------------------------------------ 5. a Hub server that never answers
-HUB_TOKEN = "test-token"
+HUB_TOKEN = TOKEN
 
 
 @pytest.fixture
 def hermetic_hub(monkeypatch, tmp_path):
-    """A cache of our own, no stray token, LFS uploads, and Hub waits of one second."""
-    from huggingface_hub import constants
-
-    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
-    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf_home" / "hub"))
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.delenv("HF_TOKEN", raising=False)
-    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    """The Hub tests' hermetic environment (tests/hub_testing.py), and Hub waits of one second."""
+    hermetic_hub_environment(monkeypatch, tmp_path)
     monkeypatch.setenv("VITZOO_HUB_TIMEOUT", "1")
     return tmp_path
 
@@ -616,3 +598,137 @@ def test_a_config_json_with_wrong_types_names_the_file_and_the_problem(tmp_path,
     with pytest.raises(error or CheckpointError, match=fragment) as err:
         vitzoo.from_pretrained(tmp_path / "saved")
     assert "config.json" in str(err.value)
+
+
+# ------------------------------------------------------------------ should fix: a saved model under another name
+def test_a_saved_model_loaded_under_another_model_name_warns(tmp_path):
+    """`create(NAME, pretrained=DIR)` with DIR holding a saved model of another shape loads the saved
+    model, as training does, and warns naming the options that differ."""
+    tiny().save_pretrained(tmp_path / "saved")
+    with pytest.warns(UserWarning, match=r"holds another model than the one requested: embed_dim=32 \(not 768\)"):
+        model = vitzoo.create("vit_b16", pretrained=tmp_path / "saved")
+    assert model.config.embed_dim == 32
+
+
+# ------------------------------------------------------------------ should fix: the CLI onto existing files
+def test_convert_onto_an_existing_file_is_a_one_line_error(tmp_path, capsys):
+    """`vitzoo convert SRC DST` with DST an existing file says DST is a file; the file is kept."""
+    from vitzoo.cli import main
+
+    tiny().save_pretrained(tmp_path / "saved")
+    (tmp_path / "taken").write_text("mine\n")
+    assert main(["convert", str(tmp_path / "saved"), str(tmp_path / "taken")]) == 2
+    err = capsys.readouterr().err
+    assert "taken is a file, not a directory" in err and "Traceback" not in err
+    assert (tmp_path / "taken").read_text() == "mine\n"
+
+
+def test_pull_onto_an_existing_file_is_a_one_line_error(hermetic_hub, tmp_path, capsys, monkeypatch):
+    """`vitzoo pull REPO DIR` with DIR an existing file says DIR is a file; the file is kept."""
+    from vitzoo.cli import main
+    from vitzoo.testing.hubserver import HubServer
+
+    with HubServer(hermetic_hub / "hub", token=HUB_TOKEN) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        tiny().push_to_hub("alice/file", token=HUB_TOKEN)
+        (tmp_path / "taken").write_text("mine\n")
+        assert main(["pull", "alice/file", str(tmp_path / "taken")]) == 2
+    err = capsys.readouterr().err
+    assert "taken is a file, not a directory" in err and "Traceback" not in err
+    assert (tmp_path / "taken").read_text() == "mine\n"
+
+
+def test_train_onto_an_existing_file_is_a_one_line_error(tmp_path, capsys):
+    """`vitzoo train --out FILE` says FILE is a file; the file is kept."""
+    from vitzoo.cli import main
+
+    (tmp_path / "taken").write_text("mine\n")
+    assert main(["train", "vit_ti16", "--data", "synthetic", "--out", str(tmp_path / "taken")]) == 2
+    err = capsys.readouterr().err
+    assert "is a file" in err and "Traceback" not in err
+    assert (tmp_path / "taken").read_text() == "mine\n"
+
+
+# ------------------------------------------------------------------ should fix: a crash after the last step
+def test_a_crash_in_fewshot_evaluation_still_leaves_the_weights_and_summary(tmp_path, monkeypatch):
+    """A training whose few-shot evaluation fails after the last step raises that error, and the run
+    still holds the trained model (loadable) and summary.json, which records the failure."""
+    import json
+
+    from vitzoo.train import fit, loop
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("few-shot broke")
+
+    monkeypatch.setattr(loop, "fewshot_linear_accuracy", broken)
+    run = tmp_path / "run"
+    with pytest.raises(RuntimeError, match="few-shot broke") as err:
+        fit(train_config(run, fewshot=(1,)))
+    assert "trained model and summary.json are saved" in "".join(getattr(err.value, "__notes__", []))
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["step"] == 2
+    assert summary["fewshot_error"] == "RuntimeError: few-shot broke"
+    assert vitzoo.from_pretrained(run).config.embed_dim == RUN_TINY["embed_dim"]
+
+
+# ------------------------------------------------------------------ should fix: Hub errors that say what is wrong
+def test_a_push_without_a_token_says_none_was_sent(hermetic_hub, monkeypatch):
+    """A push with no token anywhere says a token is needed and none was sent (not that it was refused)."""
+    from vitzoo.hub import HubError
+    from vitzoo.testing.hubserver import HubServer
+
+    monkeypatch.setattr("huggingface_hub.get_token", lambda: None)
+    with HubServer(hermetic_hub / "hub", token=HUB_TOKEN) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        with pytest.raises(HubError, match="needs a token to write to alice/t and none was sent") as err:
+            tiny().push_to_hub("alice/t")
+    assert "refused" not in str(err.value)
+
+
+def test_a_push_with_hf_hub_offline_says_offline_forbids_it(hermetic_hub, monkeypatch):
+    """A push with HF_HUB_OFFLINE=1 says that the setting forbids it, not anything about the cache."""
+    from vitzoo.hub import HubError
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(HubError, match="HF_HUB_OFFLINE=1 forbids talking to the Hub.*unset HF_HUB_OFFLINE") as err:
+        tiny().push_to_hub("alice/t", token=HUB_TOKEN)
+    assert "cache" not in str(err.value)
+
+
+@pytest.mark.parametrize("endpoint", ["notaurl", "ftp://example.org", "http://"])
+def test_an_endpoint_that_is_not_a_url_says_so(hermetic_hub, monkeypatch, endpoint):
+    """HF_ENDPOINT that is not an http(s) URL is a HubError saying so, on pull and on push."""
+    from vitzoo.hub import HubError
+
+    monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    with pytest.raises(HubError, match="is not an http\\(s\\) URL"):
+        vitzoo.from_pretrained("hf-hub:alice/t")
+    with pytest.raises(HubError, match="is not an http\\(s\\) URL"):
+        tiny().push_to_hub("alice/t", token=HUB_TOKEN)
+
+
+@pytest.mark.parametrize("repo_id", ["org/a..b", "org/name--x", "org/" + "a" * 100, "org/-x"])
+def test_a_repo_name_the_hub_rejects_is_the_same_hub_error_on_pull_and_push(hermetic_hub, monkeypatch, repo_id):
+    """A repository name the Hub would reject is one HubError, the same on pull and on push."""
+    from vitzoo.hub import HubError
+
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    with pytest.raises(HubError, match="is not a valid Hub repo id") as pulled:
+        vitzoo.from_pretrained(f"hf-hub:{repo_id}")
+    with pytest.raises(HubError, match="is not a valid Hub repo id") as pushed:
+        tiny().push_to_hub(repo_id, token=HUB_TOKEN)
+    assert str(pulled.value) == str(pushed.value)
+
+
+def test_the_test_hub_server_removes_orphaned_upload_files_at_start(tmp_path):
+    """Upload files a killed test Hub server left in its tmp/ are removed when a server starts on
+    that root; its repositories and blobs are kept."""
+    from vitzoo.testing.hubserver import HubServer
+
+    (tmp_path / "hub" / "tmp").mkdir(parents=True)
+    (tmp_path / "hub" / "tmp" / "blob-orphan").write_bytes(b"half an upload")
+    (tmp_path / "hub" / "blobs" / "ab").mkdir(parents=True)
+    (tmp_path / "hub" / "blobs" / "ab" / "abcd").write_bytes(b"kept")
+    with HubServer(tmp_path / "hub", token=HUB_TOKEN):
+        assert list((tmp_path / "hub" / "tmp").iterdir()) == []
+    assert (tmp_path / "hub" / "blobs" / "ab" / "abcd").read_bytes() == b"kept"

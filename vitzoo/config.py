@@ -246,5 +246,16 @@ class ViTConfig:
         return cls.from_dict(json.loads(text))
 
 
+# the options that make a model another architecture (the rest change its input, head or numerics)
+SHAPE_OPTIONS = ("stem", "embed_dim", "depth", "num_heads", "mlp_dim", "resnet_layers")
+
+
+def shape_differences(saved: ViTConfig, requested: ViTConfig) -> list[str]:
+    """How the model a saved config describes differs in shape from the one requested, as
+    'option=saved (not requested)' items; [] when they are the same architecture."""
+    return [f"{k}={getattr(saved, k)!r} (not {getattr(requested, k)!r})" for k in SHAPE_OPTIONS
+            if getattr(saved, k) != getattr(requested, k)]
+
+
 __all__ = ["ViTConfig", "ConfigError", "POS_EMBED_MODES", "ACTIVATIONS", "RESNET_NUMERICS", "check_number",
-           "check_numbers", "closest"]
+           "check_numbers", "closest", "SHAPE_OPTIONS", "shape_differences"]

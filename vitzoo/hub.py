@@ -86,7 +86,20 @@ def parse(uri: str) -> tuple[str, str | None]:
     repo_id, _, revision = text.partition("@")
     if not _REPO_ID.match(repo_id) or (_ and not revision):
         raise HubError(f"{uri!r} is not a Hub model reference; write hf-hub:ORG/NAME or hf-hub:ORG/NAME@REVISION")
+    _check_repo_id(repo_id)
     return repo_id, check_revision(revision or None)
+
+
+def _check_repo_id(repo_id: str) -> None:
+    """The Hub's own rules for a name (length, '--', '..', ...), as huggingface_hub checks them: the
+    same HubError on pull and on push, before anything is sent."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as exc:
+        raise HubError(f"{repo_id!r} is not a valid Hub repo id ({exc}); write ORG/NAME") from None
 
 
 def _constants():
@@ -100,7 +113,14 @@ def _endpoint(endpoint: str | None) -> str:
 
     Always passed explicitly to huggingface_hub, which otherwise uses the HF_ENDPOINT it read when
     it was imported."""
-    return (endpoint or os.environ.get("HF_ENDPOINT") or _constants().ENDPOINT).rstrip("/")
+    from urllib.parse import urlsplit
+
+    url = (endpoint or os.environ.get("HF_ENDPOINT") or _constants().ENDPOINT).rstrip("/")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise HubError(f"the Hub server {url!r} (HF_ENDPOINT or endpoint=) is not an http(s) URL; "
+                       "e.g. https://huggingface.co, or unset HF_ENDPOINT for the default")
+    return url
 
 
 def _offline() -> bool:
@@ -129,7 +149,15 @@ def _status(exc: BaseException) -> int | None:
     return getattr(response, "status_code", None)
 
 
-def _explain(exc: Exception, repo_id: str, revision: str | None, endpoint: str, *, offline: bool, writing: bool) -> HubError:
+def _token_sent(token: str | bool | None) -> bool:
+    """Whether huggingface_hub sends a token: `token`, else HF_TOKEN or the stored login."""
+    from huggingface_hub import get_token
+
+    return bool(token) if token is not None else get_token() is not None
+
+
+def _explain(exc: Exception, repo_id: str, revision: str | None, endpoint: str, *, offline: bool, writing: bool,
+             sent_token: bool = True) -> HubError:
     """A HubError for a huggingface_hub / network error."""
     from huggingface_hub.errors import (
         GatedRepoError,
@@ -158,6 +186,12 @@ def _explain(exc: Exception, repo_id: str, revision: str | None, endpoint: str, 
         return HubError(
             f"no model repository {repo_id} on {endpoint} (or it is private and the token sent does not grant "
             "access): check the name; for a private repo set HF_TOKEN or pass token="
+        )
+    if status in (401, 403) and not sent_token:
+        return HubError(
+            f"the Hub at {endpoint} needs a token to {'write to' if writing else 'read'} {repo_id} and none was "
+            "sent: set HF_TOKEN, run `hf auth login` or pass token="
+            + (" (a token with write access)" if writing else "")
         )
     if status in (401, 403):
         action = "write to" if writing else "read"
@@ -297,7 +331,8 @@ def download(
         raise
     except Exception as exc:
         _remove_partial_downloads(repo_id, cache_dir)
-        raise _explain(exc, repo_id, revision, endpoint, offline=offline, writing=False) from exc
+        raise _explain(exc, repo_id, revision, endpoint, offline=offline, writing=False,
+                       sent_token=_token_sent(token)) from exc
     if not any((folder / name).exists() for name in WEIGHT_FILES):
         present = sorted(p.name for p in folder.iterdir())
         raise HubError(
@@ -330,6 +365,9 @@ def push_folder(
     repo_id, parsed_revision = parse(repo_id)
     revision = check_revision(revision) or parsed_revision
     endpoint = _endpoint(endpoint)
+    if _offline():
+        raise HubError(f"HF_HUB_OFFLINE=1 forbids talking to the Hub, and pushing {repo_id} to {endpoint} must: "
+                       "unset HF_HUB_OFFLINE to push")
     _bounded_session()
     api = HfApi(endpoint=endpoint, token=token, library_name="vitzoo")
     try:
@@ -342,7 +380,7 @@ def push_folder(
             commit_message=commit_message, allow_patterns=names,
         )
     except Exception as exc:
-        raise _explain(exc, repo_id, revision, endpoint, offline=_offline(), writing=True) from exc
+        raise _explain(exc, repo_id, revision, endpoint, offline=False, writing=True, sent_token=_token_sent(token)) from exc
     return str(getattr(info, "commit_url", info))
 
 

@@ -52,8 +52,10 @@ def _fsync_directory(path: Path) -> None:
 
 def _holds_only(final: Path, names: tuple[str, ...]) -> bool:
     """Whether `final` does not exist, or is a plain directory holding nothing but some of `names`."""
-    if final.is_symlink() or not final.exists():
-        return not final.is_symlink()
+    if final.is_symlink():
+        return False  # a link is written through, never replaced
+    if not final.exists():
+        return True
     return final.is_dir() and {p.name for p in final.iterdir()} <= set(names)
 
 
@@ -82,6 +84,8 @@ def staged_directory(path: str | os.PathLike, names: tuple[str, ...]) -> Iterato
     is inside it, and each file, complete before the first rename, is renamed in in the order of `names`
     (so the one that marks the set complete comes last)."""
     final = Path(path)
+    if final.exists() and not final.is_dir():
+        raise NotADirectoryError(f"{final} is a file, not a directory: a directory is written here; choose another path")
     whole = _holds_only(final, names)
     home = final.parent if whole else final
     home.mkdir(parents=True, exist_ok=True)

@@ -33,6 +33,7 @@ from torch.utils.data import DataLoader, Sampler
 
 import vitzoo
 from vitzoo import data as datasets
+from vitzoo.config import SHAPE_OPTIONS, shape_differences
 from vitzoo.evaluate import (
     classification_sums,
     fewshot_linear_accuracy,
@@ -111,12 +112,10 @@ def base_config(cfg: TrainConfig) -> vitzoo.ViTConfig:
     """The model's config before the dataset's options (for its resolution and channels)."""
     if cfg.pretrained and os.path.isdir(cfg.pretrained):
         config = read_config(Path(cfg.pretrained) / CONFIG_NAME)
-        shape = ("stem", "embed_dim", "depth", "num_heads", "mlp_dim", "resnet_layers")
-        named = None
+        differ = []
         if cfg.model in vitzoo.list_models():  # the named model with the shape options given with it
-            named = vitzoo.get_config(cfg.model, **{k: v for k, v in cfg.model_options.items() if k in shape})
-        differ = [f"{k}={getattr(config, k)!r} (not {getattr(named, k)!r})" for k in shape
-                  if named is not None and getattr(config, k) != getattr(named, k)]
+            named = vitzoo.get_config(cfg.model, **{k: v for k, v in cfg.model_options.items() if k in SHAPE_OPTIONS})
+            differ = shape_differences(config, named)
         if differ:  # the saved model decides; the name is then only a label, which may surprise
             warnings.warn(f"--pretrained {cfg.pretrained} holds another model than {cfg.model}: {', '.join(differ)}; "
                           "training the saved model", stacklevel=2)
@@ -562,9 +561,12 @@ def _fit(cfg: TrainConfig, env: distributed.Env) -> tuple[vitzoo.VisionTransform
     if metrics_record is not None and run is not None and env.is_main:
         with open(run / "metrics.jsonl", "a", encoding="utf-8") as f:
             f.write(json.dumps(metrics_record) + "\n")
-    fewshot = {}
+    fewshot, fewshot_error = {}, None
     if cfg.fewshot and status == "finished" and env.is_main:
-        fewshot = fewshot_linear_accuracy(raw_model, train_eval_set, test_set, cfg.fewshot, draws=5, seed=cfg.seed)
+        try:
+            fewshot = fewshot_linear_accuracy(raw_model, train_eval_set, test_set, cfg.fewshot, draws=5, seed=cfg.seed)
+        except Exception as exc:  # raised once the trained model and summary.json are written
+            fewshot_error = exc
     raw_model.eval()
     summary = {
         "status": status,
@@ -595,12 +597,18 @@ def _fit(cfg: TrainConfig, env: distributed.Env) -> tuple[vitzoo.VisionTransform
                        val_loss=val_final.get("loss"))
     if cfg.keep_best:
         summary.update(best_step=best["step"], best_val_top1=best["val_top1"])
+    if fewshot_error is not None:
+        summary["fewshot_error"] = f"{type(fewshot_error).__name__}: {fewshot_error}"
     if env.is_main and run is not None:
         if status == "finished" or not (run / CONFIG_NAME).exists():
             card = {"dataset": cfg.data, "metrics": {"accuracy": final["top1"], "top5_accuracy": final["top5"]}} if final else None
             save_pretrained(raw_model, run, extra={"data": cfg.data}, card=card)
         write_text(run / "summary.json", json.dumps(summary, indent=2) + "\n")
     distributed.barrier(env)
+    if fewshot_error is not None:
+        fewshot_error.add_note(f"few-shot evaluation failed after training; the trained model and summary.json "
+                               f"are saved{f' in {run}' if run else ''}")
+        raise fewshot_error
     if cfg.keep_best and status == "finished":
         say(f"best validation top-1 {best['val_top1']:.4f} at step {best['step']}: the weights evaluated and saved")
     if status == "finished":

@@ -10,13 +10,14 @@ are read with `torch.load(weights_only=True)`: no pickled code runs.
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from vitzoo.config import ConfigError, ViTConfig
+from vitzoo.config import ConfigError, ViTConfig, shape_differences
 from vitzoo.weights import files, official
 from vitzoo.weights import timm as timm_format
 from vitzoo.weights import torchvision as torchvision_format
@@ -249,6 +250,10 @@ def load_pretrained(
     if src.saved_config is not None:
         # the saved config decides the model (also under a model name); the user's options change it
         saved = src.saved_config
+        differ = shape_differences(saved, config) if config is not None else []
+        if differ:  # the name is then only a label, which may surprise (training warns alike)
+            warnings.warn(f"{location} holds another model than the one requested: {', '.join(differ)}; "
+                          "loading the saved model", stacklevel=3)
         built = saved.replace(**{k: v for k, v in requested.items() if k not in HEAD_OPTIONS})
         checkpoint = src.checkpoint
         checkpoint.config = {k: getattr(saved, k) for k in HEAD_OPTIONS}
