@@ -19,21 +19,12 @@ from vitzoo.hub import HubError, download, parse
 from vitzoo.testing.hubserver import HubServer
 from vitzoo.weights import CheckpointError
 
-TOKEN = "test-token"
-TINY = dict(embed_dim=32, depth=2, num_heads=2, mlp_dim=64, img_size=32, patch_size=8, num_classes=5)
+from hub_testing import TOKEN, hermetic_hub_environment, tiny  # tests/hub_testing.py
 
 
 @pytest.fixture(autouse=True)
 def hermetic(monkeypatch, tmp_path):
-    """A cache of our own, no stray token, LFS uploads (the server has no Xet storage)."""
-    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
-    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf_home" / "hub"))
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.delenv("HF_TOKEN", raising=False)
-    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    hermetic_hub_environment(monkeypatch, tmp_path)
 
 
 @pytest.fixture
@@ -55,15 +46,6 @@ def assert_cache_clean() -> None:
     assert not list(root.rglob("*.incomplete"))
     for link in root.glob("models--*/snapshots/*/*"):
         assert link.exists(), f"dangling {link}"
-
-
-def tiny(seed: int = 0, **changes):
-    torch.manual_seed(seed)
-    model = vitzoo.create("vit_b16", **{**TINY, **changes})
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0, 0.05)
-    return model.eval()
 
 
 def assert_same_model(a, b):

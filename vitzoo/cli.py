@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (ValueError, FileNotFoundError, RuntimeError) as exc:  # user errors: a message, not a traceback
+    except (ValueError, OSError, RuntimeError) as exc:  # user errors (a path that is a file, ...): a message, not a traceback
         print(f"vitzoo {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

@@ -11,6 +11,9 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import math
+import numbers
+import typing
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +32,46 @@ def closest(name: str, choices) -> str:
     """' Did you mean ...?' for a misspelling, or '' when nothing is close."""
     match = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
     return f" Did you mean {match[0]!r}?" if match else ""
+
+
+# ranges a number option may be given, by name (see `check_numbers`)
+RANGES = {
+    "> 0": lambda v: v > 0,
+    ">= 0": lambda v: v >= 0,
+    "in [0, 1)": lambda v: 0 <= v < 1,
+    "in [0, 1]": lambda v: 0 <= v <= 1,
+}
+
+
+def _number_kind(annotation) -> tuple[type | None, bool]:
+    """(int or float, whether None is allowed) for an int / float / X | None field; (None, _) otherwise."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    optional = len(args) == 1 and type(None) in typing.get_args(annotation)
+    kind = args[0] if optional else annotation
+    return (kind if kind in (int, float) else None), optional
+
+
+def check_number(name: str, value, kind: type, rule: str | None = None) -> None:
+    """`value` is an int (for `kind` int) or a finite number (for float), never a bool or text, and in
+    the range `rule` (a key of RANGES); a ConfigError names the option otherwise."""
+    wanted = numbers.Integral if kind is int else numbers.Real
+    if isinstance(value, bool) or not isinstance(value, wanted):
+        raise ConfigError(f"{name} must be {'an int' if kind is int else 'a number'}, got {value!r} ({type(value).__name__})")
+    if not math.isfinite(value):
+        raise ConfigError(f"{name} must be a finite number, got {value!r}")
+    if rule is not None and not RANGES[rule](value):
+        raise ConfigError(f"{name} must be {rule}, got {value!r}")
+
+
+def check_numbers(obj, rules: dict[str, str]) -> None:
+    """Every int and float field of the dataclass `obj` (optional ones when set): its type, finite,
+    and in its range from `rules` ({field: a key of RANGES}). One check for every number option."""
+    hints = typing.get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        kind, optional = _number_kind(hints[f.name])
+        value = getattr(obj, f.name)
+        if kind is not None and not (optional and value is None):
+            check_number(f.name, value, kind, rules.get(f.name))
 
 
 def _pair(value, option: str) -> tuple[int, int]:
@@ -110,6 +153,7 @@ class ViTConfig:
 
     # ------------------------------------------------------------------ checks
     def _check(self) -> None:
+        check_numbers(self, {"representation_size": "> 0"})  # types and finiteness; the ranges follow
         positive = ("in_chans", "patch_size", "resnet_width", "embed_dim", "num_heads", "mlp_dim")
         for name in positive:
             value = getattr(self, name)
@@ -122,7 +166,7 @@ class ViTConfig:
             raise ConfigError(f"img_size must be positive, got {self.img_size}")
         if not isinstance(self.num_classes, int) or self.num_classes < 0:
             raise ConfigError(f"num_classes must be an int >= 0 (0 = features only), got {self.num_classes!r}")
-        if any(not isinstance(n, int) or n < 1 for n in self.resnet_layers):
+        if any(not isinstance(n, int) or isinstance(n, bool) or n < 1 for n in self.resnet_layers):
             raise ConfigError(f"resnet_layers must be positive block counts per stage, got {self.resnet_layers}")
         if self.embed_dim % self.num_heads:
             raise ConfigError(
@@ -151,8 +195,9 @@ class ViTConfig:
                 raise ConfigError(f"{name} must be in [0, 1), got {value!r}")
         if not self.norm_eps > 0:
             raise ConfigError(f"norm_eps must be > 0, got {self.norm_eps!r}")
-        if self.representation_size is not None and self.representation_size < 1:
-            raise ConfigError(f"representation_size must be a positive int or None, got {self.representation_size!r}")
+        for name, values in (("mean", self.mean), ("std", self.std)):
+            for value in values:
+                check_number(name, value, float, "> 0" if name == "std" else None)  # x / std: none may be 0
         if len(self.mean) != self.in_chans or len(self.std) != self.in_chans:
             raise ConfigError(
                 f"mean and std need one value per input channel (in_chans={self.in_chans}), "
@@ -201,4 +246,16 @@ class ViTConfig:
         return cls.from_dict(json.loads(text))
 
 
-__all__ = ["ViTConfig", "ConfigError", "POS_EMBED_MODES", "ACTIVATIONS", "RESNET_NUMERICS", "closest"]
+# the options that make a model another architecture (the rest change its input, head or numerics)
+SHAPE_OPTIONS = ("stem", "embed_dim", "depth", "num_heads", "mlp_dim", "resnet_layers")
+
+
+def shape_differences(saved: ViTConfig, requested: ViTConfig) -> list[str]:
+    """How the model a saved config describes differs in shape from the one requested, as
+    'option=saved (not requested)' items; [] when they are the same architecture."""
+    return [f"{k}={getattr(saved, k)!r} (not {getattr(requested, k)!r})" for k in SHAPE_OPTIONS
+            if getattr(saved, k) != getattr(requested, k)]
+
+
+__all__ = ["ViTConfig", "ConfigError", "POS_EMBED_MODES", "ACTIVATIONS", "RESNET_NUMERICS", "check_number",
+           "check_numbers", "closest", "SHAPE_OPTIONS", "shape_differences"]

@@ -7,10 +7,14 @@ Everything goes through `huggingface_hub` (`HfApi` to write, `snapshot_download`
 usual settings apply: `HF_ENDPOINT` (the server), `HF_TOKEN` (or `hf auth login`), `HF_HOME` /
 `HF_HUB_CACHE` (the cache), `HF_HUB_OFFLINE=1` (cached files only). vitzoo keeps no cache of its own.
 huggingface_hub's errors become `HubError`s that name the cause and the fix.
+
+No Hub call waits for a silent server longer than `VITZOO_HUB_TIMEOUT` seconds (default 30) to
+connect, or between two reads or writes: huggingface_hub sends some requests with no timeout at all.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import tempfile
@@ -24,8 +28,56 @@ WEIGHT_FILES = ["model.safetensors", "pytorch_model.bin"]
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 
 
+TIMEOUT_ENV = "VITZOO_HUB_TIMEOUT"
+DEFAULT_TIMEOUT = 30.0
+
+
 class HubError(RuntimeError):
     """Talking to the Hub failed; the message names the cause and what to do."""
+
+
+def timeout() -> float:
+    """Seconds a Hub call waits to connect, and for each read or write: VITZOO_HUB_TIMEOUT or 30."""
+    text = os.environ.get(TIMEOUT_ENV, "").strip()
+    try:
+        value = float(text) if text else DEFAULT_TIMEOUT
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise HubError(f"{TIMEOUT_ENV}={text!r} is not a number of seconds above 0; e.g. {TIMEOUT_ENV}=30")
+    return value
+
+
+def _bound_waits(request) -> None:
+    """A request hook: every wait of the request (connect, read, write, pool) at most `timeout()`
+    seconds; huggingface_hub's own shorter timeouts stay."""
+    limit = timeout()
+    given = request.extensions.get("timeout") or {}
+    bounded = {k: limit if given.get(k) is None else min(given[k], limit) for k in ("connect", "read", "write", "pool")}
+    request.extensions = {**request.extensions, "timeout": bounded}
+
+
+def _bounded_session() -> None:
+    """Add `_bound_waits` to huggingface_hub's shared HTTP client (it makes a new one after errors, so
+    this is checked before every call)."""
+    from huggingface_hub.utils import get_session
+
+    timeout()  # a bad VITZOO_HUB_TIMEOUT is refused before anything is sent
+    client = get_session()
+    hooks = client.event_hooks
+    if _bound_waits not in hooks["request"]:
+        client.event_hooks = {**hooks, "request": [*hooks["request"], _bound_waits]}
+
+
+def check_revision(revision: str | None) -> str | None:
+    """`revision` when it is None or a name git (and so the Hub) accepts for a branch, tag or commit."""
+    from vitzoo import refname
+
+    reason = None if revision is None else refname.problem(revision)
+    if reason is not None:
+        raise HubError(f"{revision!r} is not a revision: {reason}; give a branch, tag or commit as git names "
+                       "them (e.g. main, v1.0, a commit sha)")
+    return revision
 
 
 def parse(uri: str) -> tuple[str, str | None]:
@@ -34,7 +86,20 @@ def parse(uri: str) -> tuple[str, str | None]:
     repo_id, _, revision = text.partition("@")
     if not _REPO_ID.match(repo_id) or (_ and not revision):
         raise HubError(f"{uri!r} is not a Hub model reference; write hf-hub:ORG/NAME or hf-hub:ORG/NAME@REVISION")
-    return repo_id, revision or None
+    _check_repo_id(repo_id)
+    return repo_id, check_revision(revision or None)
+
+
+def _check_repo_id(repo_id: str) -> None:
+    """The Hub's own rules for a name (length, '--', '..', ...), as huggingface_hub checks them: the
+    same HubError on pull and on push, before anything is sent."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as exc:
+        raise HubError(f"{repo_id!r} is not a valid Hub repo id ({exc}); write ORG/NAME") from None
 
 
 def _constants():
@@ -48,7 +113,14 @@ def _endpoint(endpoint: str | None) -> str:
 
     Always passed explicitly to huggingface_hub, which otherwise uses the HF_ENDPOINT it read when
     it was imported."""
-    return (endpoint or os.environ.get("HF_ENDPOINT") or _constants().ENDPOINT).rstrip("/")
+    from urllib.parse import urlsplit
+
+    url = (endpoint or os.environ.get("HF_ENDPOINT") or _constants().ENDPOINT).rstrip("/")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise HubError(f"the Hub server {url!r} (HF_ENDPOINT or endpoint=) is not an http(s) URL; "
+                       "e.g. https://huggingface.co, or unset HF_ENDPOINT for the default")
+    return url
 
 
 def _offline() -> bool:
@@ -77,7 +149,15 @@ def _status(exc: BaseException) -> int | None:
     return getattr(response, "status_code", None)
 
 
-def _explain(exc: Exception, repo_id: str, revision: str | None, endpoint: str, *, offline: bool, writing: bool) -> HubError:
+def _token_sent(token: str | bool | None) -> bool:
+    """Whether huggingface_hub sends a token: `token`, else HF_TOKEN or the stored login."""
+    from huggingface_hub import get_token
+
+    return bool(token) if token is not None else get_token() is not None
+
+
+def _explain(exc: Exception, repo_id: str, revision: str | None, endpoint: str, *, offline: bool, writing: bool,
+             sent_token: bool = True) -> HubError:
     """A HubError for a huggingface_hub / network error."""
     from huggingface_hub.errors import (
         GatedRepoError,
@@ -107,6 +187,12 @@ def _explain(exc: Exception, repo_id: str, revision: str | None, endpoint: str, 
             f"no model repository {repo_id} on {endpoint} (or it is private and the token sent does not grant "
             "access): check the name; for a private repo set HF_TOKEN or pass token="
         )
+    if status in (401, 403) and not sent_token:
+        return HubError(
+            f"the Hub at {endpoint} needs a token to {'write to' if writing else 'read'} {repo_id} and none was "
+            "sent: set HF_TOKEN, run `hf auth login` or pass token="
+            + (" (a token with write access)" if writing else "")
+        )
     if status in (401, 403):
         action = "write to" if writing else "read"
         return HubError(
@@ -127,6 +213,15 @@ def _explain(exc: Exception, repo_id: str, revision: str | None, endpoint: str, 
             "or unset HF_HUB_OFFLINE"
         )
     network = _connection_error(exc)
+    if network is not None and any("Timeout" in c.__name__ for c in type(network).__mro__):
+        return HubError(
+            f"the Hub at {endpoint} did not answer within {timeout():g} s ({type(network).__name__}) while "
+            f"{'uploading' if writing else 'downloading'} {where}"
+            + ("" if writing else f", and {where} is not in the Hugging Face cache ({cache})")
+            + ": check the server and HF_ENDPOINT, wait longer with VITZOO_HUB_TIMEOUT=SECONDS"
+            + ("" if writing else ", or work offline: HF_HUB_OFFLINE=1 loads cached models, and a local "
+               "directory written by save_pretrained loads without the Hub")
+        )
     if network is not None and not any(c.__name__ in ("ConnectError", "ConnectionRefusedError", "ConnectTimeout")
                                        for c in type(network).__mro__):
         # connected, then the transfer broke off (server stopped, connection reset, short body)
@@ -218,9 +313,10 @@ def download(
     from huggingface_hub import snapshot_download
 
     repo_id, parsed_revision = parse(source)
-    revision = revision or parsed_revision
+    revision = check_revision(revision) or parsed_revision
     endpoint = _endpoint(endpoint)  # HF_ENDPOINT as set now, not only as it was at import
     offline = local_files_only or _offline()
+    _bounded_session()
     common: dict[str, Any] = dict(repo_type="model", token=token, cache_dir=cache_dir, endpoint=endpoint,
                                   local_files_only=offline, library_name="vitzoo")
     try:
@@ -235,7 +331,8 @@ def download(
         raise
     except Exception as exc:
         _remove_partial_downloads(repo_id, cache_dir)
-        raise _explain(exc, repo_id, revision, endpoint, offline=offline, writing=False) from exc
+        raise _explain(exc, repo_id, revision, endpoint, offline=offline, writing=False,
+                       sent_token=_token_sent(token)) from exc
     if not any((folder / name).exists() for name in WEIGHT_FILES):
         present = sorted(p.name for p in folder.iterdir())
         raise HubError(
@@ -266,8 +363,12 @@ def push_folder(
     if not (directory / WEIGHTS_NAME).exists():
         raise HubError(f"{directory} has no {WEIGHTS_NAME}; write it with model.save_pretrained(...)")
     repo_id, parsed_revision = parse(repo_id)
-    revision = revision or parsed_revision
+    revision = check_revision(revision) or parsed_revision
     endpoint = _endpoint(endpoint)
+    if _offline():
+        raise HubError(f"HF_HUB_OFFLINE=1 forbids talking to the Hub, and pushing {repo_id} to {endpoint} must: "
+                       "unset HF_HUB_OFFLINE to push")
+    _bounded_session()
     api = HfApi(endpoint=endpoint, token=token, library_name="vitzoo")
     try:
         api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
@@ -279,7 +380,7 @@ def push_folder(
             commit_message=commit_message, allow_patterns=names,
         )
     except Exception as exc:
-        raise _explain(exc, repo_id, revision, endpoint, offline=_offline(), writing=True) from exc
+        raise _explain(exc, repo_id, revision, endpoint, offline=False, writing=True, sent_token=_token_sent(token)) from exc
     return str(getattr(info, "commit_url", info))
 
 
@@ -303,4 +404,4 @@ def push_to_hub(
                            commit_message=commit_message, endpoint=endpoint)
 
 
-__all__ = ["HUB_PREFIX", "HubError", "download", "parse", "push_folder", "push_to_hub"]
+__all__ = ["HUB_PREFIX", "HubError", "check_revision", "download", "parse", "push_folder", "push_to_hub", "timeout"]

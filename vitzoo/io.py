@@ -1,10 +1,12 @@
-"""Atomic file writes: a reader never sees a half-written file under its final name."""
+"""Atomic writes: a reader never sees a half-written file, or a half-replaced set of files, under its final name."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
+import uuid
 from pathlib import Path
 from typing import Iterator
 
@@ -32,3 +34,71 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
 def write_text(path: str | os.PathLike, text: str) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
+
+
+def _fsync_directory(path: Path) -> None:
+    """Make a rename inside `path` durable (POSIX; a no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _holds_only(final: Path, names: tuple[str, ...]) -> bool:
+    """Whether `final` does not exist, or is a plain directory holding nothing but some of `names`."""
+    if final.is_symlink():
+        return False  # a link is written through, never replaced
+    if not final.exists():
+        return True
+    return final.is_dir() and {p.name for p in final.iterdir()} <= set(names)
+
+
+def _swap_in(stage: Path, final: Path) -> None:
+    """`stage` becomes `final`; an earlier `final` is removed only once the new one is in place."""
+    if not final.exists():
+        os.rename(stage, final)  # a new directory appears whole
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".old", dir=final.parent))
+    os.rename(final, old / final.name)
+    try:
+        os.rename(stage, final)
+    except BaseException:
+        os.rename(old / final.name, final)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def staged_directory(path: str | os.PathLike, names: tuple[str, ...]) -> Iterator[Path]:
+    """Yield an empty directory to write the files `names` into; on success they replace those of
+    `path` together, on an exception nothing under `path` has changed.
+
+    A `path` that does not exist appears whole; one holding only an earlier set of these files is
+    swapped for the new set. One that holds more (a training run) keeps the rest: the staging directory
+    is inside it, and each file, complete before the first rename, is renamed in in the order of `names`
+    (so the one that marks the set complete comes last)."""
+    final = Path(path)
+    if final.exists() and not final.is_dir():
+        raise NotADirectoryError(f"{final} is a file, not a directory: a directory is written here; choose another path")
+    whole = _holds_only(final, names)
+    home = final.parent if whole else final
+    home.mkdir(parents=True, exist_ok=True)
+    stage = home / f".{final.name}.{uuid.uuid4().hex[:12]}.tmp"
+    stage.mkdir()  # not mkdtemp: the directory that appears gets the usual permissions (umask), not 0700
+    try:
+        yield stage
+        if whole:
+            _swap_in(stage, final)
+        else:
+            for name in names:
+                if (stage / name).exists():
+                    os.replace(stage / name, final / name)
+        _fsync_directory(home)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)

@@ -23,7 +23,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from vitzoo.config import ViTConfig
+from vitzoo.config import ViTConfig, check_number
 from vitzoo.train.config import (
     DEVICES,
     OPTIMIZERS,
@@ -162,6 +162,17 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_eval_numbers(args: argparse.Namespace) -> None:
+    """eval's number options, checked as TrainConfig's are (a ConfigError before anything loads)."""
+    checks = [("draws", args.draws, int, "> 0"), ("batch_size", args.batch_size, int, "> 0"),
+              ("num_workers", args.num_workers, int, ">= 0"), ("seed", args.seed, int, ">= 0")]
+    checks += [("fewshot", k, int, "> 0") for k in args.fewshot]
+    checks += [("test_limit", args.test_limit, int, "> 0")] if args.test_limit is not None else []
+    checks += [("l2_reg", args.l2_reg, float, ">= 0")] if args.l2_reg is not None else []
+    for name, value, kind, rule in checks:
+        check_number(name, value, kind, rule)
+
+
 def run_eval(args: argparse.Namespace) -> int:
     import torch
 
@@ -170,6 +181,7 @@ def run_eval(args: argparse.Namespace) -> int:
     from vitzoo import evaluate
     from vitzoo.train.distributed import pick_device
 
+    _check_eval_numbers(args)
     model_dir = Path(args.model_dir)
     if not (model_dir / "config.json").exists():
         raise FileNotFoundError(f"{model_dir} holds no saved model (config.json); a finished run or a "

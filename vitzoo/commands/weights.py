@@ -9,7 +9,7 @@ import argparse
 import shutil
 from pathlib import Path
 
-from vitzoo.io import atomic_path
+from vitzoo.io import atomic_path, staged_directory
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -49,11 +49,12 @@ def run_push(args) -> int:
 
 
 def _copy_files(snapshot: Path, destination: Path) -> None:
-    # config.json last: a directory with a config always has complete weights beside it
-    for path in sorted(snapshot.iterdir(), key=lambda p: (p.name == "config.json", p.name)):
-        if path.is_file():
-            with atomic_path(destination / path.name) as tmp:
-                shutil.copyfile(path, tmp)
+    """The snapshot's files into `destination`, all at once (vitzoo.io.staged_directory)."""
+    names = tuple(sorted((p.name for p in snapshot.iterdir() if p.is_file()), key=lambda n: (n == "config.json", n)))
+    with staged_directory(destination, names) as stage:
+        for name in names:
+            with atomic_path(stage / name) as tmp:  # fsynced, as save_pretrained's files are
+                shutil.copyfile(snapshot / name, tmp)
 
 
 def run_pull(args) -> int:
@@ -65,7 +66,6 @@ def run_pull(args) -> int:
     model = load_pretrained(None, snapshot, {})  # the files must make a model: fail here, not later
     if args.directory:
         destination = Path(args.directory)
-        destination.mkdir(parents=True, exist_ok=True)
         if _is_vitzoo(snapshot):  # the repo's own files, model card included
             _copy_files(snapshot, destination)
         else:  # a foreign format: written as a vitzoo directory

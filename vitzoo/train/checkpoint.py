@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import random
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,8 @@ import torch
 from safetensors.torch import load_file
 
 from vitzoo.io import atomic_path, write_text
-from vitzoo.weights.files import WEIGHTS_NAME, save_pretrained
+from vitzoo.weights.checkpoint import CheckpointError, read_failed
+from vitzoo.weights.files import CONFIG_NAME, WEIGHTS_NAME, save_pretrained
 
 LATEST = "latest"
 STATE_NAME = "state.pt"
@@ -68,19 +70,66 @@ def set_rng_state(state: dict[str, Any], device: torch.device | str | None = Non
     np.random.set_state((name, keys.numpy().astype(np.uint32), *rest))
 
 
+def _complete(path: Path) -> bool:
+    return all((path / name).is_file() for name in (STATE_NAME, WEIGHTS_NAME, CONFIG_NAME))
+
+
+def _pointed(directory: Path) -> Path | None:
+    """The checkpoint the `latest` pointer names, if the pointer is there and readable."""
+    try:
+        name = (directory / LATEST).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return directory / name if name else None
+
+
 def latest(directory: str | Path) -> Path | None:
     """The last complete checkpoint under RUN/checkpoints, or None."""
-    pointer = Path(directory) / LATEST
-    if not pointer.is_file():
-        return None
-    path = Path(directory) / pointer.read_text(encoding="utf-8").strip()
-    return path if (path / STATE_NAME).is_file() else None
+    path = _pointed(Path(directory))
+    return path if path is not None and path.parent == Path(directory) and _complete(path) else None
+
+
+def to_resume(directory: str | Path) -> list[Path]:
+    """The complete checkpoints to resume from, in the order to try them: the one `latest` points to,
+    then the others newest first. A damaged pointer is said and the newest complete checkpoint leads
+    instead (a warning, shown under --quiet too); no checkpoint is ever deleted for it. Empty when the run committed none (it starts from
+    step 0); a CheckpointError when it committed one and none is left complete."""
+    directory = Path(directory)
+    pointed = latest(directory)
+    found = sorted((p for p in directory.glob("step_*") if p.is_dir() and _complete(p)), reverse=True)
+    if (directory / LATEST).exists() and pointed is None:
+        named = _pointed(directory)
+        what = f"names {named.name!r}, which is not a complete checkpoint" if named else "cannot be read"
+        if not found:
+            raise CheckpointError(
+                f"cannot resume: {directory / LATEST} {what}, and {directory} holds no complete checkpoint "
+                f"(config.json, model.safetensors, {STATE_NAME}); restore it, or start a new run with another --out"
+            )
+        warnings.warn(f"{directory / LATEST} {what}: resuming from the newest complete checkpoint, {found[0].name}")
+    return ([pointed] if pointed else []) + [p for p in found if p != pointed]
+
+
+def load_first(paths: list[Path], model: torch.nn.Module,
+               map_location: torch.device | str = "cpu") -> tuple[Path, dict[str, Any]]:
+    """Load the first of `paths` that reads (see `load`); a damaged one is named (a warning) and the next tried."""
+    problems = []
+    for path in paths:
+        try:
+            return path, load(path, model, map_location)
+        except CheckpointError as exc:
+            problems.append(str(exc))
+            if path != paths[-1]:
+                warnings.warn(f"{exc}: resuming from the previous checkpoint, {paths[paths.index(path) + 1].name}")
+    raise CheckpointError("cannot resume, no checkpoint reads: " + "; ".join(problems)
+                          + ". Restore the files, or start a new run with another --out")
 
 
 def save(directory: str | Path, step: int, model: torch.nn.Module, state: dict[str, Any], keep: int = 1) -> Path:
     """Write checkpoint `step` (model + training state), then point `latest` at it; keep the newest `keep`."""
     directory = Path(directory)
     path = directory / f"step_{step:08d}"
+    for stale in directory.glob(".step_*.tmp"):  # staging left by a killed save (vitzoo.io.staged_directory)
+        shutil.rmtree(stale, ignore_errors=True)
     if path.exists() and latest(directory) != path:
         shutil.rmtree(path)  # left over by a crash
     try:
@@ -99,11 +148,19 @@ def save(directory: str | Path, step: int, model: torch.nn.Module, state: dict[s
 
 
 def load(path: str | Path, model: torch.nn.Module, map_location: torch.device | str = "cpu") -> dict[str, Any]:
-    """Load the weights of checkpoint `path` into `model`; return its training state."""
+    """Load the weights of checkpoint `path` into `model`; return its training state. A file that does
+    not read (truncated, damaged) is a CheckpointError naming it; `model` is unchanged then."""
     path = Path(path)
-    weights = load_file(str(path / WEIGHTS_NAME), device=str(map_location))
+    try:
+        state = torch.load(path / STATE_NAME, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises several types for a truncated or foreign file
+        raise read_failed(path / STATE_NAME, exc) from exc
+    try:
+        weights = load_file(str(path / WEIGHTS_NAME), device=str(map_location))
+    except Exception as exc:  # safetensors raises its own error types
+        raise read_failed(path / WEIGHTS_NAME, exc) from exc
     model.load_state_dict(weights, strict=True)
-    return torch.load(path / STATE_NAME, map_location="cpu", weights_only=True)
+    return state
 
 
-__all__ = ["LATEST", "latest", "load", "rng_state", "save", "set_rng_state"]
+__all__ = ["LATEST", "latest", "load", "load_first", "rng_state", "save", "set_rng_state", "to_resume"]

@@ -25,6 +25,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from vitzoo.config import check_number, check_numbers
+
 RECIPES: dict[str, dict[str, Any]] = {
     "paper-pretrain": dict(optimizer="adamw", lr=1e-3, batch_size=512, weight_decay=0.1, betas=(0.9, 0.999),
                            momentum=0.9, schedule="linear", warmup=10_000, clip_grad=1.0, reset_head=False),
@@ -37,9 +39,21 @@ DEVICES = ("auto", "cpu", "cuda", "mps")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 DEFAULT_EPOCHS = 10
 
-# Fields that may differ between a run and its resumption (they do not change what is computed).
+# Fields that may differ between a run and its resumption (they do not change what is computed);
+# `out` too: a run directory moved or copied elsewhere is the same run.
 RESUMABLE_CHANGES = {"resume", "stop_at", "quiet", "num_workers", "log_every", "eval_every", "checkpoint_every",
-                     "keep_checkpoints", "device", "compile", "tensorboard"}
+                     "keep_checkpoints", "device", "compile", "tensorboard", "out"}
+
+# the range of every number option (`vitzoo.config.check_numbers` checks them all, and their types, as
+# one ConfigError before any data loads); options not named take any int or finite number
+NUMBER_RANGES = {
+    **dict.fromkeys(("lr", "batch_size", "micro_batch", "epochs", "steps", "time_budget_min", "stop_at",
+                     "train_limit", "test_limit", "log_every", "keep_checkpoints"), "> 0"),
+    **dict.fromkeys(("val_size", "num_workers", "crop_padding", "randaugment", "mixup", "cutmix", "weight_decay",
+                     "momentum", "warmup", "clip_grad", "checkpoint_every", "eval_every", "seed"), ">= 0"),
+    "random_resized_crop": "in [0, 1]",
+    "label_smoothing": "in [0, 1)",
+}
 
 
 def _help(text: str, **kwargs) -> Any:
@@ -109,9 +123,8 @@ class TrainConfig:
     tensorboard: bool = _help("also write TensorBoard logs (if tensorboard is installed)", default=True)
 
     def __post_init__(self) -> None:
-        if self.betas is not None:
-            self.betas = tuple(float(b) for b in self.betas)
-        self.fewshot = tuple(int(k) for k in self.fewshot)
+        self.betas = None if self.betas is None else tuple(self.betas)
+        self.fewshot = tuple(self.fewshot)
         if self.recipe not in RECIPES:
             raise ValueError(f"unknown recipe {self.recipe!r}; choose one of {', '.join(RECIPES)}")
         for name, choices in (("optimizer", OPTIMIZERS), ("schedule", SCHEDULES), ("device", DEVICES), ("precision", PRECISIONS)):
@@ -121,14 +134,13 @@ class TrainConfig:
         lengths = [n for n in ("epochs", "steps", "time_budget_min") if getattr(self, n) is not None]
         if len(lengths) > 1:
             raise ValueError(f"give one of epochs, steps, time_budget_min, not {' and '.join(lengths)}")
-        for name in ("lr", "batch_size", "micro_batch", "epochs", "steps", "time_budget_min"):
-            value = getattr(self, name)
-            if value is not None and value <= 0:
-                raise ValueError(f"{name} must be > 0, got {value!r}")
-        if self.warmup is not None and self.warmup < 0:
-            raise ValueError(f"warmup must be >= 0, got {self.warmup!r}")
-        if self.val_size < 0:
-            raise ValueError(f"val_size must be >= 0 (the number of training images held out; 0: none), got {self.val_size!r}")
+        check_numbers(self, NUMBER_RANGES)
+        for k in self.fewshot:
+            check_number("fewshot", k, int, "> 0")
+        for beta in self.betas or ():
+            check_number("betas", beta, float, "in [0, 1)")
+        if self.betas is not None:
+            self.betas = tuple(float(b) for b in self.betas)
         if self.keep_best and not (self.val_size > 0 and self.eval_every > 0):
             missing = [flag for flag, value in (("--val-size N", self.val_size), ("--eval-every K", self.eval_every)) if value <= 0]
             raise ValueError(f"keep_best picks the best of the evaluations on a validation set during training: "

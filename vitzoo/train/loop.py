@@ -34,6 +34,7 @@ from torch.utils.data import DataLoader, Sampler
 
 import vitzoo
 from vitzoo import data as datasets
+from vitzoo.config import SHAPE_OPTIONS, shape_differences
 from vitzoo.evaluate import (
     classification_sums,
     eval_loader,
@@ -54,7 +55,12 @@ MAX_UNREAD_STEPS = 100
 
 
 class TrainingDiverged(RuntimeError):
-    """The loss (or gradient norm) became NaN or infinite."""
+    """The loss (or gradient norm) became NaN or infinite. `inputs` is True when the normalised images
+    themselves were not finite: the data or its mean/std, not the optimisation, is at fault."""
+
+    def __init__(self, message: str, inputs: bool = False) -> None:
+        super().__init__(message)
+        self.inputs = inputs
 
 
 def loss_fn(logits: torch.Tensor, targets: torch.Tensor, label_smoothing: float) -> torch.Tensor:
@@ -118,12 +124,10 @@ def base_config(cfg: TrainConfig) -> vitzoo.ViTConfig:
     """The model's config before the dataset's options (for its resolution and channels)."""
     if cfg.pretrained and os.path.isdir(cfg.pretrained):
         config = read_config(Path(cfg.pretrained) / CONFIG_NAME)
-        shape = ("stem", "embed_dim", "depth", "num_heads", "mlp_dim", "resnet_layers")
-        named = None
+        differ = []
         if cfg.model in vitzoo.list_models():  # the named model with the shape options given with it
-            named = vitzoo.get_config(cfg.model, **{k: v for k, v in cfg.model_options.items() if k in shape})
-        differ = [f"{k}={getattr(config, k)!r} (not {getattr(named, k)!r})" for k in shape
-                  if named is not None and getattr(config, k) != getattr(named, k)]
+            named = vitzoo.get_config(cfg.model, **{k: v for k, v in cfg.model_options.items() if k in SHAPE_OPTIONS})
+            differ = shape_differences(config, named)
         if differ:  # the saved model decides; the name is then only a label, which may surprise
             warnings.warn(f"--pretrained {cfg.pretrained} holds another model than {cfg.model}: {', '.join(differ)}; "
                           "training the saved model", stacklevel=2)
@@ -191,15 +195,37 @@ def resolve_precision(cfg: TrainConfig, device: torch.device) -> torch.dtype | N
 
 
 # ---------------------------------------------------------------------------- the run directory
-def prepare_run_dir(cfg: TrainConfig, run: Path | None) -> Path | None:
-    """Check the run directory; return the checkpoint to resume from (or None)."""
+def _describe(run: Path, entries: list[str], pretrained: str | None) -> str:
+    """What an --out directory holds, in words: a run, a saved model, the --pretrained source, files."""
+    if pretrained and os.path.exists(pretrained) and (run.resolve() == Path(pretrained).resolve()
+                                                      or run.resolve() in Path(pretrained).resolve().parents):
+        return f"the --pretrained source {pretrained} (training would overwrite the weights it starts from)"
+    if "train_config.json" in entries or "checkpoints" in entries:
+        return "a run; pass --resume to continue it"
+    if CONFIG_NAME in entries:
+        return "a saved model (config.json, written by save_pretrained or another program)"
+    return "files of its own (" + ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "") + ")"
+
+
+def _check_new_run_dir(run: Path, pretrained: str | None) -> None:
+    """A new run writes only into a directory that does not exist or is empty: anything already there
+    (a saved model, the --pretrained weights, another run) would be overwritten or mixed in."""
+    if run.exists() and not run.is_dir():
+        raise ValueError(f"--out {run} is a file, not a directory; choose another --out")
+    entries = sorted(p.name for p in run.iterdir()) if run.is_dir() else []
+    if entries:
+        raise ValueError(f"--out {run} already holds {_describe(run, entries, pretrained)}; a new run needs "
+                         "an empty or new directory: choose another --out")
+
+
+def prepare_run_dir(cfg: TrainConfig, run: Path | None) -> list[Path]:
+    """Check the run directory; return the checkpoints to resume from, in the order to try them."""
     if run is None:
-        return None
+        return []
     saved = run / "train_config.json"
     if not cfg.resume:
-        if (run / "checkpoints").exists() or saved.exists():
-            raise ValueError(f"{run} already holds a run; pass --resume to continue it, or choose another --out")
-        return None
+        _check_new_run_dir(run, cfg.pretrained)
+        return []
     if not saved.exists():
         raise FileNotFoundError(f"cannot resume: {saved} does not exist")
     before = json.loads(json.dumps(TrainConfig.from_json(saved.read_text(encoding="utf-8")).resolved().to_dict()))
@@ -208,7 +234,7 @@ def prepare_run_dir(cfg: TrainConfig, run: Path | None) -> Path | None:
     if changed:
         detail = ", ".join(f"{k}: {before.get(k)!r} -> {now[k]!r}" for k in changed)
         raise ValueError(f"cannot resume {run} with different settings ({detail})")
-    return checkpoint.latest(run / "checkpoints")
+    return checkpoint.to_resume(run / "checkpoints")
 
 
 def gather_rng(env: distributed.Env) -> list[dict]:
@@ -312,7 +338,7 @@ def _fit(cfg: TrainConfig, env: distributed.Env) -> tuple[vitzoo.VisionTransform
     # -- 1. cheap checks, before any work
     datasets.check_data(cfg.data, cfg.data_dir)
     run = Path(cfg.out) if cfg.out else None
-    resume_from = prepare_run_dir(cfg, run)
+    resume_points = prepare_run_dir(cfg, run)
     distributed.barrier(env)  # every rank has checked the run directory before rank 0 writes to it
     micro = cfg.micro_batch or cfg.batch_size // env.world_size
     if micro < 1 or cfg.batch_size % (env.world_size * micro):
@@ -365,8 +391,9 @@ def _fit(cfg: TrainConfig, env: distributed.Env) -> tuple[vitzoo.VisionTransform
     optimizer = build_optimizer(cfg, model, device)
     scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16)
     step, train_seconds, images_seen = 0, 0.0, 0
-    if resume_from is not None:
-        state = checkpoint.load(resume_from, model, device)
+    resume_from = None
+    if resume_points:
+        resume_from, state = checkpoint.load_first(resume_points, model, device)
         optimizer.load_state_dict(state["optimizer"])
         schedule.load_state_dict(state["schedule"])
         scaler.load_state_dict(state["scaler"])
@@ -476,23 +503,29 @@ def _fit(cfg: TrainConfig, env: distributed.Env) -> tuple[vitzoo.VisionTransform
     loss_value, grad_norm = None, None
     # each step's (step, mean loss, gradient norm), kept on the device until read: reading a number
     # makes the host wait for the device, so it is done when the numbers are needed, not every step
-    unread: list[tuple[int, torch.Tensor, torch.Tensor]] = []
+    unread: list[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]] = []  # + non-finite inputs
 
     def read_steps() -> None:
         """Read the unread steps' losses and gradient norms (one wait for the device); stop at the
-        first non-finite one. Before anything is logged, evaluated or saved."""
+        first non-finite one, blaming the data when its normalised images were not finite. Before
+        anything is logged, evaluated or saved."""
         nonlocal loss_value, grad_norm
         if not unread:
             return
-        values = torch.stack([torch.stack([loss.to(exact), norm.to(exact)]) for _, loss, norm in unread]).tolist()
-        steps = [s for s, _, _ in unread]
+        values = torch.stack([torch.stack([loss.to(exact), norm.to(exact), bad.to(exact)])
+                              for _, loss, norm, bad in unread]).tolist()
+        steps = [s for s, *_ in unread]
         unread.clear()
-        for s, (loss, norm) in zip(steps, values):
+        for s, (loss, norm, bad_inputs) in zip(steps, values):
+            if not math.isfinite(loss) and bad_inputs:
+                config = raw_model.config
+                raise TrainingDiverged(f"the loss is {loss} at step {s} because the normalised images hold NaN or "
+                                       f"infinite values (mean {list(config.mean)}, std {list(config.std)})", inputs=True)
             if not math.isfinite(loss):
                 raise TrainingDiverged(f"the loss is {loss} at step {s}")
             if not math.isfinite(norm) and not scaler.is_enabled():  # (the scaler skips steps of inf gradients)
                 raise TrainingDiverged(f"the gradient norm is {norm} at step {s} (loss {loss:.4g})")
-        loss_value, grad_norm = values[-1]
+        loss_value, grad_norm = values[-1][:2]
 
     log_images, log_time = 0, time.perf_counter()
     batches = micro_batches(step)
@@ -506,10 +539,12 @@ def _fit(cfg: TrainConfig, env: distributed.Env) -> tuple[vitzoo.VisionTransform
                     group["lr"] = lr
                 t0 = time.perf_counter()
                 loss_sum = torch.zeros((), device=device)
+                bad_inputs = torch.zeros((), device=device)
                 for i in range(accum):
                     images, labels = next(batches)
                     x = normalize(images.to(device, non_blocking=True))
                     y = labels.to(device, non_blocking=True)
+                    bad_inputs += (~torch.isfinite(x)).sum()  # no sync: read with the loss below
                     if mixer is not None:
                         x, y = mixer(x, y)
                     sync = i == accum - 1 or not env.distributed
@@ -518,14 +553,16 @@ def _fit(cfg: TrainConfig, env: distributed.Env) -> tuple[vitzoo.VisionTransform
                             loss = loss_fn(model(x), y, cfg.label_smoothing)
                         scaler.scale(loss / accum).backward()
                     loss_sum += loss.detach()
-                # the global batch's mean loss, all-reduced on the device
-                mean_loss = distributed.all_reduce((loss_sum / accum).to(exact), env) / env.world_size
+                # the global batch's mean loss and its count of non-finite normalised inputs, all-reduced on
+                # the device (read with the loss, in read_steps)
+                shared = distributed.all_reduce(torch.stack([(loss_sum / accum).to(exact), bad_inputs.to(exact)]), env)
+                mean_loss, inputs_bad = shared[0] / env.world_size, shared[1]
                 scaler.unscale_(optimizer)
                 norm = torch.nn.utils.clip_grad_norm_(raw_model.parameters(), cfg.clip_grad or float("inf"))
                 scaler.step(optimizer)
                 scaler.update()
                 optimizer.zero_grad(set_to_none=True)
-                unread.append((step, mean_loss.detach(), norm.detach()))
+                unread.append((step, mean_loss.detach(), norm.detach(), inputs_bad.detach()))
                 step += 1
                 images_seen += cfg.batch_size
                 log_images += cfg.batch_size
@@ -573,8 +610,9 @@ def _fit(cfg: TrainConfig, env: distributed.Env) -> tuple[vitzoo.VisionTransform
                  if last_checkpoint is not None and run is not None else "no checkpoint was written")
         if env.is_main and run is not None:
             write_text(run / "summary.json", json.dumps({"status": "diverged", "step": step, "error": str(exc)}, indent=2) + "\n")
-        raise TrainingDiverged(f"training stopped: {exc}; {where}. Lower the learning rate (--lr) or "
-                               "check the data") from None
+        advice = ("Check the images and the model's mean and std (--mean, --std)" if exc.inputs
+                  else "Lower the learning rate (--lr) or check the data")
+        raise TrainingDiverged(f"training stopped: {exc}; {where}. {advice}", inputs=exc.inputs) from None
     finally:
         bar.close()
         metrics.close()
@@ -599,10 +637,13 @@ def _fit(cfg: TrainConfig, env: distributed.Env) -> tuple[vitzoo.VisionTransform
     if metrics_record is not None and run is not None and env.is_main:
         with open(run / "metrics.jsonl", "a", encoding="utf-8") as f:
             f.write(json.dumps(metrics_record) + "\n")
-    fewshot = {}
+    fewshot, fewshot_error = {}, None
     if cfg.fewshot and status == "finished":  # every rank extracts a share of the features
-        fewshot = fewshot_linear_accuracy(raw_model, train_eval_set, test_set, cfg.fewshot, draws=5, seed=cfg.seed,
-                                          features=fewshot_features)
+        try:
+            fewshot = fewshot_linear_accuracy(raw_model, train_eval_set, test_set, cfg.fewshot, draws=5, seed=cfg.seed,
+                                              features=fewshot_features)
+        except Exception as exc:  # raised once the trained model and summary.json are written
+            fewshot_error = exc
     raw_model.eval()
     summary = {
         "status": status,
@@ -633,12 +674,18 @@ def _fit(cfg: TrainConfig, env: distributed.Env) -> tuple[vitzoo.VisionTransform
                        val_loss=val_final.get("loss"))
     if cfg.keep_best:
         summary.update(best_step=best["step"], best_val_top1=best["val_top1"])
+    if fewshot_error is not None:
+        summary["fewshot_error"] = f"{type(fewshot_error).__name__}: {fewshot_error}"
     if env.is_main and run is not None:
         if status == "finished" or not (run / CONFIG_NAME).exists():
             card = {"dataset": cfg.data, "metrics": {"accuracy": final["top1"], "top5_accuracy": final["top5"]}} if final else None
             save_pretrained(raw_model, run, extra={"data": cfg.data}, card=card)
         write_text(run / "summary.json", json.dumps(summary, indent=2) + "\n")
     distributed.barrier(env)
+    if fewshot_error is not None:
+        fewshot_error.add_note(f"few-shot evaluation failed after training; the trained model and summary.json "
+                               f"are saved{f' in {run}' if run else ''}")
+        raise fewshot_error
     if cfg.keep_best and status == "finished":
         say(f"best validation top-1 {best['val_top1']:.4f} at step {best['step']}: the weights evaluated and saved")
     if status == "finished":

@@ -9,20 +9,20 @@ are read with `torch.load(weights_only=True)`: no pickled code runs.
 
 from __future__ import annotations
 
-import json
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from vitzoo.config import ConfigError, ViTConfig
+from vitzoo.config import ConfigError, ViTConfig, shape_differences
 from vitzoo.weights import files, official
 from vitzoo.weights import timm as timm_format
 from vitzoo.weights import torchvision as torchvision_format
 from vitzoo.weights import transformers as transformers_format
-from vitzoo.weights.checkpoint import HEAD_OPTIONS, Checkpoint, CheckpointError, build_model, converting
+from vitzoo.weights.checkpoint import HEAD_OPTIONS, Checkpoint, CheckpointError, build_model, converting, read_failed
 from vitzoo.weights.infer import infer_config
 
 HUB_PREFIX = "hf-hub:"
@@ -102,7 +102,7 @@ def load_state_dict_file(path: str | os.PathLike) -> dict[str, torch.Tensor]:
         try:
             return load_file(path, device="cpu")
         except Exception as exc:  # safetensors raises its own error types for damaged files
-            raise CheckpointError(f"{path} is damaged or truncated ({exc}); save or download it again") from exc
+            raise read_failed(path, exc) from exc
     if path.endswith(TORCH_SUFFIXES):
         try:
             obj = torch.load(path, map_location="cpu", weights_only=True)
@@ -114,7 +114,7 @@ def load_state_dict_file(path: str | os.PathLike) -> dict[str, torch.Tensor]:
                     f"torch.load(weights_only=True) only and runs no pickled code. Re-save it as a plain "
                     f"state dict (torch.save(model.state_dict(), ...)) or as .safetensors. ({text.splitlines()[0]})"
                 ) from exc
-            raise CheckpointError(f"{path} is damaged or truncated or not a torch file ({exc})") from exc
+            raise read_failed(path, exc) from exc
         return _unwrap(obj, path)
     raise CheckpointError(f"cannot read {path!r}: unknown file type. {SUPPORTED}")
 
@@ -133,16 +133,6 @@ def detect(state_dict: dict[str, torch.Tensor], source: str, document: dict | No
     )
 
 
-def _read_json(path: Path) -> dict:
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"cannot read {path}: {exc}") from exc
-    if not isinstance(document, dict):
-        raise CheckpointError(f"{path} is not a JSON object")
-    return document
-
-
 def _timm_hints(document: dict) -> dict[str, Any]:
     """Image size and normalisation from a timm Hub repo's config.json (`pretrained_cfg`)."""
     cfg = document.get("pretrained_cfg") or {}
@@ -157,7 +147,7 @@ def _timm_hints(document: dict) -> dict[str, Any]:
 def open_directory(directory: str | os.PathLike) -> Source:
     directory = Path(directory)
     config_path = directory / files.CONFIG_NAME
-    document = _read_json(config_path) if config_path.exists() else None
+    document = files.read_json_object(config_path) if config_path.exists() else None
     if document is not None and document.get("format") == files.FORMAT:
         saved_config, checkpoint = files.read_saved(directory)
         return Source(checkpoint, saved_config=saved_config, location=str(directory))
@@ -172,7 +162,7 @@ def open_directory(directory: str | os.PathLike) -> Source:
         hints.update(transformers_format.describe(document))
         processor = directory / "preprocessor_config.json"
         if processor.exists():
-            proc = _read_json(processor)
+            proc = files.read_json_object(processor)
             if proc.get("image_mean") and proc.get("image_std"):
                 hints.update(mean=tuple(proc["image_mean"]), std=tuple(proc["image_std"]))
     else:
@@ -260,6 +250,10 @@ def load_pretrained(
     if src.saved_config is not None:
         # the saved config decides the model (also under a model name); the user's options change it
         saved = src.saved_config
+        differ = shape_differences(saved, config) if config is not None else []
+        if differ:  # the name is then only a label, which may surprise (training warns alike)
+            warnings.warn(f"{location} holds another model than the one requested: {', '.join(differ)}; "
+                          "loading the saved model", stacklevel=3)
         built = saved.replace(**{k: v for k, v in requested.items() if k not in HEAD_OPTIONS})
         checkpoint = src.checkpoint
         checkpoint.config = {k: getattr(saved, k) for k in HEAD_OPTIONS}

@@ -11,21 +11,58 @@ the model. The front matter is produced by huggingface_hub's `ModelCardData`, so
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+from vitzoo.config import ConfigError
+
+OPTIONS = ("repo_id", "license", "tags", "dataset", "metrics", "description", "model_name")
 DEFAULT_TAGS = ["vitzoo", "vision-transformer", "image-classification", "pytorch", "safetensors"]
+
+
+def _metric(name: Any, value: Any) -> float:
+    """A metric's value as a finite float; anything else (None, a bool, text, NaN) is refused."""
+    number = None
+    if not isinstance(value, (bool, str, bytes)):
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            pass
+    if not isinstance(name, str) or not name or number is None or not math.isfinite(number):
+        raise ConfigError(f"card metrics: {name!r}: {value!r} is not a metric name with a finite number; "
+                          'give e.g. {"accuracy": 0.981}')
+    return number
+
+
+def check(card: dict[str, Any] | None) -> dict[str, Any]:
+    """The card options, checked (a ConfigError names the first bad one); metrics as floats."""
+    card = dict(card or {})
+    unknown = sorted(map(str, set(card) - set(OPTIONS)))
+    if unknown:
+        raise ConfigError(f"unknown model card option(s) {', '.join(unknown)}; the options are {', '.join(OPTIONS)}")
+    for key in ("repo_id", "license", "dataset", "description", "model_name"):
+        if card.get(key) is not None and not isinstance(card[key], str):
+            raise ConfigError(f"card {key} must be text, got {card[key]!r}")
+    tags = card.get("tags") or []
+    if isinstance(tags, str) or not all(isinstance(t, str) for t in tags):
+        raise ConfigError(f"card tags must be a list of text, got {tags!r}")
+    metrics = card.get("metrics") or {}
+    if not isinstance(metrics, dict):
+        raise ConfigError(f"card metrics must be a dict of name to number, got {metrics!r}")
+    card["metrics"] = {name: _metric(name, value) for name, value in metrics.items()}
+    return card
 
 
 def render(model, card: dict[str, Any] | None = None) -> str:
     from huggingface_hub import EvalResult, ModelCardData
 
-    card = dict(card or {})
+    card = check(card)
     config = model.config
     params = sum(p.numel() for p in model.parameters())
     name = card.get("model_name") or card.get("repo_id", "").split("/")[-1] or "vitzoo-model"
     tags = list(dict.fromkeys(DEFAULT_TAGS + list(card.get("tags") or [])))
     dataset = card.get("dataset")
-    metrics = {k: float(v) for k, v in (card.get("metrics") or {}).items()}
+    metrics = card["metrics"]
     eval_results = None
     if dataset and metrics:
         eval_results = [

@@ -9,6 +9,7 @@ grid, and a head of another size replaced by a zero-initialised one, saying so.
 from __future__ import annotations
 
 import logging
+import os
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +27,16 @@ HEAD_KEYS = ("head.",)
 
 class CheckpointError(ValueError):
     """Weights that do not fit the model: every missing, unexpected and mis-shaped tensor is listed."""
+
+
+def read_failed(path: str | os.PathLike, exc: BaseException) -> CheckpointError:
+    """The error for a file that did not read: an OS error (no permission, a directory, gone) is said as
+    such, since the file may be fine; anything else the reader raised means the bytes are damaged."""
+    if isinstance(exc, OSError):
+        reason = exc.strerror or str(exc)
+        return CheckpointError(f"cannot read {os.fspath(path)}: {reason}; check that it is a file and that you "
+                               "may read it")
+    return CheckpointError(f"{os.fspath(path)} is damaged or truncated ({exc}); save or download it again")
 
 
 @dataclass

@@ -10,9 +10,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from vitzoo.config import ViTConfig
-from vitzoo.io import atomic_path, write_text
-from vitzoo.weights.checkpoint import Checkpoint, CheckpointError
+from vitzoo.config import ConfigError, ViTConfig
+from vitzoo.io import atomic_path, staged_directory, write_text
+from vitzoo.weights.checkpoint import Checkpoint, CheckpointError, read_failed
 
 FORMAT = "vitzoo"
 FORMAT_VERSION = 1
@@ -40,32 +40,54 @@ def save_pretrained(model, directory: str | os.PathLike, extra: dict | None = No
     """Write `model.safetensors`, the model card `README.md` and `config.json` into `directory`
     (created if needed). `card` fills the model card (see `vitzoo.weights.card`).
 
-    Every file is written to a temporary name and renamed; the weights are written first and the
-    config last, so a directory with a config always has complete weights beside it.
+    The card and config are rendered (and so checked) before anything is written; the three files
+    are written beside `directory` and put in place together (`vitzoo.io.staged_directory`), so a
+    failed save leaves `directory` as it was: an earlier save there stays whole and loadable.
     """
     from vitzoo.weights.card import render
 
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    save_state_dict(model.state_dict(), directory / WEIGHTS_NAME, metadata={"format": "pt"})
-    write_text(directory / CARD_NAME, render(model, card))
-    write_text(directory / CONFIG_NAME, json.dumps(config_document(model.config, extra), indent=2, sort_keys=True) + "\n")
+    texts = {CARD_NAME: render(model, card),
+             CONFIG_NAME: json.dumps(config_document(model.config, extra), indent=2, sort_keys=True) + "\n"}
+    # the config marks a complete save, so it is the last file renamed into a directory that holds more
+    with staged_directory(directory, (WEIGHTS_NAME, CARD_NAME, CONFIG_NAME)) as stage:
+        save_state_dict(model.state_dict(), stage / WEIGHTS_NAME, metadata={"format": "pt"})
+        for name, text in texts.items():
+            write_text(stage / name, text)
     return directory
 
 
-def read_config(path: str | os.PathLike) -> ViTConfig:
+def read_json_object(path: str | os.PathLike) -> dict:
+    """A JSON object file (config.json and the like); a CheckpointError says what is wrong with it."""
     try:
         document = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"cannot read the model config {path}: {exc}") from exc
-    if document.get("format") != FORMAT or "model" not in document:
-        raise CheckpointError(f"{path} is not a vitzoo config.json (no 'format': 'vitzoo' and 'model' entry)")
-    if document.get("format_version", 0) > FORMAT_VERSION:
+    except OSError as exc:
+        raise read_failed(path, exc) from exc
+    except UnicodeDecodeError as exc:
+        raise CheckpointError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start}); it should be JSON") from exc
+    except json.JSONDecodeError as exc:
+        raise CheckpointError(f"{path} is not valid JSON ({exc})") from exc
+    if not isinstance(document, dict):
+        raise CheckpointError(f"{path} is not a JSON object (it holds a {type(document).__name__})")
+    return document
+
+
+def read_config(path: str | os.PathLike) -> ViTConfig:
+    document = read_json_object(path)
+    if document.get("format") != FORMAT or not isinstance(document.get("model"), dict):
+        raise CheckpointError(f"{path} is not a vitzoo config.json (no 'format': 'vitzoo' and 'model' object)")
+    version = document.get("format_version", 0)
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise CheckpointError(f"{path}: format_version must be an int, got {version!r}")
+    if version > FORMAT_VERSION:
         raise CheckpointError(
             f"{path} has format_version {document['format_version']}, newer than this vitzoo reads "
             f"({FORMAT_VERSION}); upgrade vitzoo"
         )
-    return ViTConfig.from_dict(document["model"])
+    try:
+        return ViTConfig.from_dict(document["model"])
+    except (ConfigError, TypeError) as exc:  # TypeError: a value of a type no option takes (e.g. a list for an int)
+        raise ConfigError(f"{path}: the saved model config is not valid: {exc}") from exc
 
 
 def read_saved(directory: str | os.PathLike) -> tuple[ViTConfig, Checkpoint]:
@@ -78,5 +100,5 @@ def read_saved(directory: str | os.PathLike) -> tuple[ViTConfig, Checkpoint]:
     try:
         state_dict = load_file(str(weights))
     except Exception as exc:  # safetensors raises its own error types for damaged files
-        raise CheckpointError(f"{weights} is damaged or truncated ({exc}); save or download it again") from exc
+        raise read_failed(weights, exc) from exc
     return config, Checkpoint(format=FORMAT, state_dict=state_dict, config={})

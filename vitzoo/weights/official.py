@@ -14,7 +14,7 @@ from typing import Mapping
 import numpy as np
 import torch
 
-from vitzoo.weights.checkpoint import Checkpoint, CheckpointError
+from vitzoo.weights.checkpoint import Checkpoint, CheckpointError, read_failed
 
 FORMAT = "official-npz"
 BLOCK = "Transformer/encoderblock_"
@@ -124,12 +124,36 @@ def convert(npz: Mapping[str, np.ndarray]) -> Checkpoint:
     return Checkpoint(format=FORMAT, state_dict=out, config=config, grid=grid)
 
 
+ZIP_STARTS = (b"PK\x03\x04", b"PK\x05\x06")  # an .npz is a zip archive (one of arrays, or empty)
+
+
+def _arrays(path: str) -> dict[str, np.ndarray]:
+    """The arrays of an .npz file. Anything else (empty, not a zip, pickled objects) is a
+    CheckpointError saying it is not a checkpoint: numpy's own advice would be to allow pickles."""
+    try:
+        with open(path, "rb") as f:
+            start = f.read(4)
+    except OSError as exc:
+        raise read_failed(path, exc) from exc
+    if start not in ZIP_STARTS:
+        what = "empty" if not start else "not a zip archive of arrays, as an .npz is"
+        raise CheckpointError(f"{path} is not a checkpoint: the file is {what}")
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            return {k: npz[k] for k in npz.keys()}
+    except ValueError as exc:  # numpy refuses object arrays without allow_pickle: never allow them
+        raise CheckpointError(f"{path} is not a checkpoint: it holds pickled Python objects, which vitzoo "
+                              "never loads (an official checkpoint holds arrays of numbers only)") from exc
+    except Exception as exc:  # zipfile and numpy raise several types for a truncated archive
+        raise read_failed(path, exc) from exc
+
+
 def read(path: str) -> Checkpoint:
-    with np.load(path, allow_pickle=False) as npz:
-        keys = list(npz.keys())
-        if not looks_official(keys):
-            raise CheckpointError(
-                f"{path} is an .npz file but not an official ViT checkpoint (no 'embedding/kernel' and "
-                f"'Transformer/encoder_norm/scale'); found keys such as {keys[:5]}"
-            )
-        return convert({k: npz[k] for k in keys})
+    arrays = _arrays(path)
+    keys = list(arrays)
+    if not looks_official(keys):
+        raise CheckpointError(
+            f"{path} is an .npz file but not an official ViT checkpoint (no 'embedding/kernel' and "
+            f"'Transformer/encoder_norm/scale'); found keys such as {keys[:5]}"
+        )
+    return convert(arrays)

@@ -7,6 +7,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import quote, unquote
 
+from vitzoo import refname
+
 from . import lfs
 from .documents import commit_json, parse_operations, refs_json, repo_info_json, tree_listing
 from .model import (
@@ -264,16 +266,16 @@ class HubHandler(RequestHandler):
     def _create_branch(self, key: RepoKey, branch: str) -> None:
         self._writable_repo(key)
         body = self._read_json()
-        if not branch or branch.startswith("refs/") or SHA1_RE.match(branch):
-            raise HubError(400, f"Invalid branch name {branch!r}")
+        if not branch or branch.startswith("refs/") or SHA1_RE.match(branch) or refname.problem(branch):
+            raise HubError(400, f"Invalid branch name {branch!r}: {refname.problem(branch) or 'a ref or commit id'}")
         self.server.store.create_ref(key, f"refs/heads/{branch}", body.get("startingPoint"))
         self._send_json({})
 
     def _create_tag(self, key: RepoKey, revision: str) -> None:
         self._writable_repo(key)
         tag = self._read_json().get("tag")
-        if not isinstance(tag, str) or not tag or tag.startswith("refs/"):
-            raise HubError(400, f"Invalid tag name {tag!r}")
+        if not isinstance(tag, str) or tag.startswith("refs/") or refname.problem(tag):
+            raise HubError(400, f"Invalid tag name {tag!r}: {refname.problem(tag) or 'a ref'}")
         self.server.store.create_ref(key, f"refs/tags/{tag}", revision)
         self._send_json({})
 

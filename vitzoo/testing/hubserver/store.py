@@ -65,7 +65,7 @@ class HubStore:
         repos/<type>/<ns>/<name>/repo.json        visibility, creation date (written last: marks a whole repo)
         repos/<type>/<ns>/<name>/refs.json        {"refs/heads/main": sha, "refs/tags/v1": sha, "refs/pr/1": sha}
         repos/<type>/<ns>/<name>/commits/<sha>.json   immutable manifest of one commit
-        tmp/                                      uploads in progress
+        tmp/                                      uploads in progress (one server per root: emptied at start)
     """
 
     def __init__(self, root: str | os.PathLike[str], username: str = "user") -> None:
@@ -74,6 +74,9 @@ class HubStore:
         self._lock = threading.RLock()
         self._tmp = self.root / "tmp"
         self._tmp.mkdir(parents=True, exist_ok=True)
+        for orphan in self._tmp.iterdir():  # left by an upload that a killed server never finished
+            with contextlib.suppress(OSError):
+                orphan.unlink()
 
     # -- blobs --------------------------------------------------------------------------------------
 
