@@ -36,6 +36,7 @@ import vitzoo
 from benchmarks.suite import RESULTS, ResultStore, environment, markdown_table, peak_memory_growth_gb, resident_memory_gb, save_figure
 from vitzoo.fast import compile_for_inference, compile_for_training
 from vitzoo.io import write_text
+from vitzoo.precision import autocast
 
 OUT = RESULTS / "speed"
 DTYPES = {"float32": None, "bf16": torch.bfloat16}
@@ -87,10 +88,6 @@ def converted(peer: torch.nn.Module, case: Case) -> torch.nn.Module:
         path = Path(tmp) / "peer.pth"
         torch.save(peer.state_dict(), path)
         return vitzoo.create(case.vitzoo_name, pretrained=path, img_size=case.img_size, **(case.options or {}))
-
-
-def autocast(device: torch.device, dtype: torch.dtype | None):
-    return torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
 
 
 def synchronize(device: torch.device) -> None:

@@ -6,7 +6,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 import vitzoo
-from vitzoo import evaluate
+from vitzoo import evaluate, precision
 from vitzoo.train import TrainConfig, checkpoint, distributed, fit, loop
 
 TINY = dict(embed_dim=32, depth=2, num_heads=2, mlp_dim=64, img_size=28, patch_size=7)
@@ -38,9 +38,19 @@ class Float64Made(TorchFunctionMode):
 # ---------------------------------------------------------------------------- MPS: no float64
 def test_sums_on_mps_are_float32_and_float64_elsewhere():
     """MPS has no float64: sums kept on it are float32; on the CPU and CUDA they stay float64."""
-    assert evaluate.sum_dtype(torch.device("mps")) == torch.float32
-    assert evaluate.sum_dtype(torch.device("cpu")) == torch.float64
-    assert evaluate.sum_dtype(torch.device("cuda", 1)) == torch.float64
+    assert precision.sum_dtype(torch.device("mps")) == torch.float32
+    assert precision.sum_dtype(torch.device("cpu")) == torch.float64
+    assert precision.sum_dtype(torch.device("cuda", 1)) == torch.float64
+
+
+def test_autocast_computes_in_its_dtype_and_in_float32_without_one():
+    """One autocast for training, evaluation, compilation and the benchmarks: a dtype computes in it;
+    None computes in float32, even inside another autocast."""
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    with precision.autocast(torch.device("cpu"), torch.bfloat16):
+        assert (a @ b).dtype == torch.bfloat16
+    with torch.autocast("cpu", dtype=torch.bfloat16), precision.autocast("cpu", None):
+        assert (a @ b).dtype == torch.float32
 
 
 def test_training_and_evaluation_make_no_float64_tensor_on_a_device_without_float64(monkeypatch):

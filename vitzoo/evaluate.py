@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from vitzoo.data import Normalizer
+from vitzoo.precision import autocast, sum_dtype
 
 FEWSHOT_L2_REG = 2.0**10
 FEWSHOT_BIAS = 100.0
@@ -33,11 +34,6 @@ FEWSHOT_BIAS = 100.0
 
 def _device_of(model: torch.nn.Module) -> torch.device:
     return next(model.parameters()).device
-
-
-def sum_dtype(device: torch.device) -> torch.dtype:
-    """The dtype of sums kept on `device`: float64, except on MPS, which has no float64."""
-    return torch.float32 if device.type == "mps" else torch.float64
 
 
 def eval_loader(dataset: Dataset, indices: Sequence[int] | None = None, *, batch_size: int = 256, num_workers: int = 0,
@@ -73,7 +69,7 @@ def classification_sums(model, dataset: Dataset, *, indices: Sequence[int] | Non
         loader = eval_loader(dataset, indices, batch_size=batch_size, num_workers=num_workers, pin_memory=device.type == "cuda")
     for x, labels in _on_device(model, loader):
         labels = labels.to(device, non_blocking=True)
-        with torch.autocast(device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
+        with autocast(device, autocast_dtype):
             logits = model(x).float()
         top = logits.topk(min(5, logits.shape[1]), dim=1).indices
         sums[0] += (top[:, 0] == labels).sum()

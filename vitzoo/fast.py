@@ -16,14 +16,10 @@ the first call (tens of seconds on a small CPU); `example` triggers it at once.
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 from torch import nn
 
-
-def _autocast(device_type: str, dtype: torch.dtype | None):
-    return torch.autocast(device_type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
+from vitzoo import precision
 
 
 def compile_for_inference(
@@ -39,7 +35,7 @@ def compile_for_inference(
     model.eval()
     compiled = torch.compile(model, mode=mode, dynamic=False)
     # freezing is read when the graph is compiled, i.e. at the first call: warm up inside the patch
-    with inductor_config.patch(freezing=True), torch.inference_mode(), _autocast(example.device.type, autocast):
+    with inductor_config.patch(freezing=True), torch.inference_mode(), precision.autocast(example.device, autocast):
         compiled(example)
     return compiled
 

@@ -41,9 +41,9 @@ from vitzoo.evaluate import (
     extract_features,
     fewshot_linear_accuracy,
     metrics_from_sums,
-    sum_dtype,
 )
 from vitzoo.io import write_text
+from vitzoo.precision import autocast, sum_dtype
 from vitzoo.train import checkpoint, distributed
 from vitzoo.train.config import RESUMABLE_CHANGES, TrainConfig
 from vitzoo.train.schedule import Schedule
@@ -420,9 +420,6 @@ def _fit(cfg: TrainConfig, env: distributed.Env) -> tuple[vitzoo.VisionTransform
     if cfg.compile:
         model = torch.compile(model)
 
-    def autocast():
-        return torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None)
-
     # the loaders are made once, their workers kept between epochs and evaluations (persistent_workers)
     pin, persistent = device.type == "cuda", cfg.num_workers > 0
     sampler = GlobalBatchSampler(len(train_set), cfg.batch_size, micro, env.rank, env.world_size, cfg.seed, 0)
@@ -549,7 +546,7 @@ def _fit(cfg: TrainConfig, env: distributed.Env) -> tuple[vitzoo.VisionTransform
                         x, y = mixer(x, y)
                     sync = i == accum - 1 or not env.distributed
                     with contextlib.nullcontext() if sync else model.no_sync():
-                        with autocast():
+                        with autocast(device, amp_dtype):
                             loss = loss_fn(model(x), y, cfg.label_smoothing)
                         scaler.scale(loss / accum).backward()
                     loss_sum += loss.detach()

@@ -1,0 +1,21 @@
+"""Numeric precision: the one autocast context of training, evaluation, compilation and the
+benchmarks, and the dtype of sums kept on a device."""
+
+from __future__ import annotations
+
+import torch
+
+
+def autocast(device: torch.device | str, dtype: torch.dtype | None) -> torch.autocast:
+    """Mixed precision in `dtype` on `device` (a device or its type), or none for `dtype` None: float32,
+    even inside an outer autocast."""
+    device_type = device if isinstance(device, str) else device.type
+    return torch.autocast(device_type, dtype=dtype or torch.float32, enabled=dtype is not None)
+
+
+def sum_dtype(device: torch.device) -> torch.dtype:
+    """The dtype of sums kept on `device`: float64, except on MPS, which has no float64."""
+    return torch.float32 if device.type == "mps" else torch.float64
+
+
+__all__ = ["autocast", "sum_dtype"]
