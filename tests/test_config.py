@@ -6,6 +6,7 @@ import pytest
 
 import vitzoo
 from vitzoo.config import ConfigError, ViTConfig
+from vitzoo.train import TrainConfig
 
 
 def test_to_dict_round_trips_through_json():
@@ -89,3 +90,30 @@ def test_activations_and_resnet_numerics_are_checked_against_the_tables_the_laye
     assert set(HIDDEN_ACT.values()) <= set(ACTIVATIONS)
     with pytest.raises(ConfigError, match="'gelu', 'gelu_tanh'"):
         ViTConfig(act="relu")
+
+
+# ---------------------------------------------------------------------------- one base, one error
+def test_both_configs_round_trip_through_json_text():
+    model = vitzoo.get_config("vit_ti16", img_size=(32, 48))
+    train = TrainConfig(model="vit_ti16", model_options={"img_size": 32}, betas=(0.9, 0.95), fewshot=(1, 5), steps=3)
+    for config in (model, train):
+        text = config.to_json()
+        assert text.endswith("}\n") and json.loads(text) == config.to_dict()
+        assert type(config).from_json(text) == config
+
+
+@pytest.mark.parametrize("config, kind, typo, meant", [(ViTConfig, "model", "embed_dims", "embed_dim"),
+                                                        (TrainConfig, "training", "lrr", "lr")])
+def test_an_unknown_option_of_either_config_is_one_config_error_naming_the_closest(config, kind, typo, meant):
+    with pytest.raises(ConfigError, match=rf"unknown {kind} option '{typo}'. Did you mean '{meant}'"):
+        config.from_dict({typo: 1})
+
+
+def test_a_bad_training_option_is_the_same_config_error_as_a_bad_model_option():
+    """One error type for bad configuration, still a ValueError for code that catches that."""
+    for bad in (dict(lr=-1.0), dict(recipe="paper"), dict(optimizer="adam"), dict(steps=3, epochs=1.0),
+                dict(keep_best=True), dict(resume=True)):
+        with pytest.raises(ConfigError):
+            TrainConfig(**bad)
+    assert issubclass(ConfigError, ValueError)
+    assert vitzoo.ConfigError is ConfigError

@@ -23,7 +23,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from vitzoo.config import ViTConfig, check_number
+from vitzoo.config import ConfigError, ViTConfig, check_number
 from vitzoo.train.config import (
     DEVICES,
     OPTIMIZERS,
@@ -144,7 +144,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         saved = TrainConfig.from_json((run / "train_config.json").read_text(encoding="utf-8"))
         options = {**saved.model_options, **model_options}
         if "model" in given and given["model"] != saved.model:
-            raise ValueError(f"--resume {run}: the run trains {saved.model}, not {given['model']}")
+            raise ConfigError(f"--resume {run}: the run trains {saved.model}, not {given['model']}")
         # stop_at belongs to one invocation: a resumed run goes on to the end unless told otherwise
         return dataclasses.replace(saved, **{"stop_at": None, **train}, model_options=options, out=str(run), resume=True)
     model = given.get("model", "vit_ti16")
@@ -193,7 +193,7 @@ def run_eval(args: argparse.Namespace) -> int:
         data = data or trained.data
         data_dir = data_dir or (trained.data_dir if data == trained.data else None)
     if data is None:
-        raise ValueError("--data is needed: the model directory does not say which dataset it was trained on")
+        raise ConfigError("--data is needed: the model directory does not say which dataset it was trained on")
     datasets.check_data(data, data_dir)
     model = vitzoo.from_pretrained(model_dir).to(pick_device(args.device)).eval()
     config = model.config

@@ -21,11 +21,10 @@ evaluates on it, and `keep_best` ends the run with the weights of the best valid
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from vitzoo.config import check_number, check_numbers
+from vitzoo.options import ConfigError, Options, check_number, check_numbers
 
 RECIPES: dict[str, dict[str, Any]] = {
     "paper-pretrain": dict(optimizer="adamw", lr=1e-3, batch_size=512, weight_decay=0.1, betas=(0.9, 0.999),
@@ -44,7 +43,7 @@ DEFAULT_EPOCHS = 10
 RESUMABLE_CHANGES = {"resume", "stop_at", "quiet", "num_workers", "log_every", "eval_every", "checkpoint_every",
                      "keep_checkpoints", "device", "compile", "tensorboard", "out"}
 
-# the range of every number option (`vitzoo.config.check_numbers` checks them all, and their types, as
+# the range of every number option (`vitzoo.options.check_numbers` checks them all, and their types, as
 # one ConfigError before any data loads); options not named take any int or finite number
 NUMBER_RANGES = {
     **dict.fromkeys(("lr", "batch_size", "micro_batch", "epochs", "steps", "time_budget_min", "stop_at",
@@ -61,8 +60,10 @@ def _help(text: str, **kwargs) -> Any:
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(Options):
     """One training run. Knobs left at None come from the recipe."""
+
+    KIND = "training"  # in errors: "unknown training option ..."
 
     model: str = _help("registered model name (vitzoo list)", default="vit_ti16")
     model_options: dict = _help("ViTConfig options for vitzoo.create", default_factory=dict)
@@ -126,14 +127,14 @@ class TrainConfig:
         self.betas = None if self.betas is None else tuple(self.betas)
         self.fewshot = tuple(self.fewshot)
         if self.recipe not in RECIPES:
-            raise ValueError(f"unknown recipe {self.recipe!r}; choose one of {', '.join(RECIPES)}")
+            raise ConfigError(f"unknown recipe {self.recipe!r}; choose one of {', '.join(RECIPES)}")
         for name, choices in (("optimizer", OPTIMIZERS), ("schedule", SCHEDULES), ("device", DEVICES), ("precision", PRECISIONS)):
             value = getattr(self, name)
             if value is not None and value not in choices:
-                raise ValueError(f"{name}={value!r} is not one of {', '.join(choices)}")
+                raise ConfigError(f"{name}={value!r} is not one of {', '.join(choices)}")
         lengths = [n for n in ("epochs", "steps", "time_budget_min") if getattr(self, n) is not None]
         if len(lengths) > 1:
-            raise ValueError(f"give one of epochs, steps, time_budget_min, not {' and '.join(lengths)}")
+            raise ConfigError(f"give one of epochs, steps, time_budget_min, not {' and '.join(lengths)}")
         check_numbers(self, NUMBER_RANGES)
         for k in self.fewshot:
             check_number("fewshot", k, int, "> 0")
@@ -143,10 +144,10 @@ class TrainConfig:
             self.betas = tuple(float(b) for b in self.betas)
         if self.keep_best and not (self.val_size > 0 and self.eval_every > 0):
             missing = [flag for flag, value in (("--val-size N", self.val_size), ("--eval-every K", self.eval_every)) if value <= 0]
-            raise ValueError(f"keep_best picks the best of the evaluations on a validation set during training: "
+            raise ConfigError(f"keep_best picks the best of the evaluations on a validation set during training: "
                              f"give {' and '.join(missing)} (> 0)")
         if self.resume and not self.out:
-            raise ValueError("resume needs the run directory (out)")
+            raise ConfigError("resume needs the run directory (out)")
 
     def resolved(self) -> TrainConfig:
         """A copy with every None knob filled from the recipe, except the warm-up: a recipe's warm-up
@@ -162,24 +163,6 @@ class TrainConfig:
         if total_steps is None:
             return 0.1
         return float(min(RECIPES[self.recipe]["warmup"], total_steps // 10))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(data) - names
-        if unknown:
-            raise ValueError(f"unknown training options: {', '.join(sorted(unknown))}")
-        return cls(**data)
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
-
-    @classmethod
-    def from_json(cls, text: str) -> TrainConfig:
-        return cls.from_dict(json.loads(text))
 
 
 __all__ = ["DEVICES", "OPTIMIZERS", "PRECISIONS", "RECIPES", "RESUMABLE_CHANGES", "SCHEDULES", "TrainConfig"]

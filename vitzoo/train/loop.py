@@ -34,7 +34,7 @@ from torch.utils.data import DataLoader, Sampler
 
 import vitzoo
 from vitzoo import data as datasets
-from vitzoo.config import SHAPE_OPTIONS, shape_differences
+from vitzoo.config import SHAPE_OPTIONS, ConfigError, shape_differences
 from vitzoo.evaluate import (
     classification_sums,
     eval_loader,
@@ -110,7 +110,7 @@ def model_options(cfg: TrainConfig, info: datasets.DataInfo, base: vitzoo.ViTCon
     """
     options = dict(cfg.model_options)
     if options.get("num_classes", info.num_classes) != info.num_classes:
-        raise ValueError(f"num_classes={options['num_classes']} but {cfg.data} has {info.num_classes} classes")
+        raise ConfigError(f"num_classes={options['num_classes']} but {cfg.data} has {info.num_classes} classes")
     options["num_classes"] = info.num_classes
     if not cfg.pretrained:
         in_chans = options.setdefault("in_chans", info.in_chans)
@@ -190,7 +190,7 @@ def resolve_precision(cfg: TrainConfig, device: torch.device) -> torch.dtype | N
     if precision == "auto":
         precision = ("bf16" if native_bf16(device) else "fp16") if device.type == "cuda" else "fp32"
     if precision == "fp16" and device.type != "cuda":
-        raise ValueError("--precision fp16 needs CUDA (use bf16 or fp32)")
+        raise ConfigError("--precision fp16 needs CUDA (use bf16 or fp32)")
     return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
 
 
@@ -233,7 +233,7 @@ def prepare_run_dir(cfg: TrainConfig, run: Path | None) -> list[Path]:
     changed = sorted(k for k in now if k not in RESUMABLE_CHANGES and before.get(k) != now[k])
     if changed:
         detail = ", ".join(f"{k}: {before.get(k)!r} -> {now[k]!r}" for k in changed)
-        raise ValueError(f"cannot resume {run} with different settings ({detail})")
+        raise ConfigError(f"cannot resume {run} with different settings ({detail})")
     return checkpoint.to_resume(run / "checkpoints")
 
 
@@ -342,7 +342,7 @@ def _fit(cfg: TrainConfig, env: distributed.Env) -> tuple[vitzoo.VisionTransform
     distributed.barrier(env)  # every rank has checked the run directory before rank 0 writes to it
     micro = cfg.micro_batch or cfg.batch_size // env.world_size
     if micro < 1 or cfg.batch_size % (env.world_size * micro):
-        raise ValueError(f"batch_size={cfg.batch_size} is not a multiple of world_size={env.world_size} x "
+        raise ConfigError(f"batch_size={cfg.batch_size} is not a multiple of world_size={env.world_size} x "
                          f"micro_batch={micro}")
     accum = cfg.batch_size // (env.world_size * micro)
     device = env.device
@@ -355,7 +355,7 @@ def _fit(cfg: TrainConfig, env: distributed.Env) -> tuple[vitzoo.VisionTransform
     test_raw = datasets.load_split(cfg.data, "test", cfg.data_dir, img_size=base.img_size, in_chans=base.in_chans, seed=cfg.seed)
     info = datasets.data_info(cfg.data, train_raw, base.in_chans)
     if cfg.val_size and len(train_raw) - cfg.val_size < cfg.batch_size:
-        raise ValueError(f"val_size={cfg.val_size} leaves {max(0, len(train_raw) - cfg.val_size)} of the {len(train_raw)} "
+        raise ConfigError(f"val_size={cfg.val_size} leaves {max(0, len(train_raw) - cfg.val_size)} of the {len(train_raw)} "
                          f"training images, fewer than one batch ({cfg.batch_size}); lower --val-size or --batch-size")
     # held out before train_limit, so that the training subsets of one seed are nested and never validate
     train_raw, val_raw = datasets.split_validation(train_raw, cfg.val_size)
@@ -378,7 +378,7 @@ def _fit(cfg: TrainConfig, env: distributed.Env) -> tuple[vitzoo.VisionTransform
 
     steps_per_epoch = len(train_set) // cfg.batch_size
     if steps_per_epoch == 0:
-        raise ValueError(f"batch_size={cfg.batch_size} is larger than the training set ({len(train_set)} images)")
+        raise ConfigError(f"batch_size={cfg.batch_size} is larger than the training set ({len(train_set)} images)")
     total_steps = None
     if cfg.steps is not None:
         total_steps = cfg.steps

@@ -1,0 +1,117 @@
+"""Options: what ViTConfig (a model) and TrainConfig (a training run) share.
+
+Both are dataclasses of named options, checked on construction, saved as JSON and read back with
+their names checked. `Options` is their one base for that; `ConfigError` is the one error a bad
+option raises, whichever config it belongs to; `check_numbers` is the one check of number options.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import math
+import numbers
+import typing
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+
+class ConfigError(ValueError):
+    """An option (of a model or a training run) is unknown, mistyped or inconsistent with another one."""
+
+
+def closest(name: str, choices) -> str:
+    """' Did you mean ...?' for a misspelling, or '' when nothing is close."""
+    match = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
+    return f" Did you mean {match[0]!r}?" if match else ""
+
+
+# ranges a number option may be given, by name (see `check_numbers`)
+RANGES = {
+    "> 0": lambda v: v > 0,
+    ">= 0": lambda v: v >= 0,
+    "in [0, 1)": lambda v: 0 <= v < 1,
+    "in [0, 1]": lambda v: 0 <= v <= 1,
+}
+
+
+def _number_kind(annotation) -> tuple[type | None, bool]:
+    """(int or float, whether None is allowed) for an int / float / X | None field; (None, _) otherwise."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    optional = len(args) == 1 and type(None) in typing.get_args(annotation)
+    kind = args[0] if optional else annotation
+    return (kind if kind in (int, float) else None), optional
+
+
+def check_number(name: str, value, kind: type, rule: str | None = None) -> None:
+    """`value` is an int (for `kind` int) or a finite number (for float), never a bool or text, and in
+    the range `rule` (a key of RANGES); a ConfigError names the option otherwise."""
+    wanted = numbers.Integral if kind is int else numbers.Real
+    if isinstance(value, bool) or not isinstance(value, wanted):
+        raise ConfigError(f"{name} must be {'an int' if kind is int else 'a number'}, got {value!r} ({type(value).__name__})")
+    if not math.isfinite(value):
+        raise ConfigError(f"{name} must be a finite number, got {value!r}")
+    if rule is not None and not RANGES[rule](value):
+        raise ConfigError(f"{name} must be {rule}, got {value!r}")
+
+
+def check_numbers(obj, rules: dict[str, str]) -> None:
+    """Every int and float field of the dataclass `obj` (optional ones when set): its type, finite,
+    and in its range from `rules` ({field: a key of RANGES}). One check for every number option."""
+    hints = typing.get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        kind, optional = _number_kind(hints[f.name])
+        value = getattr(obj, f.name)
+        if kind is not None and not (optional and value is None):
+            check_number(f.name, value, kind, rules.get(f.name))
+
+
+class Options:
+    """Base of a dataclass of options: names checked, copies with changes, plain dicts and JSON.
+
+    A subclass is a `@dataclass` that checks its values in `__post_init__`; `KIND` names its options
+    in errors ("model", "training")."""
+
+    KIND: ClassVar[str] = ""
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def check_option_names(cls, options) -> None:
+        """Fail on an unknown option, naming the valid ones and the closest match."""
+        valid = cls.field_names()
+        for name in options:
+            if name not in valid:
+                raise ConfigError(
+                    f"unknown {cls.KIND} option {name!r}." + closest(name, valid) + f" Valid options: {', '.join(valid)}"
+                )
+
+    def replace(self, **changes: Any) -> Self:
+        """A copy with some options changed (names checked, the result validated)."""
+        self.check_option_names(changes)
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON types only: tuples become lists."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Self:
+        cls.check_option_names(data)
+        return cls(**data)
+
+    def to_json(self) -> str:
+        """The options as a JSON document (a text file: it ends with a newline)."""
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> Self:
+        return cls.from_dict(json.loads(text))
+
+
+__all__ = ["ConfigError", "Options", "RANGES", "check_number", "check_numbers", "closest"]
