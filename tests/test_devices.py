@@ -7,7 +7,7 @@ from torch.overrides import TorchFunctionMode
 
 import vitzoo
 from vitzoo import evaluate, precision
-from vitzoo.train import TrainConfig, checkpoint, distributed, fit, loop
+from vitzoo.train import TrainConfig, distributed, fit, loop, state
 
 TINY = dict(embed_dim=32, depth=2, num_heads=2, mlp_dim=64, img_size=28, patch_size=7)
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -70,9 +70,9 @@ def test_the_mps_random_state_is_checkpointed_and_restored(monkeypatch):
     restored = []
     monkeypatch.setattr(torch.mps, "get_rng_state", lambda *a, **k: saved.clone())
     monkeypatch.setattr(torch.mps, "set_rng_state", lambda state, *a, **k: restored.append(state))
-    state = checkpoint.rng_state(torch.device("mps"))
-    assert torch.equal(state["mps"], saved) and "cuda" not in state
-    checkpoint.set_rng_state(state, torch.device("mps"))
+    rngs = state.rng_state(torch.device("mps"))
+    assert torch.equal(rngs["mps"], saved) and "cuda" not in rngs
+    state.set_rng_state(rngs, torch.device("mps"))
     assert len(restored) == 1 and torch.equal(restored[0], saved)
 
 
@@ -98,9 +98,9 @@ class FakeCudaRng:
 def test_a_rank_saves_and_restores_only_its_own_gpus_random_state(monkeypatch):
     """The rank on cuda:1 saves cuda:1's state alone, and restores it onto cuda:1."""
     fake = FakeCudaRng(monkeypatch)
-    state = checkpoint.rng_state(torch.device("cuda", 1))
+    rngs = state.rng_state(torch.device("cuda", 1))
     assert fake.read == [torch.device("cuda", 1)]
-    checkpoint.set_rng_state(state, torch.device("cuda", 1))
+    state.set_rng_state(rngs, torch.device("cuda", 1))
     assert [(d, s.tolist()) for d, s in fake.written] == [(torch.device("cuda", 1), [1, 1, 1, 1])]
 
 
@@ -108,18 +108,18 @@ def test_resume_from_an_old_checkpoint_on_a_machine_with_fewer_gpus_does_not_cra
     """Old checkpoints hold every visible GPU's state; a rank whose GPU is not among them keeps its
     fresh state, one whose GPU is restores that GPU's entry."""
     fake = FakeCudaRng(monkeypatch)
-    old = {**checkpoint.rng_state(), "cuda": [torch.zeros(4, dtype=torch.uint8), torch.ones(4, dtype=torch.uint8)]}
-    checkpoint.set_rng_state(old, torch.device("cuda", 3))
+    old = {**state.rng_state(), "cuda": [torch.zeros(4, dtype=torch.uint8), torch.ones(4, dtype=torch.uint8)]}
+    state.set_rng_state(old, torch.device("cuda", 3))
     assert fake.written == []
-    checkpoint.set_rng_state(old, torch.device("cuda", 1))
+    state.set_rng_state(old, torch.device("cuda", 1))
     assert [(d, s.tolist()) for d, s in fake.written] == [(torch.device("cuda", 1), [1, 1, 1, 1])]
 
 
 def test_a_cpu_resume_of_a_gpu_checkpoint_ignores_the_gpu_state(monkeypatch):
     """A checkpoint written on CUDA resumes on the CPU: the CUDA state is not touched."""
     fake = FakeCudaRng(monkeypatch)
-    state = checkpoint.rng_state(torch.device("cuda", 0))
-    checkpoint.set_rng_state(state, torch.device("cpu"))
+    rngs = state.rng_state(torch.device("cuda", 0))
+    state.set_rng_state(rngs, torch.device("cpu"))
     assert fake.written == []
 
 
@@ -157,9 +157,9 @@ def test_native_bf16_asks_about_the_training_gpu_without_emulation():
 def test_cuda_random_state_survives_a_save_and_restore():
     """Restoring the saved state of the training GPU replays its random numbers."""
     device = torch.device("cuda", 0)
-    state = checkpoint.rng_state(device)
+    rngs = state.rng_state(device)
     first = torch.rand(8, device=device)
-    checkpoint.set_rng_state(state, device)
+    state.set_rng_state(rngs, device)
     assert torch.equal(torch.rand(8, device=device), first)
 
 
@@ -405,8 +405,8 @@ def test_fp16_on_cuda_trains_with_the_loss_scaler(tmp_path):
     summary = fit(tiny_config(tmp_path, device="cuda", precision="fp16", checkpoint_every=2))
     assert summary["status"] == "finished" and summary["precision"] == "float16"
     assert summary["final_loss"] is not None and summary["final_loss"] == summary["final_loss"]
-    state = torch.load(checkpoint.latest(tmp_path / "run" / "checkpoints") / checkpoint.STATE_NAME, weights_only=True)
-    assert state["scaler"]["scale"] > 0
+    saved = torch.load(state.latest(tmp_path / "run" / "checkpoints") / state.STATE_NAME, weights_only=True)
+    assert saved["scaler"]["scale"] > 0
 
 
 @CUDA

@@ -19,9 +19,9 @@ from vitzoo.train import (
     Schedule,
     TrainConfig,
     TrainingDiverged,
-    checkpoint,
     fit,
     loop,
+    state,
 )
 
 TINY = dict(embed_dim=32, depth=2, num_heads=2, mlp_dim=64, img_size=28, patch_size=7)
@@ -53,7 +53,7 @@ def test_fit_writes_a_complete_run(tmp_path):
     assert TrainConfig.from_json((run / "train_config.json").read_text()).lr == 3e-3
     model = vitzoo.from_pretrained(run)  # the run directory is a save_pretrained directory
     assert model.config.num_classes == 10 and model.config.img_size == (28, 28)
-    assert checkpoint.latest(run / "checkpoints").name == "step_00000006"
+    assert state.latest(run / "checkpoints").name == "step_00000006"
     assert [s for s, _ in losses(run)] == list(range(1, 7))
 
 
@@ -112,7 +112,7 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch
     with pytest.raises(TrainingDiverged, match=r"loss is nan at step 5.*last good checkpoint \(step 4\)"):
         fit(tiny_config(tmp_path, checkpoint_every=2))
     run = tmp_path / "run"
-    good = checkpoint.latest(run / "checkpoints")
+    good = state.latest(run / "checkpoints")
     assert good.name == "step_00000004"
     model = vitzoo.from_pretrained(good)
     assert all(torch.isfinite(p).all() for p in model.parameters())
@@ -137,7 +137,7 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path):
     assert "Traceback" not in err
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "interrupted" and summary["signal"] == "SIGTERM"
-    latest = checkpoint.latest(run / "checkpoints")
+    latest = state.latest(run / "checkpoints")
     assert latest is not None and latest.name == f"step_{summary['step']:08d}"
     assert not list(run.rglob("*.tmp"))
 
@@ -252,10 +252,10 @@ def test_paper_finetune_replaces_head_and_interpolates_pos_embed(tmp_path):
 def test_checkpoints_are_atomic(tmp_path, monkeypatch):
     model = vitzoo.create("vit_ti16", **TINY, num_classes=10)
     directory = tmp_path / "checkpoints"
-    checkpoint.save(directory, 1, model, {"step": 1})
+    state.save(directory, 1, model, {"step": 1})
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    checkpoint.save(directory, 2, model, {"step": 2})
-    assert checkpoint.latest(directory).name == "step_00000002"
+    state.save(directory, 2, model, {"step": 2})
+    assert state.latest(directory).name == "step_00000002"
     assert [p.name for p in directory.iterdir() if p.is_dir()] == ["step_00000002"]  # keep=1
     assert not [p for p in directory.rglob("*") if p.name.startswith(".")]  # no temp files
     with torch.no_grad():
@@ -267,14 +267,14 @@ def test_checkpoints_are_atomic(tmp_path, monkeypatch):
 
     monkeypatch.setattr(torch, "save", crash)  # the crash happens after the weights were written
     with pytest.raises(OSError, match="disk full"):
-        checkpoint.save(directory, 3, model, {"step": 3})
+        state.save(directory, 3, model, {"step": 3})
     monkeypatch.undo()
-    assert checkpoint.latest(directory).name == "step_00000002"
+    assert state.latest(directory).name == "step_00000002"
     assert not (directory / "step_00000003").exists()
     assert not [p for p in directory.rglob("*") if p.name.startswith(".")]
     restored = vitzoo.create("vit_ti16", **TINY, num_classes=10)
-    state = checkpoint.load(checkpoint.latest(directory), restored)
-    assert state["step"] == 2
+    saved = state.load(state.latest(directory), restored)
+    assert saved["step"] == 2
     for k, v in restored.state_dict().items():
         torch.testing.assert_close(v, before[k])
 
@@ -313,3 +313,17 @@ def test_a_pretrained_directory_of_another_model_than_named_is_trained_with_a_wa
         cfg = tiny_config(tmp_path / "ft", model="vit_b16", pretrained=str(tmp_path / "pre" / "run"), steps=3, warmup=1)
         summary = fit(dataclasses.replace(cfg, model_options={}))  # B/16 as named, nothing of TINY
     assert summary["model_config"]["embed_dim"] == 32
+
+
+def test_the_old_module_name_of_the_training_state_still_works_with_a_deprecation_warning():
+    """vitzoo.train.checkpoint is now vitzoo.train.state (beside vitzoo.weights.checkpoint it misled);
+    code that imports the old name keeps working and is told the new one."""
+    from vitzoo.train import checkpoint as old
+
+    with pytest.warns(DeprecationWarning, match=r"renamed vitzoo.train.state: use vitzoo.train.state.latest"):
+        assert old.latest is state.latest
+    with pytest.warns(DeprecationWarning, match="vitzoo.train.state.save"):
+        from vitzoo.train.checkpoint import save
+    assert save is state.save
+    with pytest.raises(AttributeError):
+        old.no_such_name

@@ -44,7 +44,7 @@ from vitzoo.evaluate import (
 )
 from vitzoo.io import write_text
 from vitzoo.precision import autocast, sum_dtype
-from vitzoo.train import checkpoint, distributed
+from vitzoo.train import distributed, state
 from vitzoo.train.config import RESUMABLE_CHANGES, TrainConfig
 from vitzoo.train.schedule import Schedule
 from vitzoo.weights.files import CONFIG_NAME, read_config, save_pretrained
@@ -234,15 +234,15 @@ def prepare_run_dir(cfg: TrainConfig, run: Path | None) -> list[Path]:
     if changed:
         detail = ", ".join(f"{k}: {before.get(k)!r} -> {now[k]!r}" for k in changed)
         raise ConfigError(f"cannot resume {run} with different settings ({detail})")
-    return checkpoint.to_resume(run / "checkpoints")
+    return state.to_resume(run / "checkpoints")
 
 
 def gather_rng(env: distributed.Env) -> list[dict]:
-    state = checkpoint.rng_state(env.device)
+    mine = state.rng_state(env.device)
     if not env.distributed:
-        return [state]
+        return [mine]
     states: list = [None] * env.world_size
-    torch.distributed.all_gather_object(states, state)
+    torch.distributed.all_gather_object(states, mine)
     return states
 
 
@@ -393,14 +393,14 @@ def _fit(cfg: TrainConfig, env: distributed.Env) -> tuple[vitzoo.VisionTransform
     step, train_seconds, images_seen = 0, 0.0, 0
     resume_from = None
     if resume_points:
-        resume_from, state = checkpoint.load_first(resume_points, model, device)
-        optimizer.load_state_dict(state["optimizer"])
-        schedule.load_state_dict(state["schedule"])
-        scaler.load_state_dict(state["scaler"])
-        step, train_seconds, images_seen = state["step"], state["train_seconds"], state["images_seen"]
-        rngs = state["rng"]
+        resume_from, saved = state.load_first(resume_points, model, device)
+        optimizer.load_state_dict(saved["optimizer"])
+        schedule.load_state_dict(saved["schedule"])
+        scaler.load_state_dict(saved["scaler"])
+        step, train_seconds, images_seen = saved["step"], saved["train_seconds"], saved["images_seen"]
+        rngs = saved["rng"]
         if len(rngs) == env.world_size:
-            checkpoint.set_rng_state(rngs[env.rank], device)
+            state.set_rng_state(rngs[env.rank], device)
         else:  # another world size: a fresh stream per process
             torch.manual_seed(cfg.seed + 1 + env.rank + 7919 * step)
         say(f"resuming {run} at step {step} from {resume_from.name}")
@@ -458,7 +458,7 @@ def _fit(cfg: TrainConfig, env: distributed.Env) -> tuple[vitzoo.VisionTransform
     # keep_best: the best validation point so far (weights on the CPU); checkpointed, so it survives a resume
     best: dict[str, Any] = {"step": None, "val_top1": None, "weights": None}
     if cfg.keep_best and resume_from is not None:
-        best.update(state["best"])
+        best.update(saved["best"])
 
     def consider_best(result: dict[str, float]) -> None:
         # only a strictly better top-1 replaces the best (ties: the earliest); every rank compares the same
@@ -470,13 +470,13 @@ def _fit(cfg: TrainConfig, env: distributed.Env) -> tuple[vitzoo.VisionTransform
     def save_checkpoint() -> None:
         rng = gather_rng(env)
         if env.is_main and run is not None:
-            state = {"step": step, "epoch": step // steps_per_epoch, "batch_in_epoch": step % steps_per_epoch,
+            saving = {"step": step, "epoch": step // steps_per_epoch, "batch_in_epoch": step % steps_per_epoch,
                      "train_seconds": train_seconds, "images_seen": images_seen, "world_size": env.world_size,
                      "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict(),
                      "scaler": scaler.state_dict(), "rng": rng}
             if cfg.keep_best:
-                state["best"] = dict(best)
-            checkpoint.save(run / "checkpoints", step, raw_model, state, cfg.keep_checkpoints)
+                saving["best"] = dict(best)
+            state.save(run / "checkpoints", step, raw_model, saving, cfg.keep_checkpoints)
         distributed.barrier(env)
 
     def finished() -> bool:

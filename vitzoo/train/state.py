@@ -1,0 +1,167 @@
+"""Training state that survives crashes: checkpoints (the model, optimizer, schedule, scaler, step) and
+the random states a resumed run restores.
+
+    RUN/checkpoints/step_00001000/config.json, model.safetensors   the model (save_pretrained)
+    RUN/checkpoints/step_00001000/state.pt                          optimizer, schedule, scaler, RNGs, step
+    RUN/checkpoints/latest                                          "step_00001000": the commit point
+
+Every file is written atomically (vitzoo.io), and `latest` is rewritten only once a checkpoint is
+complete, so a crash at any moment leaves the previous checkpoint intact and pointed to. A
+half-written checkpoint directory is removed.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file
+
+from vitzoo.io import atomic_path, write_text
+from vitzoo.weights.checkpoint import CheckpointError, read_failed
+from vitzoo.weights.files import CONFIG_NAME, WEIGHTS_NAME, save_pretrained
+
+LATEST = "latest"
+STATE_NAME = "state.pt"
+
+
+def rng_state(device: torch.device | str | None = None) -> dict[str, Any]:
+    """The random states a process restores on resume: torch's, Python's, NumPy's, and its training
+    device's. On CUDA only this process's own GPU (not every visible one), so that a machine with
+    another number of GPUs can resume the run; MPS has one generator."""
+    np_state = np.random.get_state()
+    state = {
+        "torch": torch.get_rng_state(),
+        "python": random.getstate(),
+        "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), *np_state[2:]],
+    }
+    device = torch.device(device) if device is not None else None
+    if device is not None and device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    if device is not None and device.type == "mps":
+        state["mps"] = torch.mps.get_rng_state()
+    return state
+
+
+def _own_cuda_state(saved: Any, device: torch.device) -> torch.Tensor | None:
+    """This GPU's state: checkpoints before one-GPU states held a list of every visible GPU's."""
+    if isinstance(saved, (list, tuple)):
+        index = device.index or 0
+        return saved[index] if index < len(saved) else None
+    return saved
+
+
+def set_rng_state(state: dict[str, Any], device: torch.device | str | None = None) -> None:
+    """Restore `rng_state(device)`; a device state saved on another kind of device is left alone."""
+    torch.set_rng_state(state["torch"])
+    device = torch.device(device) if device is not None else None
+    if device is not None and device.type == "cuda" and state.get("cuda") is not None:
+        own = _own_cuda_state(state["cuda"], device)
+        if own is not None:
+            torch.cuda.set_rng_state(own, device)
+    if device is not None and device.type == "mps" and state.get("mps") is not None:
+        torch.mps.set_rng_state(state["mps"])
+    random.setstate(state["python"])
+    name, keys, *rest = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), *rest))
+
+
+def _complete(path: Path) -> bool:
+    return all((path / name).is_file() for name in (STATE_NAME, WEIGHTS_NAME, CONFIG_NAME))
+
+
+def _pointed(directory: Path) -> Path | None:
+    """The checkpoint the `latest` pointer names, if the pointer is there and readable."""
+    try:
+        name = (directory / LATEST).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return directory / name if name else None
+
+
+def latest(directory: str | Path) -> Path | None:
+    """The last complete checkpoint under RUN/checkpoints, or None."""
+    path = _pointed(Path(directory))
+    return path if path is not None and path.parent == Path(directory) and _complete(path) else None
+
+
+def to_resume(directory: str | Path) -> list[Path]:
+    """The complete checkpoints to resume from, in the order to try them: the one `latest` points to,
+    then the others newest first. A damaged pointer is said and the newest complete checkpoint leads
+    instead (a warning, shown under --quiet too); no checkpoint is ever deleted for it. Empty when the run committed none (it starts from
+    step 0); a CheckpointError when it committed one and none is left complete."""
+    directory = Path(directory)
+    pointed = latest(directory)
+    found = sorted((p for p in directory.glob("step_*") if p.is_dir() and _complete(p)), reverse=True)
+    if (directory / LATEST).exists() and pointed is None:
+        named = _pointed(directory)
+        what = f"names {named.name!r}, which is not a complete checkpoint" if named else "cannot be read"
+        if not found:
+            raise CheckpointError(
+                f"cannot resume: {directory / LATEST} {what}, and {directory} holds no complete checkpoint "
+                f"(config.json, model.safetensors, {STATE_NAME}); restore it, or start a new run with another --out"
+            )
+        warnings.warn(f"{directory / LATEST} {what}: resuming from the newest complete checkpoint, {found[0].name}")
+    return ([pointed] if pointed else []) + [p for p in found if p != pointed]
+
+
+def load_first(paths: list[Path], model: torch.nn.Module,
+               map_location: torch.device | str = "cpu") -> tuple[Path, dict[str, Any]]:
+    """Load the first of `paths` that reads (see `load`); a damaged one is named (a warning) and the next tried."""
+    problems = []
+    for path in paths:
+        try:
+            return path, load(path, model, map_location)
+        except CheckpointError as exc:
+            problems.append(str(exc))
+            if path != paths[-1]:
+                warnings.warn(f"{exc}: resuming from the previous checkpoint, {paths[paths.index(path) + 1].name}")
+    raise CheckpointError("cannot resume, no checkpoint reads: " + "; ".join(problems)
+                          + ". Restore the files, or start a new run with another --out")
+
+
+def save(directory: str | Path, step: int, model: torch.nn.Module, state: dict[str, Any], keep: int = 1) -> Path:
+    """Write checkpoint `step` (model + training state), then point `latest` at it; keep the newest `keep`."""
+    directory = Path(directory)
+    path = directory / f"step_{step:08d}"
+    for stale in directory.glob(".step_*.tmp"):  # staging left by a killed save (vitzoo.io.staged_directory)
+        shutil.rmtree(stale, ignore_errors=True)
+    if path.exists() and latest(directory) != path:
+        shutil.rmtree(path)  # left over by a crash
+    try:
+        save_pretrained(model, path)
+        with atomic_path(path / STATE_NAME) as tmp:
+            torch.save(state, tmp)
+    except BaseException:
+        if latest(directory) != path:
+            shutil.rmtree(path, ignore_errors=True)
+        raise
+    write_text(directory / LATEST, path.name + "\n")
+    old = sorted(p for p in directory.glob("step_*") if p.is_dir() and p != path)
+    for p in old[: max(0, len(old) - (keep - 1))]:
+        shutil.rmtree(p, ignore_errors=True)
+    return path
+
+
+def load(path: str | Path, model: torch.nn.Module, map_location: torch.device | str = "cpu") -> dict[str, Any]:
+    """Load the weights of checkpoint `path` into `model`; return its training state. A file that does
+    not read (truncated, damaged) is a CheckpointError naming it; `model` is unchanged then."""
+    path = Path(path)
+    try:
+        state = torch.load(path / STATE_NAME, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises several types for a truncated or foreign file
+        raise read_failed(path / STATE_NAME, exc) from exc
+    try:
+        weights = load_file(str(path / WEIGHTS_NAME), device=str(map_location))
+    except Exception as exc:  # safetensors raises its own error types
+        raise read_failed(path / WEIGHTS_NAME, exc) from exc
+    model.load_state_dict(weights, strict=True)
+    return state
+
+
+__all__ = ["LATEST", "latest", "load", "load_first", "rng_state", "save", "set_rng_state", "to_resume"]
