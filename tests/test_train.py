@@ -57,6 +57,22 @@ def test_fit_writes_a_complete_run(tmp_path):
     assert [s for s, _ in losses(run)] == list(range(1, 7))
 
 
+def test_every_line_of_metrics_jsonl_is_written_by_metrics(tmp_path, monkeypatch):
+    """Training logs, evaluations during training and the final evaluation all go through `Metrics`."""
+    written = []
+
+    class Recorded(loop.Metrics):
+        def write(self, record, tensorboard=True):
+            written.append(json.loads(json.dumps(record)))
+            super().write(record, tensorboard)
+
+    monkeypatch.setattr(loop, "Metrics", Recorded)
+    fit(tiny_config(tmp_path, steps=4, log_every=2, eval_every=2))
+    lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert lines == written
+    assert [(r["step"], sorted(r)[0]) for r in lines] == [(2, "epoch"), (2, "eval_loss"), (4, "epoch"), (4, "eval_loss")]
+
+
 def test_fit_learns_synthetic_data():
     summary = fit(tiny_config(steps=40, train_limit=512))
     assert summary["test_top1"] > 0.8

@@ -1,11 +1,13 @@
-"""`fit(TrainConfig)`: the training loop, top to bottom.
+"""`fit(TrainConfig)`: the training loop, top to bottom, as a `Trainer`.
 
-1. check everything cheap (data, run directory, batch arithmetic) before any work;
-2. build data, model, optimizer, schedule; resume from the last checkpoint if asked;
-3. loop: accumulate gradients over micro-batches, agree across processes on the loss, clip, step; read
-   the steps' losses (on the device until then) when logging, evaluating or checkpointing, and stop on a
-   non-finite one; log, evaluate, checkpoint; SIGINT / SIGTERM end the loop with a checkpoint;
-4. evaluate, save the model (save_pretrained) and summary.json.
+1. set-up (`Trainer.__init__`): check everything cheap (data, run directory, batch arithmetic) before
+   any work; build data, model, optimizer, schedule; resume from the last checkpoint if asked;
+2. `train`: each `train_step` accumulates gradients over micro-batches, agrees across processes on the
+   loss, clips and steps; the steps' losses stay on the device until logging, evaluating or
+   checkpointing needs them (`read_steps`), which stops on a non-finite one; SIGINT / SIGTERM end the
+   loop with a checkpoint;
+3. `final_evaluation`, then `finish`: few-shot accuracy, the saved model (save_pretrained) and
+   summary.json. `Metrics` writes every line of metrics.jsonl.
 
 The global batch is `batch_size` whatever the number of processes: each optimizer step consumes one
 global batch of the epoch's permutation, split into `world_size` equal shares, each share into
@@ -46,6 +48,7 @@ from vitzoo.io import write_text
 from vitzoo.precision import autocast, sum_dtype
 from vitzoo.train import distributed, state
 from vitzoo.train.config import RESUMABLE_CHANGES, TrainConfig
+from vitzoo.train.metrics import Metrics
 from vitzoo.train.schedule import Schedule
 from vitzoo.weights.files import CONFIG_NAME, read_config, save_pretrained
 
@@ -246,54 +249,6 @@ def gather_rng(env: distributed.Env) -> list[dict]:
     return states
 
 
-def _json_line(line: str) -> dict | None:
-    """A metrics line, or None for a blank one or the half-written last line of a killed run."""
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError:
-        return None
-    return record if isinstance(record, dict) else None
-
-
-class Metrics:
-    """metrics.jsonl (and TensorBoard when installed), written by rank 0."""
-
-    def __init__(self, run: Path | None, enabled: bool, resume_step: int, tensorboard: bool) -> None:
-        self.file = None
-        self.tb = None
-        if run is None or not enabled:
-            return
-        path = run / "metrics.jsonl"
-        if path.exists():  # keep what the resumed checkpoint had seen; drop lines of the lost steps
-            kept = [line for line in path.read_text(encoding="utf-8").splitlines()
-                    if (record := _json_line(line)) is not None and record.get("step", 0) <= resume_step]
-            write_text(path, "".join(line + "\n" for line in kept))
-        self.file = open(path, "a", encoding="utf-8")
-        if tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-
-                self.tb = SummaryWriter(str(run / "tensorboard"))
-            except ImportError:
-                self.tb = None
-
-    def write(self, record: dict[str, Any]) -> None:
-        if self.file is None:
-            return
-        self.file.write(json.dumps(record) + "\n")
-        self.file.flush()
-        if self.tb is not None:
-            for key, value in record.items():
-                if key != "step" and isinstance(value, (int, float)):
-                    self.tb.add_scalar(key, value, record["step"])
-
-    def close(self) -> None:
-        if self.file is not None:
-            self.file.close()
-        if self.tb is not None:
-            self.tb.close()
-
-
 @contextlib.contextmanager
 def stop_signals(flag: dict):
     """SIGINT / SIGTERM set flag["signal"]; the loop then checkpoints and returns. A second signal
@@ -324,372 +279,467 @@ def fit(config: TrainConfig) -> dict[str, Any]:
 def fit_model(config: TrainConfig) -> tuple[vitzoo.VisionTransformer, dict[str, Any]]:
     """`fit`, also returning the trained model (on its device, in eval mode)."""
     cfg = config.resolved()
-    return _fit(cfg, distributed.setup(cfg.device))
+    return Trainer(cfg, distributed.setup(cfg.device)).run()
 
 
-def _fit(cfg: TrainConfig, env: distributed.Env) -> tuple[vitzoo.VisionTransformer, dict[str, Any]]:
-    wall_start = time.perf_counter()
-    verbose = env.is_main and not cfg.quiet
+def scores(prefix: str, result: dict[str, float], step: int) -> dict[str, Any]:
+    """A metrics line of an evaluation: {"step", "<prefix>_top1", "<prefix>_top5", "<prefix>_loss"}."""
+    return {"step": step, f"{prefix}_top1": result["top1"], f"{prefix}_top5": result["top5"],
+            f"{prefix}_loss": result["loss"]}
 
-    def say(message: str) -> None:
-        if verbose:
+
+class Trainer:
+    """One run of `fit`. `Trainer(cfg, env)` sets everything up (checks, data, model, optimizer,
+    schedule, resume); `run()` trains, evaluates, saves and returns (model, summary).
+
+    The state that moves is the attributes set in `_resume` (step, train_seconds, images_seen, best:
+    what a checkpoint holds) and in `_start_loop` (what the loop reads, logs and decides on).
+    """
+
+    # ------------------------------------------------------------------------ set-up
+    def __init__(self, cfg: TrainConfig, env: distributed.Env) -> None:
+        self.cfg, self.env, self.device = cfg, env, env.device
+        self.wall_start = time.perf_counter()
+        self.verbose = env.is_main and not cfg.quiet
+        # cheap checks, before any work
+        datasets.check_data(cfg.data, cfg.data_dir)
+        self.run_dir = Path(cfg.out) if cfg.out else None
+        resume_points = prepare_run_dir(cfg, self.run_dir)
+        distributed.barrier(env)  # every rank has checked the run directory before rank 0 writes to it
+        self.micro = cfg.micro_batch or cfg.batch_size // env.world_size
+        if self.micro < 1 or cfg.batch_size % (env.world_size * self.micro):
+            raise ConfigError(f"batch_size={cfg.batch_size} is not a multiple of world_size={env.world_size} x "
+                              f"micro_batch={self.micro}")
+        self.accum = cfg.batch_size // (env.world_size * self.micro)
+        self.amp_dtype = resolve_precision(cfg, self.device)
+        self.exact = sum_dtype(self.device)  # of the loss and clock reductions
+        base = base_config(cfg)
+
+        train_raw, val_raw, test_raw, info = self._load_data(base)
+        torch.manual_seed(cfg.seed)  # the same initial weights on every process
+        self.model = build_model(cfg, model_options(cfg, info, base)).to(self.device)
+        self._make_datasets(train_raw, val_raw, test_raw, info.num_classes)
+        self._plan_length()
+        self.optimizer = build_optimizer(cfg, self.model, self.device)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp_dtype == torch.float16)
+        self._resume(resume_points)
+        if self.run_dir is not None and env.is_main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            write_text(self.run_dir / "train_config.json", cfg.to_json())
+        self._distribute()
+        self._make_loaders()
+
+    def say(self, message: str) -> None:
+        if self.verbose:
             print(message, file=sys.stderr, flush=True)
 
-    # -- 1. cheap checks, before any work
-    datasets.check_data(cfg.data, cfg.data_dir)
-    run = Path(cfg.out) if cfg.out else None
-    resume_points = prepare_run_dir(cfg, run)
-    distributed.barrier(env)  # every rank has checked the run directory before rank 0 writes to it
-    micro = cfg.micro_batch or cfg.batch_size // env.world_size
-    if micro < 1 or cfg.batch_size % (env.world_size * micro):
-        raise ConfigError(f"batch_size={cfg.batch_size} is not a multiple of world_size={env.world_size} x "
-                         f"micro_batch={micro}")
-    accum = cfg.batch_size // (env.world_size * micro)
-    device = env.device
-    amp_dtype = resolve_precision(cfg, device)
-    exact = sum_dtype(device)  # of the loss and clock reductions
-    base = base_config(cfg)
+    def _load_data(self, base: vitzoo.ViTConfig):
+        """The raw train, validation (or None) and test splits, cut to their limits, and the dataset's info."""
+        cfg = self.cfg
+        train_raw = datasets.load_split(cfg.data, "train", cfg.data_dir, img_size=base.img_size, in_chans=base.in_chans, seed=cfg.seed)
+        test_raw = datasets.load_split(cfg.data, "test", cfg.data_dir, img_size=base.img_size, in_chans=base.in_chans, seed=cfg.seed)
+        info = datasets.data_info(cfg.data, train_raw, base.in_chans)
+        if cfg.val_size and len(train_raw) - cfg.val_size < cfg.batch_size:
+            raise ConfigError(f"val_size={cfg.val_size} leaves {max(0, len(train_raw) - cfg.val_size)} of the {len(train_raw)} "
+                              f"training images, fewer than one batch ({cfg.batch_size}); lower --val-size or --batch-size")
+        # held out before train_limit, so that the training subsets of one seed are nested and never validate
+        train_raw, val_raw = datasets.split_validation(train_raw, cfg.val_size)
+        train_raw = datasets.subset(train_raw, cfg.train_limit, cfg.seed)
+        if val_raw is not None and cfg.train_limit and cfg.train_limit > len(train_raw):
+            warnings.warn(f"train_limit={cfg.train_limit} is more than the {len(train_raw)} training images left beside the "
+                          f"validation split (val_size={cfg.val_size}): training on all {len(train_raw)}", stacklevel=3)
+        return train_raw, val_raw, datasets.subset(test_raw, cfg.test_limit, cfg.seed), info
 
-    # -- 2. data, model, optimizer, schedule
-    train_raw = datasets.load_split(cfg.data, "train", cfg.data_dir, img_size=base.img_size, in_chans=base.in_chans, seed=cfg.seed)
-    test_raw = datasets.load_split(cfg.data, "test", cfg.data_dir, img_size=base.img_size, in_chans=base.in_chans, seed=cfg.seed)
-    info = datasets.data_info(cfg.data, train_raw, base.in_chans)
-    if cfg.val_size and len(train_raw) - cfg.val_size < cfg.batch_size:
-        raise ConfigError(f"val_size={cfg.val_size} leaves {max(0, len(train_raw) - cfg.val_size)} of the {len(train_raw)} "
-                         f"training images, fewer than one batch ({cfg.batch_size}); lower --val-size or --batch-size")
-    # held out before train_limit, so that the training subsets of one seed are nested and never validate
-    train_raw, val_raw = datasets.split_validation(train_raw, cfg.val_size)
-    train_raw = datasets.subset(train_raw, cfg.train_limit, cfg.seed)
-    if val_raw is not None and cfg.train_limit and cfg.train_limit > len(train_raw):
-        warnings.warn(f"train_limit={cfg.train_limit} is more than the {len(train_raw)} training images left beside the "
-                      f"validation split (val_size={cfg.val_size}): training on all {len(train_raw)}", stacklevel=2)
-    test_raw = datasets.subset(test_raw, cfg.test_limit, cfg.seed)
+    def _make_datasets(self, train_raw, val_raw, test_raw, num_classes: int) -> None:
+        """The splits at the model's resolution: augmented for training, plain for evaluation."""
+        cfg = self.cfg
+        img_size = self.model.config.img_size
+        augment = datasets.Augment(cfg.random_resized_crop, cfg.crop_padding, cfg.hflip, cfg.randaugment, cfg.mixup, cfg.cutmix)
+        self.train_set = datasets.Transformed(train_raw, datasets.build_transform(img_size, augment), cfg.seed)
+        self.train_eval_set = datasets.Transformed(train_raw, datasets.build_transform(img_size, None))
+        self.test_set = datasets.Transformed(test_raw, datasets.build_transform(img_size, None))
+        self.val_set = datasets.Transformed(val_raw, datasets.build_transform(img_size, None)) if val_raw is not None else None
+        self.mixer = datasets.batch_mixer(augment, num_classes)
 
-    torch.manual_seed(cfg.seed)  # the same initial weights on every process
-    options = model_options(cfg, info, base)
-    model = build_model(cfg, options).to(device)
-    img_size = model.config.img_size
-    augment = datasets.Augment(cfg.random_resized_crop, cfg.crop_padding, cfg.hflip, cfg.randaugment, cfg.mixup, cfg.cutmix)
-    train_set = datasets.Transformed(train_raw, datasets.build_transform(img_size, augment), cfg.seed)
-    train_eval_set = datasets.Transformed(train_raw, datasets.build_transform(img_size, None))
-    test_set = datasets.Transformed(test_raw, datasets.build_transform(img_size, None))
-    val_set = datasets.Transformed(val_raw, datasets.build_transform(img_size, None)) if val_raw is not None else None
-    mixer = datasets.batch_mixer(augment, info.num_classes)
+    def _plan_length(self) -> None:
+        """The run's length (steps, or a time budget) and the learning-rate schedule over it."""
+        cfg = self.cfg
+        self.steps_per_epoch = len(self.train_set) // cfg.batch_size
+        if self.steps_per_epoch == 0:
+            raise ConfigError(f"batch_size={cfg.batch_size} is larger than the training set ({len(self.train_set)} images)")
+        self.total_steps = None
+        if cfg.steps is not None:
+            self.total_steps = cfg.steps
+        elif cfg.epochs is not None:
+            self.total_steps = max(1, math.ceil(cfg.epochs * self.steps_per_epoch))
+        self.budget_s = cfg.time_budget_min * 60 if cfg.time_budget_min is not None else None
+        warmup = cfg.warmup if cfg.warmup is not None else cfg.recipe_warmup(self.total_steps)
+        self.schedule = Schedule(cfg.schedule, warmup, total_steps=self.total_steps, budget_s=self.budget_s)
 
-    steps_per_epoch = len(train_set) // cfg.batch_size
-    if steps_per_epoch == 0:
-        raise ConfigError(f"batch_size={cfg.batch_size} is larger than the training set ({len(train_set)} images)")
-    total_steps = None
-    if cfg.steps is not None:
-        total_steps = cfg.steps
-    elif cfg.epochs is not None:
-        total_steps = max(1, math.ceil(cfg.epochs * steps_per_epoch))
-    budget_s = cfg.time_budget_min * 60 if cfg.time_budget_min is not None else None
-    warmup = cfg.warmup if cfg.warmup is not None else cfg.recipe_warmup(total_steps)
-    schedule = Schedule(cfg.schedule, warmup, total_steps=total_steps, budget_s=budget_s)
-
-    optimizer = build_optimizer(cfg, model, device)
-    scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16)
-    step, train_seconds, images_seen = 0, 0.0, 0
-    resume_from = None
-    if resume_points:
-        resume_from, saved = state.load_first(resume_points, model, device)
-        optimizer.load_state_dict(saved["optimizer"])
-        schedule.load_state_dict(saved["schedule"])
-        scaler.load_state_dict(saved["scaler"])
-        step, train_seconds, images_seen = saved["step"], saved["train_seconds"], saved["images_seen"]
-        rngs = saved["rng"]
-        if len(rngs) == env.world_size:
-            state.set_rng_state(rngs[env.rank], device)
+    def _resume(self, resume_points: list[Path]) -> None:
+        """The checkpointed state: from the first readable checkpoint of `resume_points`, or fresh."""
+        cfg, env, device = self.cfg, self.env, self.device
+        self.step, self.train_seconds, self.images_seen = 0, 0.0, 0
+        # keep_best: the best validation point so far (weights on the CPU); checkpointed, so it survives a resume
+        self.best: dict[str, Any] = {"step": None, "val_top1": None, "weights": None}
+        self.resume_from = None
+        if not resume_points:
+            torch.manual_seed(cfg.seed + 1 + env.rank)  # dropout / drop-path / mixing differ across processes
+            return
+        self.resume_from, saved = state.load_first(resume_points, self.model, device)
+        self.optimizer.load_state_dict(saved["optimizer"])
+        self.schedule.load_state_dict(saved["schedule"])
+        self.scaler.load_state_dict(saved["scaler"])
+        self.step, self.train_seconds, self.images_seen = saved["step"], saved["train_seconds"], saved["images_seen"]
+        if len(saved["rng"]) == env.world_size:
+            state.set_rng_state(saved["rng"][env.rank], device)
         else:  # another world size: a fresh stream per process
-            torch.manual_seed(cfg.seed + 1 + env.rank + 7919 * step)
-        say(f"resuming {run} at step {step} from {resume_from.name}")
-    else:
-        torch.manual_seed(cfg.seed + 1 + env.rank)  # dropout / drop-path / mixing differ across processes
-    if run is not None and env.is_main:
-        run.mkdir(parents=True, exist_ok=True)
-        write_text(run / "train_config.json", cfg.to_json())
+            torch.manual_seed(cfg.seed + 1 + env.rank + 7919 * self.step)
+        if cfg.keep_best:
+            self.best.update(saved["best"])
+        self.say(f"resuming {self.run_dir} at step {self.step} from {self.resume_from.name}")
 
-    if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-    raw_model = model
-    if env.distributed:
-        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
-                                                          broadcast_buffers=has_running_statistics(raw_model))
-    if cfg.compile:
-        model = torch.compile(model)
+    def _distribute(self) -> None:
+        """`model` is what the loop calls (DDP, compiled); `raw_model` what is evaluated and saved."""
+        if self.device.type == "cuda":
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
+        self.raw_model = self.model
+        if self.env.distributed:
+            device_ids = [self.device.index] if self.device.type == "cuda" else None
+            self.model = torch.nn.parallel.DistributedDataParallel(
+                self.model, device_ids=device_ids, broadcast_buffers=has_running_statistics(self.raw_model))
+        if self.cfg.compile:
+            self.model = torch.compile(self.model)
 
-    # the loaders are made once, their workers kept between epochs and evaluations (persistent_workers)
-    pin, persistent = device.type == "cuda", cfg.num_workers > 0
-    sampler = GlobalBatchSampler(len(train_set), cfg.batch_size, micro, env.rank, env.world_size, cfg.seed, 0)
-    train_loader = DataLoader(train_set, batch_sampler=sampler, num_workers=cfg.num_workers, pin_memory=pin,
-                              persistent_workers=persistent, generator=torch.Generator().manual_seed(cfg.seed))
-    eval_batch = max(micro, 256)
-    eval_loaders: dict[int, DataLoader] = {}
+    def _make_loaders(self) -> None:
+        """The loaders, made once: their workers are kept between epochs and evaluations (persistent_workers)."""
+        cfg, env = self.cfg, self.env
+        self.pin, self.persistent = self.device.type == "cuda", cfg.num_workers > 0
+        self.sampler = GlobalBatchSampler(len(self.train_set), cfg.batch_size, self.micro, env.rank, env.world_size, cfg.seed, 0)
+        self.train_loader = DataLoader(self.train_set, batch_sampler=self.sampler, num_workers=cfg.num_workers,
+                                       pin_memory=self.pin, persistent_workers=self.persistent,
+                                       generator=torch.Generator().manual_seed(cfg.seed))
+        self.eval_batch = max(self.micro, 256)
+        self.eval_loaders: dict[int, DataLoader] = {}
 
-    def micro_batches(start_step: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        epoch, start = divmod(start_step, steps_per_epoch)
+    # ------------------------------------------------------------------------ the run
+    def run(self) -> tuple[vitzoo.VisionTransformer, dict[str, Any]]:
+        """Train, then (when finished) checkpoint and evaluate; save the model and summary.json."""
+        cfg = self.cfg
+        self.say(f"training {cfg.model} ({vitzoo.count_params(self.raw_model):,} parameters) on {cfg.data}: "
+                 f"{len(self.train_set)} images, batch {cfg.batch_size} = {self.env.world_size} process(es) x {self.accum} x "
+                 f"{self.micro}, " + (f"{self.total_steps} steps" if self.total_steps else f"{cfg.time_budget_min} min")
+                 + f", {self.device}, recipe {cfg.recipe}")
+        self.metrics = Metrics(self.run_dir, self.env.is_main, self.step, cfg.tensorboard)
+        try:
+            self.train()
+            final, val_final = self.final_evaluation() if self.status == "finished" else self.partial_results()
+        finally:
+            self.metrics.close()
+        return self.finish(final, val_final)
+
+    def train(self) -> None:
+        """Steps until the run's length, `stop_at` or a signal; reads, logs, evaluates and checkpoints
+        at their points."""
+        cfg = self.cfg
+        self._start_loop()
+        batches = self.micro_batches(self.step)
+        normalize = datasets.Normalizer(self.raw_model.config.mean, self.raw_model.config.std,
+                                        self.raw_model.config.in_chans, self.device)
+        self.model.train()
+        try:
+            with stop_signals(self.flag):
+                while not self.finished():
+                    lr, stop_requested = self.train_step(batches, normalize)
+                    logging = self.step % cfg.log_every == 0 or self.finished()
+                    evaluating = bool(cfg.eval_every) and self.step % cfg.eval_every == 0 and not self.finished()
+                    stop = stop_requested or (cfg.stop_at is not None and self.step >= cfg.stop_at)
+                    checkpointing = bool(cfg.checkpoint_every) and self.step % cfg.checkpoint_every == 0 or stop
+                    if logging or evaluating or checkpointing or len(self.unread) >= MAX_UNREAD_STEPS:
+                        self.read_steps()
+                    if logging:
+                        self.log(lr)
+                    if evaluating:
+                        self.evaluate_during_training()
+                    if checkpointing:
+                        self.save_checkpoint()
+                        self.last_checkpoint = self.step
+                        self.log_time = time.perf_counter()
+                    if stop:
+                        self.status = "interrupted" if stop_requested else "stopped"
+                        break
+        except TrainingDiverged as exc:
+            raise self.diverged(exc) from None
+        finally:
+            self.bar.close()
+
+    def _start_loop(self) -> None:
+        """The loop's own state: progress bar, signal flag, status, what is read and logged."""
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=self.total_steps or int(self.budget_s),
+                        initial=self.step if self.total_steps else int(self.train_seconds),
+                        unit="step" if self.total_steps else "s", disable=True if not self.verbose else None,
+                        dynamic_ncols=True, leave=False)
+        self.flag: dict[str, Any] = {}  # "signal": set by stop_signals
+        self.status = "finished"
+        self.last_checkpoint = self.step if self.resume_from is not None else None
+        self.last_eval: dict[str, float] = {}
+        self.loss_value, self.grad_norm = None, None
+        # each step's (step, mean loss, gradient norm, count of non-finite inputs), kept on the device until
+        # read: reading a number makes the host wait for the device, so it is done when the numbers are
+        # needed, not every step
+        self.unread: list[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        self.log_images, self.log_time = 0, time.perf_counter()
+
+    def finished(self) -> bool:
+        if self.total_steps is not None:
+            return self.step >= self.total_steps
+        return self.train_seconds >= self.budget_s
+
+    def micro_batches(self, start_step: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        epoch, start = divmod(start_step, self.steps_per_epoch)
         while True:
-            sampler.set_epoch(epoch, start)
-            yield from train_loader
+            self.sampler.set_epoch(epoch, start)
+            yield from self.train_loader
             epoch, start = epoch + 1, 0
 
-    def evaluate(dataset=test_set) -> dict[str, float]:
-        indices = range(env.rank, len(dataset), env.world_size)
-        if id(dataset) not in eval_loaders:
-            eval_loaders[id(dataset)] = eval_loader(dataset, indices, batch_size=eval_batch, num_workers=cfg.num_workers,
-                                                    pin_memory=pin, persistent=persistent)
-        sums = classification_sums(raw_model, dataset, indices=indices, batch_size=eval_batch, num_workers=cfg.num_workers,
-                                   autocast_dtype=amp_dtype, loader=eval_loaders[id(dataset)])
-        return metrics_from_sums(distributed.all_reduce(sums, env))
+    # ------------------------------------------------------------------------ one step
+    def train_step(self, batches, normalize) -> tuple[float, bool]:
+        """One optimizer step on a global batch: accumulate the micro-batches' gradients (synchronised
+        across processes on the last one), clip, step. Its loss, gradient norm and count of non-finite
+        inputs stay on the device (`unread`). Returns the learning rate and whether any process was
+        asked to stop."""
+        cfg, env, device = self.cfg, self.env, self.device
+        lr = cfg.lr * self.schedule.factor(self.step, self.train_seconds)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        t0 = time.perf_counter()
+        loss_sum = torch.zeros((), device=device)
+        bad_inputs = torch.zeros((), device=device)
+        for i in range(self.accum):
+            images, labels = next(batches)
+            x = normalize(images.to(device, non_blocking=True))
+            y = labels.to(device, non_blocking=True)
+            bad_inputs += (~torch.isfinite(x)).sum()  # no sync: read with the loss
+            if self.mixer is not None:
+                x, y = self.mixer(x, y)
+            sync = i == self.accum - 1 or not env.distributed
+            with contextlib.nullcontext() if sync else self.model.no_sync():
+                with autocast(device, self.amp_dtype):
+                    loss = loss_fn(self.model(x), y, cfg.label_smoothing)
+                self.scaler.scale(loss / self.accum).backward()
+            loss_sum += loss.detach()
+        # the global batch's mean loss and its count of non-finite normalised inputs, all-reduced on the
+        # device (read with the loss, in read_steps)
+        shared = distributed.all_reduce(torch.stack([(loss_sum / self.accum).to(self.exact), bad_inputs.to(self.exact)]), env)
+        mean_loss, inputs_bad = shared[0] / env.world_size, shared[1]
+        self.scaler.unscale_(self.optimizer)
+        norm = torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), cfg.clip_grad or float("inf"))
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.unread.append((self.step, mean_loss.detach(), norm.detach(), inputs_bad.detach()))
+        self.step += 1
+        self.images_seen += cfg.batch_size
+        self.log_images += cfg.batch_size
+        # the step's time and whether any process was asked to stop, agreed across processes on the host
+        # (the time budget must end every process at once). Without waiting for the device, a step's time
+        # is the host's; the device's queue is bounded, so the two agree over a run
+        step_time, stop_requested = distributed.host_max([time.perf_counter() - t0, float(bool(self.flag.get("signal")))], env)
+        self.train_seconds += step_time
+        self.bar.update(1 if self.total_steps else int(self.train_seconds) - self.bar.n)
+        return lr, stop_requested > 0
 
-    def fewshot_features(dataset, indices) -> tuple[torch.Tensor, torch.Tensor]:
-        """Features of `indices` (None: all of `dataset`): each rank extracts every world_size-th image,
-        every rank gets all of them, in order."""
-        indices = list(range(len(dataset))) if indices is None else list(indices)
-        mine = indices[env.rank :: env.world_size]
-        # a rank with no image of its own passes one through anyway, to learn the features' width
-        features, labels = extract_features(raw_model, dataset, mine or indices[:1], batch_size=eval_batch,
-                                            num_workers=cfg.num_workers)
-        features, labels = features[: len(mine)], labels[: len(mine)]
-        return (distributed.gather_strided(features, len(indices), env), distributed.gather_strided(labels, len(indices), env))
-
-    # keep_best: the best validation point so far (weights on the CPU); checkpointed, so it survives a resume
-    best: dict[str, Any] = {"step": None, "val_top1": None, "weights": None}
-    if cfg.keep_best and resume_from is not None:
-        best.update(saved["best"])
-
-    def consider_best(result: dict[str, float]) -> None:
-        # only a strictly better top-1 replaces the best (ties: the earliest); every rank compares the same
-        # all-reduced sums, so all ranks agree
-        if cfg.keep_best and (best["step"] is None or result["top1"] > best["val_top1"]):
-            best.update(step=step, val_top1=result["top1"],
-                        weights={k: v.detach().to("cpu", copy=True) for k, v in raw_model.state_dict().items()})
-
-    def save_checkpoint() -> None:
-        rng = gather_rng(env)
-        if env.is_main and run is not None:
-            saving = {"step": step, "epoch": step // steps_per_epoch, "batch_in_epoch": step % steps_per_epoch,
-                     "train_seconds": train_seconds, "images_seen": images_seen, "world_size": env.world_size,
-                     "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict(),
-                     "scaler": scaler.state_dict(), "rng": rng}
-            if cfg.keep_best:
-                saving["best"] = dict(best)
-            state.save(run / "checkpoints", step, raw_model, saving, cfg.keep_checkpoints)
-        distributed.barrier(env)
-
-    def finished() -> bool:
-        if total_steps is not None:
-            return step >= total_steps
-        return train_seconds >= budget_s
-
-    say(f"training {cfg.model} ({vitzoo.count_params(raw_model):,} parameters) on {cfg.data}: "
-        f"{len(train_set)} images, batch {cfg.batch_size} = {env.world_size} process(es) x {accum} x {micro}, "
-        + (f"{total_steps} steps" if total_steps else f"{cfg.time_budget_min} min") + f", {device}, recipe {cfg.recipe}")
-
-    # -- 3. the loop
-    metrics = Metrics(run, env.is_main, step, cfg.tensorboard)
-    from tqdm import tqdm
-
-    bar = tqdm(total=total_steps or int(budget_s), initial=step if total_steps else int(train_seconds),
-               unit="step" if total_steps else "s", disable=True if not verbose else None, dynamic_ncols=True, leave=False)
-    flag: dict[str, Any] = {}
-    status, last_checkpoint = "finished", step if resume_from is not None else None
-    last_eval: dict[str, float] = {}
-    loss_value, grad_norm = None, None
-    # each step's (step, mean loss, gradient norm), kept on the device until read: reading a number
-    # makes the host wait for the device, so it is done when the numbers are needed, not every step
-    unread: list[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]] = []  # + non-finite inputs
-
-    def read_steps() -> None:
+    def read_steps(self) -> None:
         """Read the unread steps' losses and gradient norms (one wait for the device); stop at the
         first non-finite one, blaming the data when its normalised images were not finite. Before
         anything is logged, evaluated or saved."""
-        nonlocal loss_value, grad_norm
-        if not unread:
+        if not self.unread:
             return
+        exact = self.exact
         values = torch.stack([torch.stack([loss.to(exact), norm.to(exact), bad.to(exact)])
-                              for _, loss, norm, bad in unread]).tolist()
-        steps = [s for s, *_ in unread]
-        unread.clear()
+                              for _, loss, norm, bad in self.unread]).tolist()
+        steps = [s for s, *_ in self.unread]
+        self.unread.clear()
         for s, (loss, norm, bad_inputs) in zip(steps, values):
             if not math.isfinite(loss) and bad_inputs:
-                config = raw_model.config
+                config = self.raw_model.config
                 raise TrainingDiverged(f"the loss is {loss} at step {s} because the normalised images hold NaN or "
                                        f"infinite values (mean {list(config.mean)}, std {list(config.std)})", inputs=True)
             if not math.isfinite(loss):
                 raise TrainingDiverged(f"the loss is {loss} at step {s}")
-            if not math.isfinite(norm) and not scaler.is_enabled():  # (the scaler skips steps of inf gradients)
+            if not math.isfinite(norm) and not self.scaler.is_enabled():  # (the scaler skips steps of inf gradients)
                 raise TrainingDiverged(f"the gradient norm is {norm} at step {s} (loss {loss:.4g})")
-        loss_value, grad_norm = values[-1][:2]
+        self.loss_value, self.grad_norm = values[-1][:2]
 
-    log_images, log_time = 0, time.perf_counter()
-    batches = micro_batches(step)
-    normalize = datasets.Normalizer(raw_model.config.mean, raw_model.config.std, raw_model.config.in_chans, device)
-    model.train()
-    try:
-        with stop_signals(flag):
-            while not finished():
-                lr = cfg.lr * schedule.factor(step, train_seconds)
-                for group in optimizer.param_groups:
-                    group["lr"] = lr
-                t0 = time.perf_counter()
-                loss_sum = torch.zeros((), device=device)
-                bad_inputs = torch.zeros((), device=device)
-                for i in range(accum):
-                    images, labels = next(batches)
-                    x = normalize(images.to(device, non_blocking=True))
-                    y = labels.to(device, non_blocking=True)
-                    bad_inputs += (~torch.isfinite(x)).sum()  # no sync: read with the loss below
-                    if mixer is not None:
-                        x, y = mixer(x, y)
-                    sync = i == accum - 1 or not env.distributed
-                    with contextlib.nullcontext() if sync else model.no_sync():
-                        with autocast(device, amp_dtype):
-                            loss = loss_fn(model(x), y, cfg.label_smoothing)
-                        scaler.scale(loss / accum).backward()
-                    loss_sum += loss.detach()
-                # the global batch's mean loss and its count of non-finite normalised inputs, all-reduced on
-                # the device (read with the loss, in read_steps)
-                shared = distributed.all_reduce(torch.stack([(loss_sum / accum).to(exact), bad_inputs.to(exact)]), env)
-                mean_loss, inputs_bad = shared[0] / env.world_size, shared[1]
-                scaler.unscale_(optimizer)
-                norm = torch.nn.utils.clip_grad_norm_(raw_model.parameters(), cfg.clip_grad or float("inf"))
-                scaler.step(optimizer)
-                scaler.update()
-                optimizer.zero_grad(set_to_none=True)
-                unread.append((step, mean_loss.detach(), norm.detach(), inputs_bad.detach()))
-                step += 1
-                images_seen += cfg.batch_size
-                log_images += cfg.batch_size
-                # the step's time and whether any process was asked to stop, agreed across processes on
-                # the host (the time budget must end every process at once). Without waiting for the
-                # device, a step's time is the host's; the device's queue is bounded, so the two agree
-                # over a run
-                step_time, stop_requested = distributed.host_max([time.perf_counter() - t0, float(bool(flag.get("signal")))], env)
-                train_seconds += step_time
-                bar.update(1 if total_steps else int(train_seconds) - bar.n)
-                logging = step % cfg.log_every == 0 or finished()
-                evaluating = bool(cfg.eval_every) and step % cfg.eval_every == 0 and not finished()
-                stop = stop_requested > 0 or (cfg.stop_at is not None and step >= cfg.stop_at)
-                checkpointing = bool(cfg.checkpoint_every) and step % cfg.checkpoint_every == 0 or stop
-                if logging or evaluating or checkpointing or len(unread) >= MAX_UNREAD_STEPS:
-                    read_steps()
-                if logging:
-                    now = time.perf_counter()
-                    record = {"step": step, "epoch": round(step / steps_per_epoch, 4), "loss": loss_value, "lr": lr,
-                              "grad_norm": grad_norm, "images_per_s": log_images / max(now - log_time, 1e-9),
-                              "train_seconds": round(train_seconds, 3)}
-                    metrics.write(record)
-                    bar.set_postfix(loss=f"{loss_value:.4f}", lr=f"{lr:.2e}")
-                    log_images, log_time = 0, now
-                if evaluating and val_set is not None:
-                    last_eval = evaluate(val_set)  # never the test set: it must not choose anything
-                    metrics.write({"step": step, "val_top1": last_eval["top1"], "val_top5": last_eval["top5"],
-                                   "val_loss": last_eval["loss"]})
-                    consider_best(last_eval)
-                    log_time = time.perf_counter()
-                elif evaluating:
-                    last_eval = evaluate()
-                    metrics.write({"step": step, "eval_top1": last_eval["top1"], "eval_top5": last_eval["top5"],
-                                   "eval_loss": last_eval["loss"]})
-                    log_time = time.perf_counter()
-                if checkpointing:
-                    save_checkpoint()
-                    last_checkpoint = step
-                    log_time = time.perf_counter()
-                if stop:
-                    status = "interrupted" if stop_requested > 0 else "stopped"
-                    break
-    except TrainingDiverged as exc:
-        where = (f"the last good checkpoint (step {last_checkpoint}) is in {run / 'checkpoints'}"
-                 if last_checkpoint is not None and run is not None else "no checkpoint was written")
-        if env.is_main and run is not None:
-            write_text(run / "summary.json", json.dumps({"status": "diverged", "step": step, "error": str(exc)}, indent=2) + "\n")
+    def log(self, lr: float) -> None:
+        now = time.perf_counter()
+        self.metrics.write({"step": self.step, "epoch": round(self.step / self.steps_per_epoch, 4), "loss": self.loss_value,
+                            "lr": lr, "grad_norm": self.grad_norm,
+                            "images_per_s": self.log_images / max(now - self.log_time, 1e-9),
+                            "train_seconds": round(self.train_seconds, 3)})
+        self.bar.set_postfix(loss=f"{self.loss_value:.4f}", lr=f"{lr:.2e}")
+        self.log_images, self.log_time = 0, now
+
+    def diverged(self, exc: TrainingDiverged) -> TrainingDiverged:
+        """summary.json says so; the error says where the last good checkpoint is and what to check."""
+        run = self.run_dir
+        where = (f"the last good checkpoint (step {self.last_checkpoint}) is in {run / 'checkpoints'}"
+                 if self.last_checkpoint is not None and run is not None else "no checkpoint was written")
+        if self.env.is_main and run is not None:
+            write_text(run / "summary.json",
+                       json.dumps({"status": "diverged", "step": self.step, "error": str(exc)}, indent=2) + "\n")
         advice = ("Check the images and the model's mean and std (--mean, --std)" if exc.inputs
                   else "Lower the learning rate (--lr) or check the data")
-        raise TrainingDiverged(f"training stopped: {exc}; {where}. {advice}", inputs=exc.inputs) from None
-    finally:
-        bar.close()
-        metrics.close()
+        return TrainingDiverged(f"training stopped: {exc}; {where}. {advice}", inputs=exc.inputs)
 
-    # -- 4. the end: checkpoint, evaluate, save
-    if status == "finished":
-        if run is not None and last_checkpoint != step:
-            save_checkpoint()
-        val_final = evaluate(val_set) if val_set is not None else {}
-        consider_best(val_final)  # the last step is an evaluation point too
-        if cfg.keep_best and best["step"] != step:
-            raw_model.load_state_dict(best["weights"])  # test, few-shot and the saved model: the best weights
-        final = evaluate()
-        metrics_record = {"step": step, "eval_top1": final["top1"], "eval_top5": final["top5"], "eval_loss": final["loss"]}
-        if val_set is not None:  # the test set is measured once, reported in summary.json only
-            metrics_record = {"step": step, "val_top1": val_final["top1"], "val_top5": val_final["top5"],
-                              "val_loss": val_final["loss"]}
-    else:
-        final = last_eval if val_set is None else {}  # a validation score is no test accuracy
-        val_final = {}
-        metrics_record = None
-    if metrics_record is not None and run is not None and env.is_main:
-        with open(run / "metrics.jsonl", "a", encoding="utf-8") as f:
-            f.write(json.dumps(metrics_record) + "\n")
-    fewshot, fewshot_error = {}, None
-    if cfg.fewshot and status == "finished":  # every rank extracts a share of the features
-        try:
-            fewshot = fewshot_linear_accuracy(raw_model, train_eval_set, test_set, cfg.fewshot, draws=5, seed=cfg.seed,
-                                              features=fewshot_features)
-        except Exception as exc:  # raised once the trained model and summary.json are written
-            fewshot_error = exc
-    raw_model.eval()
-    summary = {
-        "status": status,
-        "signal": signal.Signals(flag["signal"]).name if flag.get("signal") else None,
-        "step": step,
-        "total_steps": total_steps,
-        "epochs": step / steps_per_epoch,
-        "final_loss": loss_value,
-        "test_top1": final.get("top1"),
-        "test_top5": final.get("top5"),
-        "test_loss": final.get("loss"),
-        "fewshot": {str(k): v for k, v in fewshot.items()},
-        "train_seconds": train_seconds,
-        "wall_seconds": time.perf_counter() - wall_start,
-        "images_per_s": images_seen / train_seconds if train_seconds else None,
-        "images_seen": images_seen,
-        "params": vitzoo.count_params(raw_model),
-        "world_size": env.world_size,
-        "device": str(device),
-        "precision": str(amp_dtype or torch.float32).replace("torch.", ""),
-        "torch": torch.__version__,
-        "model_config": raw_model.config.to_dict(),
-        "train_config": cfg.to_dict(),
-        "run_dir": str(run) if run else None,
-    }
-    if val_set is not None:  # validation scores of the final weights (None for a run that did not finish)
-        summary.update(train_images=len(train_set), val_images=len(val_set), val_top1=val_final.get("top1"), val_top5=val_final.get("top5"),
-                       val_loss=val_final.get("loss"))
-    if cfg.keep_best:
-        summary.update(best_step=best["step"], best_val_top1=best["val_top1"])
-    if fewshot_error is not None:
-        summary["fewshot_error"] = f"{type(fewshot_error).__name__}: {fewshot_error}"
-    if env.is_main and run is not None:
-        if status == "finished" or not (run / CONFIG_NAME).exists():
-            card = {"dataset": cfg.data, "metrics": {"accuracy": final["top1"], "top5_accuracy": final["top5"]}} if final else None
-            save_pretrained(raw_model, run, extra={"data": cfg.data}, card=card)
-        write_text(run / "summary.json", json.dumps(summary, indent=2) + "\n")
-    distributed.barrier(env)
-    if fewshot_error is not None:
-        fewshot_error.add_note(f"few-shot evaluation failed after training; the trained model and summary.json "
-                               f"are saved{f' in {run}' if run else ''}")
-        raise fewshot_error
-    if cfg.keep_best and status == "finished":
-        say(f"best validation top-1 {best['val_top1']:.4f} at step {best['step']}: the weights evaluated and saved")
-    if status == "finished":
-        say(f"done: {step} steps in {train_seconds:.0f} s, test top-1 {final['top1']:.4f}" + (f" -> {run}" if run else ""))
-    else:
-        say(f"{status} at step {step}; checkpoint saved, continue with --resume" + (f" (vitzoo train --resume {run})" if run else ""))
-    return raw_model, summary
+    # ------------------------------------------------------------------------ evaluation
+    def evaluate(self, dataset=None) -> dict[str, float]:
+        """Top-1, top-5 and loss on `dataset` (the test set by default), each rank a share."""
+        dataset = self.test_set if dataset is None else dataset
+        indices = range(self.env.rank, len(dataset), self.env.world_size)
+        if id(dataset) not in self.eval_loaders:
+            self.eval_loaders[id(dataset)] = eval_loader(dataset, indices, batch_size=self.eval_batch,
+                                                         num_workers=self.cfg.num_workers, pin_memory=self.pin,
+                                                         persistent=self.persistent)
+        sums = classification_sums(self.raw_model, dataset, indices=indices, batch_size=self.eval_batch,
+                                   num_workers=self.cfg.num_workers, autocast_dtype=self.amp_dtype,
+                                   loader=self.eval_loaders[id(dataset)])
+        return metrics_from_sums(distributed.all_reduce(sums, self.env))
+
+    def evaluate_during_training(self) -> None:
+        """On the validation set when there is one (never the test set: it must not choose anything)."""
+        if self.val_set is not None:
+            self.last_eval = self.evaluate(self.val_set)
+            self.metrics.write(scores("val", self.last_eval, self.step))
+            self.consider_best(self.last_eval)
+        else:
+            self.last_eval = self.evaluate()
+            self.metrics.write(scores("eval", self.last_eval, self.step))
+        self.log_time = time.perf_counter()
+
+    def consider_best(self, result: dict[str, float]) -> None:
+        # only a strictly better top-1 replaces the best (ties: the earliest); every rank compares the same
+        # all-reduced sums, so all ranks agree
+        if self.cfg.keep_best and (self.best["step"] is None or result["top1"] > self.best["val_top1"]):
+            self.best.update(step=self.step, val_top1=result["top1"],
+                             weights={k: v.detach().to("cpu", copy=True) for k, v in self.raw_model.state_dict().items()})
+
+    def final_evaluation(self) -> tuple[dict[str, float], dict[str, float]]:
+        """A finished run: the last checkpoint, then the (test, validation) scores of the final weights,
+        the best ones with keep_best. The test set is measured once, reported in summary.json only."""
+        if self.run_dir is not None and self.last_checkpoint != self.step:
+            self.save_checkpoint()
+        val_final = self.evaluate(self.val_set) if self.val_set is not None else {}
+        self.consider_best(val_final)  # the last step is an evaluation point too
+        if self.cfg.keep_best and self.best["step"] != self.step:
+            self.raw_model.load_state_dict(self.best["weights"])  # test, few-shot and the saved model: the best weights
+        final = self.evaluate()
+        line = scores("val", val_final, self.step) if self.val_set is not None else scores("eval", final, self.step)
+        self.metrics.write(line, tensorboard=False)
+        return final, val_final
+
+    def partial_results(self) -> tuple[dict[str, float], dict[str, float]]:
+        """A stopped run: the last evaluation stands for the test scores (a validation score is no test accuracy)."""
+        return (self.last_eval if self.val_set is None else {}), {}
+
+    def fewshot_features(self, dataset, indices) -> tuple[torch.Tensor, torch.Tensor]:
+        """Features of `indices` (None: all of `dataset`): each rank extracts every world_size-th image,
+        every rank gets all of them, in order."""
+        env = self.env
+        indices = list(range(len(dataset))) if indices is None else list(indices)
+        mine = indices[env.rank :: env.world_size]
+        # a rank with no image of its own passes one through anyway, to learn the features' width
+        features, labels = extract_features(self.raw_model, dataset, mine or indices[:1], batch_size=self.eval_batch,
+                                            num_workers=self.cfg.num_workers)
+        features, labels = features[: len(mine)], labels[: len(mine)]
+        return (distributed.gather_strided(features, len(indices), env), distributed.gather_strided(labels, len(indices), env))
+
+    # ------------------------------------------------------------------------ checkpoint
+    def save_checkpoint(self) -> None:
+        """Every rank's random state; rank 0 writes, then every rank waits for it."""
+        rng = gather_rng(self.env)
+        if self.env.is_main and self.run_dir is not None:
+            saving = {"step": self.step, "epoch": self.step // self.steps_per_epoch,
+                      "batch_in_epoch": self.step % self.steps_per_epoch, "train_seconds": self.train_seconds,
+                      "images_seen": self.images_seen, "world_size": self.env.world_size,
+                      "optimizer": self.optimizer.state_dict(), "schedule": self.schedule.state_dict(),
+                      "scaler": self.scaler.state_dict(), "rng": rng}
+            if self.cfg.keep_best:
+                saving["best"] = dict(self.best)
+            state.save(self.run_dir / "checkpoints", self.step, self.raw_model, saving, self.cfg.keep_checkpoints)
+        distributed.barrier(self.env)
+
+    # ------------------------------------------------------------------------ summary
+    def finish(self, final: dict[str, float], val_final: dict[str, float]) -> tuple[vitzoo.VisionTransformer, dict[str, Any]]:
+        """Few-shot accuracy (every rank extracts a share of the features), the summary, and on rank 0
+        the saved model and summary.json; a few-shot failure is raised once they are written."""
+        cfg, run = self.cfg, self.run_dir
+        fewshot, fewshot_error = {}, None
+        if cfg.fewshot and self.status == "finished":
+            try:
+                fewshot = fewshot_linear_accuracy(self.raw_model, self.train_eval_set, self.test_set, cfg.fewshot, draws=5,
+                                                  seed=cfg.seed, features=self.fewshot_features)
+            except Exception as exc:  # raised once the trained model and summary.json are written
+                fewshot_error = exc
+        self.raw_model.eval()
+        summary = self.summary(final, val_final, fewshot)
+        if fewshot_error is not None:
+            summary["fewshot_error"] = f"{type(fewshot_error).__name__}: {fewshot_error}"
+        if self.env.is_main and run is not None:
+            if self.status == "finished" or not (run / CONFIG_NAME).exists():
+                card = {"dataset": cfg.data, "metrics": {"accuracy": final["top1"], "top5_accuracy": final["top5"]}} if final else None
+                save_pretrained(self.raw_model, run, extra={"data": cfg.data}, card=card)
+            write_text(run / "summary.json", json.dumps(summary, indent=2) + "\n")
+        distributed.barrier(self.env)
+        if fewshot_error is not None:
+            fewshot_error.add_note(f"few-shot evaluation failed after training; the trained model and summary.json "
+                                   f"are saved{f' in {run}' if run else ''}")
+            raise fewshot_error
+        if cfg.keep_best and self.status == "finished":
+            self.say(f"best validation top-1 {self.best['val_top1']:.4f} at step {self.best['step']}: the weights evaluated and saved")
+        if self.status == "finished":
+            self.say(f"done: {self.step} steps in {self.train_seconds:.0f} s, test top-1 {final['top1']:.4f}" + (f" -> {run}" if run else ""))
+        else:
+            self.say(f"{self.status} at step {self.step}; checkpoint saved, continue with --resume"
+                     + (f" (vitzoo train --resume {run})" if run else ""))
+        return self.raw_model, summary
+
+    def summary(self, final: dict[str, float], val_final: dict[str, float], fewshot: dict) -> dict[str, Any]:
+        """What summary.json says of the run."""
+        cfg = self.cfg
+        summary = {
+            "status": self.status,
+            "signal": signal.Signals(self.flag["signal"]).name if self.flag.get("signal") else None,
+            "step": self.step,
+            "total_steps": self.total_steps,
+            "epochs": self.step / self.steps_per_epoch,
+            "final_loss": self.loss_value,
+            "test_top1": final.get("top1"),
+            "test_top5": final.get("top5"),
+            "test_loss": final.get("loss"),
+            "fewshot": {str(k): v for k, v in fewshot.items()},
+            "train_seconds": self.train_seconds,
+            "wall_seconds": time.perf_counter() - self.wall_start,
+            "images_per_s": self.images_seen / self.train_seconds if self.train_seconds else None,
+            "images_seen": self.images_seen,
+            "params": vitzoo.count_params(self.raw_model),
+            "world_size": self.env.world_size,
+            "device": str(self.device),
+            "precision": str(self.amp_dtype or torch.float32).replace("torch.", ""),
+            "torch": torch.__version__,
+            "model_config": self.raw_model.config.to_dict(),
+            "train_config": cfg.to_dict(),
+            "run_dir": str(self.run_dir) if self.run_dir else None,
+        }
+        if self.val_set is not None:  # validation scores of the final weights (None for a run that did not finish)
+            summary.update(train_images=len(self.train_set), val_images=len(self.val_set), val_top1=val_final.get("top1"),
+                           val_top5=val_final.get("top5"), val_loss=val_final.get("loss"))
+        if cfg.keep_best:
+            summary.update(best_step=self.best["step"], best_val_top1=self.best["val_top1"])
+        return summary
 
 
-__all__ = ["GlobalBatchSampler", "TrainingDiverged", "fit", "fit_model", "loss_fn"]
+__all__ = ["GlobalBatchSampler", "Trainer", "TrainingDiverged", "fit", "fit_model", "loss_fn"]
