@@ -33,8 +33,9 @@ KINDS = {
     "pool": "vitzoo_pools",
     "head": "vitzoo_heads",
     "model": "vitzoo_models",
+    "weight_format": "vitzoo_weight_formats",
 }
-COMPONENT_KINDS = tuple(kind for kind in KINDS if kind != "model")  # the parts a model is built from
+COMPONENT_KINDS = tuple(kind for kind in KINDS if kind not in ("model", "weight_format"))  # the parts a model is built from
 
 
 class PluginError(RuntimeError):
