@@ -1,4 +1,4 @@
-"""The extension points of vitzoo: one hook per kind of component.
+"""The extension points of vitzoo: one hook per kind of component, and one for weight formats.
 
 A plugin is any module or object with functions named like the hooks below, decorated with
 `vitzoo.hookimpl`. The built-in components are registered exactly so (`vitzoo/builtins.py`), and
@@ -97,7 +97,8 @@ def vitzoo_weight_formats() -> dict[str, WeightFormat]:
     ``name`` is its key here:
     - ``recognises(keys, metadata) -> bool``: whether the tensor names are this format's; ``metadata``
       maps the JSON files beside the weights (config.json, preprocessor_config.json) to their content.
-      No two formats may recognise the same weights.
+      By default: all of the class's ``marks`` (tensor names) are among the keys. No two formats may
+      recognise the same weights.
     - ``convert(state_dict, metadata) -> Checkpoint``: vitzoo's names, the options the weights decide
       (act, norm_eps, pool, head, num_classes, ...) and the token grid of the position embedding.
     - ``hints(metadata) -> dict``: options for an inferred config that the weights cannot decide

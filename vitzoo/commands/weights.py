@@ -10,6 +10,8 @@ import shutil
 from pathlib import Path
 
 from vitzoo.io import atomic_path, staged_directory
+from vitzoo.weights.checkpoint import CheckpointError
+from vitzoo.weights.files import is_saved, read_json_object
 from vitzoo.weights.layout import CONFIG_NAME, HUB_PREFIX
 
 
@@ -24,14 +26,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_push)
 
     p = sub.add_parser("pull", help="download a model from the Hub into the Hugging Face cache (and DIR)")
-    p.add_argument("repo_id", help="ORG/NAME[@REVISION] or hf-hub:ORG/NAME[@REVISION]")
+    p.add_argument("repo_id", help=f"ORG/NAME[@REVISION] or {HUB_PREFIX}ORG/NAME[@REVISION]")
     p.add_argument("directory", nargs="?", default=None, help="also write the model here as a vitzoo directory")
     p.add_argument("--revision", default=None)
     p.add_argument("--token", default=None)
     p.set_defaults(func=run_pull)
 
     p = sub.add_parser("convert", help="read weights in any supported format, write a vitzoo directory")
-    p.add_argument("source", help="file, directory or hf-hub:ORG/NAME[@REVISION]")
+    p.add_argument("source", help=f"file, directory or {HUB_PREFIX}ORG/NAME[@REVISION]")
     p.add_argument("destination")
     p.add_argument("--model", default=None, help="named model to load into (default: inferred from the weights)")
     p.add_argument("--num-heads", type=int, default=None, help="attention heads, when the weights cannot say")
@@ -78,9 +80,6 @@ def run_pull(args) -> int:
 
 
 def _is_vitzoo(directory: Path) -> bool:
-    from vitzoo.weights.files import is_saved, read_json_object
-    from vitzoo.weights.checkpoint import CheckpointError
-
     try:
         return is_saved(read_json_object(directory / CONFIG_NAME))
     except CheckpointError:

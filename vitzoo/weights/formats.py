@@ -27,11 +27,13 @@ class WeightFormat:
     """
 
     name: str = ""
+    marks: tuple[str, ...] = ()  # tensor names every checkpoint of the format has
 
     def recognises(self, keys: Collection[str], metadata: Metadata) -> bool:
-        """Whether these tensor names (and the metadata) are this format's. The formats must not
-        overlap: weights two formats recognise are an error naming both."""
-        raise NotImplementedError
+        """Whether these tensor names (and the metadata) are this format's; by default, whether all of
+        `marks` are among them. The formats must not overlap: weights two formats recognise are an
+        error naming both."""
+        return bool(self.marks) and set(self.marks) <= set(keys)
 
     def convert(self, state_dict: Mapping[str, Any], metadata: Metadata) -> Checkpoint:
         """vitzoo's state dict, the options the weights decide and their token grid. Tensors the

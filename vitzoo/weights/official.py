@@ -73,10 +73,7 @@ class OfficialFormat(WeightFormat):
     """Read from an .npz (`vitzoo.weights.sources`), or from any state dict file with these names."""
 
     name = FORMAT
-
-    def recognises(self, keys, metadata: Metadata) -> bool:
-        keys = set(keys)
-        return "embedding/kernel" in keys and "Transformer/encoder_norm/scale" in keys
+    marks = ("embedding/kernel", "Transformer/encoder_norm/scale")
 
     def convert(self, npz: Mapping[str, np.ndarray], metadata: Metadata) -> Checkpoint:
         """Official parameters -> a vitzoo `Checkpoint`. Keys it does not know are kept under their own

@@ -37,10 +37,7 @@ _BLOCK_NAMES = {
 
 class TorchvisionFormat(WeightFormat):
     name = FORMAT
-
-    def recognises(self, keys, metadata: Metadata) -> bool:
-        keys = set(keys)
-        return "conv_proj.weight" in keys and "encoder.pos_embedding" in keys
+    marks = ("conv_proj.weight", "encoder.pos_embedding")
 
     def convert(self, state_dict: dict[str, torch.Tensor], metadata: Metadata) -> Checkpoint:
         """torchvision names -> a vitzoo `Checkpoint` (unknown keys kept for the strict loader)."""

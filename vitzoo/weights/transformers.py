@@ -86,10 +86,10 @@ def _config(metadata: Metadata) -> dict | None:
 
 class TransformersFormat(WeightFormat):
     name = FORMAT
+    marks = ("embeddings.patch_embeddings.projection.weight", "embeddings.position_embeddings")
 
     def recognises(self, keys, metadata: Metadata) -> bool:
-        keys = _strip(keys)
-        return "embeddings.patch_embeddings.projection.weight" in keys and "embeddings.position_embeddings" in keys
+        return super().recognises(_strip(keys), metadata)  # the classifier's names start with vit.
 
     def convert(self, state_dict: dict[str, torch.Tensor], metadata: Metadata) -> Checkpoint:
         """transformers names -> a vitzoo `Checkpoint`; the options from a transformers config.json
