@@ -312,3 +312,19 @@ def test_the_old_import_path_still_works_with_a_deprecation_warning():
     with pytest.warns(DeprecationWarning, match="moved to vitzoo.weights.sources.read_checkpoint"):
         from vitzoo.weights import read_checkpoint as old
     assert old is read_checkpoint
+
+
+class MisnamedPlugin:
+    @vitzoo.hookimpl
+    def vitzoo_weight_formats(self):
+        return {"other": BackboneFormat()}
+
+
+def test_a_format_registered_under_another_name_is_an_error(tmp_path, plugin, tiny):
+    """The registered name is the one checkpoints carry (`Checkpoint.format`): they must agree."""
+    from vitzoo.registry import PluginError
+
+    plugin(MisnamedPlugin())
+    path = save_safetensors(vitzoo.create("vit_ti16", **tiny).state_dict(), tmp_path / "w.safetensors")
+    with pytest.raises(PluginError, match="weight format 'other' must be a .*WeightFormat whose name is 'other'"):
+        read_checkpoint(path)
