@@ -11,7 +11,8 @@ import torch
 from safetensors.torch import save_file
 
 import vitzoo
-from vitzoo.weights import CheckpointError, read_checkpoint
+from vitzoo.weights import CheckpointError
+from vitzoo.weights.sources import read_checkpoint
 
 TOL = 1e-4
 
@@ -231,3 +232,99 @@ def test_timm_average_pooling_beside_a_class_token_is_refused_clearly(tmp_path):
     path = save_safetensors(reference.state_dict(), tmp_path / "avg_cls.safetensors")
     with pytest.raises(CheckpointError, match="class token and fc_norm"):
         vitzoo.from_pretrained(path)
+
+
+# ------------------------------------------------------------------ a plugin's weight format
+class BackboneFormat(vitzoo.weights.WeightFormat):
+    """A third-party format for the tests: vitzoo's names under a training framework's `backbone.`
+    prefix, trained on images normalised to [-1, 1] (which the weights cannot say)."""
+
+    name = "backbone"
+
+    def recognises(self, keys, metadata):
+        return bool(keys) and all(k.startswith("backbone.") for k in keys)
+
+    def convert(self, state_dict, metadata):
+        weights = {k.removeprefix("backbone."): v for k, v in state_dict.items()}
+        side = vitzoo.weights.layout.square_side(weights["encoder.pos_embed.weight"].shape[1] - 1)
+        return vitzoo.weights.Checkpoint(format=self.name, state_dict=weights, grid=(side, side))
+
+    def hints(self, metadata):
+        return {"mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5)}
+
+
+class BackbonePlugin:
+    @vitzoo.hookimpl
+    def vitzoo_weight_formats(self):
+        return {"backbone": BackboneFormat()}
+
+
+class ClaimsVitzooPlugin:
+    @vitzoo.hookimpl
+    def vitzoo_weight_formats(self):
+        format = BackboneFormat()
+        format.recognises = lambda keys, metadata: "stem.proj.weight" in keys
+        return {"backbone": format}
+
+
+@pytest.fixture
+def plugin():
+    """Register a plugin in-process for one test, as an installed one would be."""
+    registry = vitzoo.get_registry()
+    names = []
+    yield lambda obj: names.append(registry.register(obj, name=type(obj).__name__))
+    for name in names:
+        registry.unregister(name)
+
+
+def test_a_plugin_weight_format_is_recognised_and_loads(tmp_path, plugin, tiny):
+    """A format registered through vitzoo_weight_formats is found by its keys: the weights load into
+    the model they came from, with the format's hints in the inferred config."""
+    plugin(BackbonePlugin())
+    model = vitzoo.create("vit_ti16", **tiny).eval()
+    path = save_safetensors({f"backbone.{k}": v for k, v in model.state_dict().items()}, tmp_path / "w.safetensors")
+    assert read_checkpoint(path).format == "backbone"
+    loaded = vitzoo.from_pretrained(path, num_heads=tiny["num_heads"])
+    assert loaded.config.mean == (0.5, 0.5, 0.5)
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x), model(x))
+
+
+def test_without_the_plugin_its_weights_are_not_recognised(tmp_path, tiny):
+    """The same file, no plugin: no built-in format claims it."""
+    model = vitzoo.create("vit_ti16", **tiny)
+    path = save_safetensors({f"backbone.{k}": v for k, v in model.state_dict().items()}, tmp_path / "w.safetensors")
+    with pytest.raises(CheckpointError, match="not recognised"):
+        read_checkpoint(path)
+
+
+def test_weights_two_formats_recognise_are_an_error_naming_both(tmp_path, plugin, tiny):
+    """Formats must not overlap: which one converts is never decided by registration order."""
+    plugin(ClaimsVitzooPlugin())
+    path = save_safetensors(vitzoo.create("vit_ti16", **tiny).state_dict(), tmp_path / "w.safetensors")
+    with pytest.raises(CheckpointError, match="look like (vitzoo and like backbone|backbone and like vitzoo)"):
+        read_checkpoint(path)
+
+
+def test_the_old_import_path_still_works_with_a_deprecation_warning():
+    """`from vitzoo.weights import read_checkpoint` (the path before vitzoo.weights.sources) still works."""
+    with pytest.warns(DeprecationWarning, match="moved to vitzoo.weights.sources.read_checkpoint"):
+        from vitzoo.weights import read_checkpoint as old
+    assert old is read_checkpoint
+
+
+class MisnamedPlugin:
+    @vitzoo.hookimpl
+    def vitzoo_weight_formats(self):
+        return {"other": BackboneFormat()}
+
+
+def test_a_format_registered_under_another_name_is_an_error(tmp_path, plugin, tiny):
+    """The registered name is the one checkpoints carry (`Checkpoint.format`): they must agree."""
+    from vitzoo.registry import PluginError
+
+    plugin(MisnamedPlugin())
+    path = save_safetensors(vitzoo.create("vit_ti16", **tiny).state_dict(), tmp_path / "w.safetensors")
+    with pytest.raises(PluginError, match="weight format 'other' must be a .*WeightFormat whose name is 'other'"):
+        read_checkpoint(path)

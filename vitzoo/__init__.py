@@ -18,6 +18,7 @@ from vitzoo.config import ConfigError, ViTConfig
 from vitzoo.hookspecs import hookimpl
 from vitzoo.hub import HubError
 from vitzoo.model import InputError, VisionTransformer
+from vitzoo.pretrained import load_pretrained
 from vitzoo.registry import COMPONENT_KINDS, get_registry
 from vitzoo.weights.checkpoint import CheckpointError
 
@@ -60,8 +61,6 @@ def create(
     with torch.device(device) if device is not None else contextlib.nullcontext():
         if pretrained is None:
             return VisionTransformer(config)
-        from vitzoo.weights import load_pretrained
-
         return load_pretrained(config, pretrained, options, strict=strict)
 
 
@@ -73,8 +72,6 @@ def from_pretrained(
     change its config (a new `num_classes` replaces the head, a new `img_size` resamples the position
     embeddings, `num_heads` when the weights cannot say)."""
     ViTConfig.check_option_names(options)
-    from vitzoo.weights import load_pretrained
-
     with torch.device(device) if device is not None else contextlib.nullcontext():
         return load_pretrained(None, source, options, strict=strict)
 

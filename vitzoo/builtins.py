@@ -1,10 +1,11 @@
-"""The built-in components, registered as a plugin exactly like a third-party one."""
+"""The built-in components and weight formats, registered as a plugin exactly like a third-party one."""
 
 from __future__ import annotations
 
 from vitzoo.hookspecs import hookimpl
 from vitzoo.layers import heads, pos_embed, stems
 from vitzoo.models import MODELS
+from vitzoo.weights import files, official, timm, torchvision, transformers
 
 
 @hookimpl
@@ -35,3 +36,10 @@ def vitzoo_heads():
 @hookimpl
 def vitzoo_models():
     return dict(MODELS)
+
+
+@hookimpl
+def vitzoo_weight_formats():
+    formats = (files.VitzooFormat(), timm.TimmFormat(), torchvision.TorchvisionFormat(),
+               transformers.TransformersFormat(), official.OfficialFormat())
+    return {fmt.name: fmt for fmt in formats}

@@ -1,4 +1,4 @@
-"""The extension points of vitzoo: one hook per kind of component.
+"""The extension points of vitzoo: one hook per kind of component, and one for weight formats.
 
 A plugin is any module or object with functions named like the hooks below, decorated with
 `vitzoo.hookimpl`. The built-in components are registered exactly so (`vitzoo/builtins.py`), and
@@ -8,7 +8,8 @@ third-party packages are found through the entry-point group ``vitzoo``::
     [project.entry-points.vitzoo]
     vitzoo-sincos = "vitzoo_sincos"
 
-Each hook returns a mapping from component name to a component class. A component class is an
+Each hook returns a mapping from component name to a component class (to a format object for
+weight formats). A component class is an
 ``nn.Module`` whose constructor takes the typed `ViTConfig` (plus, for position embeddings, the
 token grid); the contract each kind must honour is in the hook's docstring. Two plugins that return
 the same name are an error naming both; so is a hookimpl whose name is none of the hooks below (a
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from vitzoo.config import ViTConfig
+    from vitzoo.weights.formats import WeightFormat
 
 hookspec = pluggy.HookspecMarker("vitzoo")
 hookimpl = pluggy.HookimplMarker("vitzoo")
@@ -84,3 +86,21 @@ def vitzoo_heads() -> dict[str, type[nn.Module]]:
 @hookspec
 def vitzoo_models() -> dict[str, ViTConfig]:
     """Named models: name -> the complete `ViTConfig` that `vitzoo.create(name)` builds."""
+
+
+@hookspec
+def vitzoo_weight_formats() -> dict[str, WeightFormat]:
+    """Weight formats: the checkpoint layouts `vitzoo.create(..., pretrained=...)` and
+    `vitzoo.from_pretrained` read (vitzoo's own, timm, torchvision, transformers, official .npz).
+
+    Contract of a format, an instance of a `vitzoo.weights.formats.WeightFormat` subclass whose
+    ``name`` is its key here:
+    - ``recognises(keys, metadata) -> bool``: whether the tensor names are this format's; ``metadata``
+      maps the JSON files beside the weights (config.json, preprocessor_config.json) to their content.
+      By default: all of the class's ``marks`` (tensor names) are among the keys. No two formats may
+      recognise the same weights.
+    - ``convert(state_dict, metadata) -> Checkpoint``: vitzoo's names, the options the weights decide
+      (act, norm_eps, pool, head, num_classes, ...) and the token grid of the position embedding.
+    - ``hints(metadata) -> dict``: options for an inferred config that the weights cannot decide
+      (img_size, mean, std); ``{}`` by default.
+    """

@@ -21,10 +21,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-HUB_PREFIX = "hf-hub:"
-# files a model needs; the weights are looked for in this order, the first one present is fetched
-METADATA_FILES = ["config.json", "preprocessor_config.json", "README.md"]
-WEIGHT_FILES = ["model.safetensors", "pytorch_model.bin"]
+from vitzoo.weights.files import read_config, save_pretrained
+from vitzoo.weights.layout import CONFIG_NAME, HUB_FILES, HUB_PREFIX, SAVED_FILES, WEIGHT_FILES, WEIGHTS_NAME
+
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 
 
@@ -323,10 +322,10 @@ def download(
         from vitzoo import __version__
 
         common["library_version"] = __version__
-        folder = Path(snapshot_download(repo_id, revision=revision, allow_patterns=METADATA_FILES + WEIGHT_FILES[:1], **common))
+        folder = Path(snapshot_download(repo_id, revision=revision, allow_patterns=[*HUB_FILES, WEIGHT_FILES[0]], **common))
         if not (folder / WEIGHT_FILES[0]).exists():
             # no safetensors in this repo: the same commit's pytorch_model.bin, if it has one
-            folder = Path(snapshot_download(repo_id, revision=folder.name, allow_patterns=WEIGHT_FILES[1:], **common))
+            folder = Path(snapshot_download(repo_id, revision=folder.name, allow_patterns=list(WEIGHT_FILES[1:]), **common))
     except HubError:
         raise
     except Exception as exc:
@@ -356,8 +355,6 @@ def push_folder(
     `revision`) when they do not exist. Returns the commit's URL."""
     from huggingface_hub import HfApi
 
-    from vitzoo.weights.files import CONFIG_NAME, WEIGHTS_NAME, read_config
-
     directory = Path(directory)
     read_config(directory / CONFIG_NAME)  # refuse to upload something that is not a saved vitzoo model
     if not (directory / WEIGHTS_NAME).exists():
@@ -374,7 +371,7 @@ def push_folder(
         api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
         if revision is not None and revision != "main":
             api.create_branch(repo_id, branch=revision, repo_type="model", exist_ok=True)
-        names = [name for name in (WEIGHTS_NAME, "README.md", CONFIG_NAME) if (directory / name).exists()]
+        names = [name for name in SAVED_FILES if (directory / name).exists()]
         info = api.upload_folder(
             repo_id=repo_id, folder_path=directory, repo_type="model", revision=revision,
             commit_message=commit_message, allow_patterns=names,
@@ -396,8 +393,6 @@ def push_to_hub(
     card: dict[str, Any] | None = None,
 ) -> str:
     """`model.save_pretrained` into a temporary directory, then `push_folder` it."""
-    from vitzoo.weights.files import save_pretrained
-
     with tempfile.TemporaryDirectory(prefix="vitzoo-push-") as tmp:
         save_pretrained(model, tmp, card={"repo_id": repo_id, **(card or {})})
         return push_folder(tmp, repo_id, token=token, private=private, revision=revision,

@@ -14,9 +14,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from vitzoo import hub
 from vitzoo.config import ConfigError, ViTConfig
 from vitzoo.layers.encoder import Encoder
 from vitzoo.registry import COMPONENT_KINDS, PluginError, get_registry
+from vitzoo.weights import files
 
 
 class InputError(ValueError):
@@ -171,17 +173,13 @@ class VisionTransformer(nn.Module):
     def save_pretrained(self, directory, card: dict | None = None) -> None:
         """Write config.json, model.safetensors and a README.md model card into `directory`,
         atomically; `card` may give dataset, metrics, license, tags (see vitzoo.weights.card)."""
-        from vitzoo.weights.files import save_pretrained
-
-        save_pretrained(self, directory, card=card)
+        files.save_pretrained(self, directory, card=card)
 
     def push_to_hub(self, repo_id: str, token: str | None = None, private: bool = False, revision: str | None = None,
                     commit_message: str = "Upload vitzoo model", **kwargs) -> str:
         """Upload what `save_pretrained` writes to the Hugging Face Hub repo `repo_id` (created when
         missing) as one commit; returns the commit URL. See `vitzoo.hub.push_to_hub`."""
-        from vitzoo.hub import push_to_hub
-
-        return push_to_hub(self, repo_id, token=token, private=private, revision=revision,
+        return hub.push_to_hub(self, repo_id, token=token, private=private, revision=revision,
                            commit_message=commit_message, **kwargs)
 
     def set_grad_checkpointing(self, enable: bool = True) -> None:

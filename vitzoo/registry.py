@@ -33,8 +33,10 @@ KINDS = {
     "pool": "vitzoo_pools",
     "head": "vitzoo_heads",
     "model": "vitzoo_models",
+    "weight_format": "vitzoo_weight_formats",
 }
-COMPONENT_KINDS = tuple(kind for kind in KINDS if kind != "model")  # the parts a model is built from
+# the parts a model is built from (models and weight formats are not parts)
+COMPONENT_KINDS = tuple(kind for kind in KINDS if kind not in ("model", "weight_format"))
 
 
 class PluginError(RuntimeError):

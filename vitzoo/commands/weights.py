@@ -10,6 +10,9 @@ import shutil
 from pathlib import Path
 
 from vitzoo.io import atomic_path, staged_directory
+from vitzoo.weights.checkpoint import CheckpointError
+from vitzoo.weights.files import is_saved, read_json_object
+from vitzoo.weights.layout import CONFIG_NAME, HUB_PREFIX
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -23,14 +26,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_push)
 
     p = sub.add_parser("pull", help="download a model from the Hub into the Hugging Face cache (and DIR)")
-    p.add_argument("repo_id", help="ORG/NAME[@REVISION] or hf-hub:ORG/NAME[@REVISION]")
+    p.add_argument("repo_id", help=f"ORG/NAME[@REVISION] or {HUB_PREFIX}ORG/NAME[@REVISION]")
     p.add_argument("directory", nargs="?", default=None, help="also write the model here as a vitzoo directory")
     p.add_argument("--revision", default=None)
     p.add_argument("--token", default=None)
     p.set_defaults(func=run_pull)
 
     p = sub.add_parser("convert", help="read weights in any supported format, write a vitzoo directory")
-    p.add_argument("source", help="file, directory or hf-hub:ORG/NAME[@REVISION]")
+    p.add_argument("source", help=f"file, directory or {HUB_PREFIX}ORG/NAME[@REVISION]")
     p.add_argument("destination")
     p.add_argument("--model", default=None, help="named model to load into (default: inferred from the weights)")
     p.add_argument("--num-heads", type=int, default=None, help="attention heads, when the weights cannot say")
@@ -50,7 +53,7 @@ def run_push(args) -> int:
 
 def _copy_files(snapshot: Path, destination: Path) -> None:
     """The snapshot's files into `destination`, all at once (vitzoo.io.staged_directory)."""
-    names = tuple(sorted((p.name for p in snapshot.iterdir() if p.is_file()), key=lambda n: (n == "config.json", n)))
+    names = tuple(sorted((p.name for p in snapshot.iterdir() if p.is_file()), key=lambda n: (n == CONFIG_NAME, n)))
     with staged_directory(destination, names) as stage:
         for name in names:
             with atomic_path(stage / name) as tmp:  # fsynced, as save_pretrained's files are
@@ -58,8 +61,8 @@ def _copy_files(snapshot: Path, destination: Path) -> None:
 
 
 def run_pull(args) -> int:
-    from vitzoo.hub import HUB_PREFIX, download
-    from vitzoo.weights import load_pretrained
+    from vitzoo.hub import download
+    from vitzoo.pretrained import load_pretrained
 
     source = args.repo_id if args.repo_id.startswith(HUB_PREFIX) else HUB_PREFIX + args.repo_id
     snapshot = download(source, revision=args.revision, token=args.token)
@@ -77,11 +80,9 @@ def run_pull(args) -> int:
 
 
 def _is_vitzoo(directory: Path) -> bool:
-    import json
-
     try:
-        return json.loads((directory / "config.json").read_text()).get("format") == "vitzoo"
-    except (OSError, ValueError):
+        return is_saved(read_json_object(directory / CONFIG_NAME))
+    except CheckpointError:
         return False
 
 

@@ -15,6 +15,7 @@ import math
 from typing import Any
 
 from vitzoo.config import ConfigError
+from vitzoo.weights.layout import CONFIG_NAME, HUB_PREFIX, WEIGHTS_NAME
 
 OPTIONS = ("repo_id", "license", "tags", "dataset", "metrics", "description", "model_name")
 DEFAULT_TAGS = ["vitzoo", "vision-transformer", "image-classification", "pytorch", "safetensors"]
@@ -99,7 +100,7 @@ def render(model, card: dict[str, Any] | None = None) -> str:
         ("input normalisation", f"mean {list(config.mean)}, std {list(config.std)}"),
         ("parameters", f"{params:,}"),
     ]
-    source = f"hf-hub:{card['repo_id']}" if card.get("repo_id") else "path/to/this/directory"
+    source = f"{HUB_PREFIX}{card['repo_id']}" if card.get("repo_id") else "path/to/this/directory"
     lines = [
         "---",
         data.to_yaml(),
@@ -128,7 +129,7 @@ def render(model, card: dict[str, Any] | None = None) -> str:
         "logits = model(x)",
         "```",
         "",
-        "The full model config is in `config.json`, the weights in `model.safetensors`.",
+        f"The full model config is in `{CONFIG_NAME}`, the weights in `{WEIGHTS_NAME}`.",
         "",
     ]
     return "\n".join(lines)

@@ -1,14 +1,12 @@
-"""A checkpoint in vitzoo terms, whatever file it came from, and how it becomes a model.
+"""A checkpoint in vitzoo terms, whatever file it came from, and what decides the model it builds.
 
-A format converter turns foreign weights into a `Checkpoint`: a state dict with vitzoo's names and
-the model options that the weights decide (their GELU, LayerNorm eps, pooling, head). Building then
-follows the official loader: strict by default, position embeddings resampled to the requested
-grid, and a head of another size replaced by a zero-initialised one, saying so.
+A weight format (`vitzoo.weights.formats`) turns foreign weights into a `Checkpoint`: a state dict
+with vitzoo's names and the model options that the weights decide (their GELU, LayerNorm eps,
+pooling, head). `vitzoo.pretrained` builds the model from it.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -17,8 +15,6 @@ from typing import Any
 import torch
 
 from vitzoo.config import ConfigError, ViTConfig
-
-log = logging.getLogger("vitzoo")
 
 # Options a checkpoint may decide; the user may still override the numerics (act, norm_eps).
 USER_OVERRIDABLE = ("act", "norm_eps")
@@ -129,40 +125,3 @@ def resolve_config(config: ViTConfig, checkpoint: Checkpoint, requested: dict[st
             representation_size=requested.get("representation_size") if head != "linear" else None,
         )
     return config.replace(**changes), drop_head
-
-
-def build_model(config: ViTConfig, checkpoint: Checkpoint, requested: dict[str, Any], source: str, strict: bool = True):
-    """A model of `config` (adjusted to the checkpoint) holding the checkpoint's weights."""
-    from vitzoo.model import VisionTransformer
-
-    config, drop_head = resolve_config(config, checkpoint, requested)
-    state_dict = dict(checkpoint.state_dict)
-    if drop_head:
-        dropped = [k for k in state_dict if k.startswith(HEAD_KEYS)]
-        for key in dropped:
-            del state_dict[key]
-        log.warning(
-            "vitzoo: checkpoint head has %s classes, model has %s: head replaced by a zero-initialised "
-            "linear layer (%s dropped)", checkpoint.config.get("num_classes"), config.num_classes, ", ".join(dropped) or "nothing"
-        )
-    model = VisionTransformer(config)
-    if drop_head:
-        state_dict.update({k: v for k, v in model.state_dict().items() if k.startswith(HEAD_KEYS)})
-    target_size = config.img_size
-    if checkpoint.grid is not None and checkpoint.grid != model.grid:
-        # load at the checkpoint's grid, then resample: the components own the resampling rule
-        model.set_img_size((checkpoint.grid[0] * model.stride[0], checkpoint.grid[1] * model.stride[1]))
-    if strict:
-        check_state_dict(model, state_dict, source)
-        model.load_state_dict(state_dict)
-    else:
-        expected = model.state_dict()
-        fitting = {k: v for k, v in state_dict.items() if k in expected and expected[k].shape == v.shape}
-        result = model.load_state_dict(fitting, strict=False)
-        skipped = sorted(set(state_dict) - set(fitting))
-        if result.missing_keys or skipped:
-            log.warning("vitzoo: strict=False: not loaded %s; left at init %s", skipped, result.missing_keys)
-    if model.config.img_size != target_size:
-        model.set_img_size(target_size)
-        log.info("vitzoo: position embeddings resampled from grid %s to %s", checkpoint.grid, model.grid)
-    return model

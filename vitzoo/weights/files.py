@@ -1,5 +1,5 @@
 """vitzoo's own format: a directory with config.json, model.safetensors and a README.md model card,
-written atomically."""
+written atomically; a bare state dict in vitzoo's names is read too (`VitzooFormat`)."""
 
 from __future__ import annotations
 
@@ -8,17 +8,31 @@ import os
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from vitzoo.config import ConfigError, ViTConfig
 from vitzoo.io import atomic_path, staged_directory, write_text
+from vitzoo.weights.card import render
 from vitzoo.weights.checkpoint import Checkpoint, CheckpointError, read_failed
+from vitzoo.weights.formats import Metadata, WeightFormat
+from vitzoo.weights.layout import CARD_NAME, CONFIG_NAME, SAVED_FILES, WEIGHTS_NAME, square_side
 
 FORMAT = "vitzoo"
 FORMAT_VERSION = 1
-CONFIG_NAME = "config.json"
-WEIGHTS_NAME = "model.safetensors"
-CARD_NAME = "README.md"
+
+
+class VitzooFormat(WeightFormat):
+    """A bare vitzoo state dict (e.g. a model.safetensors without its config.json)."""
+
+    name = FORMAT
+
+    def recognises(self, keys, metadata: Metadata) -> bool:
+        return "stem.proj.weight" in keys and any(k.startswith("encoder.") for k in keys)
+
+    def convert(self, state_dict, metadata: Metadata) -> Checkpoint:
+        pos = state_dict.get("encoder.pos_embed.weight")
+        side = square_side(pos.shape[1] - int("cls_token" in state_dict)) if pos is not None else None
+        return Checkpoint(format=FORMAT, state_dict=dict(state_dict), config={}, grid=(side, side) if side else None)
 
 
 def save_state_dict(state_dict: dict[str, torch.Tensor], path: str | os.PathLike, metadata: dict[str, str] | None = None) -> None:
@@ -44,13 +58,11 @@ def save_pretrained(model, directory: str | os.PathLike, extra: dict | None = No
     are written beside `directory` and put in place together (`vitzoo.io.staged_directory`), so a
     failed save leaves `directory` as it was: an earlier save there stays whole and loadable.
     """
-    from vitzoo.weights.card import render
-
     directory = Path(directory)
     texts = {CARD_NAME: render(model, card),
              CONFIG_NAME: json.dumps(config_document(model.config, extra), indent=2, sort_keys=True) + "\n"}
     # the config marks a complete save, so it is the last file renamed into a directory that holds more
-    with staged_directory(directory, (WEIGHTS_NAME, CARD_NAME, CONFIG_NAME)) as stage:
+    with staged_directory(directory, SAVED_FILES) as stage:
         save_state_dict(model.state_dict(), stage / WEIGHTS_NAME, metadata={"format": "pt"})
         for name, text in texts.items():
             write_text(stage / name, text)
@@ -90,15 +102,6 @@ def read_config(path: str | os.PathLike) -> ViTConfig:
         raise ConfigError(f"{path}: the saved model config is not valid: {exc}") from exc
 
 
-def read_saved(directory: str | os.PathLike) -> tuple[ViTConfig, Checkpoint]:
-    """A directory written by `save_pretrained`: its config and its weights."""
-    directory = Path(directory)
-    config = read_config(directory / CONFIG_NAME)
-    weights = directory / WEIGHTS_NAME
-    if not weights.exists():
-        raise CheckpointError(f"{directory} has a {CONFIG_NAME} but no {WEIGHTS_NAME}")
-    try:
-        state_dict = load_file(str(weights))
-    except Exception as exc:  # safetensors raises its own error types for damaged files
-        raise read_failed(weights, exc) from exc
-    return config, Checkpoint(format=FORMAT, state_dict=state_dict, config={})
+def is_saved(document: dict | None) -> bool:
+    """Whether a config.json document is one save_pretrained wrote."""
+    return document is not None and document.get("format") == FORMAT

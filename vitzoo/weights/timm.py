@@ -15,12 +15,14 @@ model (and vitzoo's default) uses (w - mean) / (std + 1e-5) and eps 1e-6; see `H
 
 from __future__ import annotations
 
-import math
 import re
+from typing import Any
 
 import torch
 
 from vitzoo.weights.checkpoint import Checkpoint, CheckpointError, take_head
+from vitzoo.weights.formats import Metadata, WeightFormat
+from vitzoo.weights.layout import CONFIG_NAME, square_grid
 
 FORMAT = "timm"
 
@@ -35,67 +37,75 @@ _RESNET_NAMES = {"conv1": "conv1", "conv2": "conv2", "conv3": "conv3", "norm1": 
                  "norm3": "gn3", "downsample.conv": "conv_proj", "downsample.norm": "gn_proj"}
 
 
-def looks_like(keys) -> bool:
-    keys = set(keys)
-    return "patch_embed.proj.weight" in keys and ("pos_embed" in keys or "blocks.0.attn.qkv.weight" in keys)
+class TimmFormat(WeightFormat):
+    name = FORMAT
 
+    def recognises(self, keys, metadata: Metadata) -> bool:
+        keys = set(keys)
+        return "patch_embed.proj.weight" in keys and ("pos_embed" in keys or "blocks.0.attn.qkv.weight" in keys)
 
-def _square_grid(num_patches: int, what: str) -> tuple[int, int]:
-    side = math.isqrt(num_patches)
-    if side * side != num_patches:
-        raise CheckpointError(f"{what} position embedding has {num_patches} patch positions, not a square grid")
-    return (side, side)
+    def convert(self, state_dict: dict[str, torch.Tensor], metadata: Metadata) -> Checkpoint:
+        """timm names -> a vitzoo `Checkpoint`. Unknown keys are kept under their own names, so the strict
+        loader reports them."""
+        params = dict(state_dict)
+        out: dict[str, torch.Tensor] = {}
+        config: dict = {"act": "gelu", "norm_eps": 1e-6}
 
+        hybrid = "patch_embed.backbone.stem.conv.weight" in params
+        if hybrid:
+            out["stem.backbone.conv_root.weight"] = params.pop("patch_embed.backbone.stem.conv.weight")
+            for kind in ("weight", "bias"):
+                out[f"stem.backbone.gn_root.{kind}"] = params.pop(f"patch_embed.backbone.stem.norm.{kind}")
+            for key in sorted(k for k in params if _RESNET.match(k)):
+                stage, unit, layer, kind = _RESNET.match(key).groups()
+                out[f"stem.backbone.stages.{stage}.{unit}.{_RESNET_NAMES[layer]}.{kind}"] = params.pop(key)
+            config.update(HYBRID_NUMERICS)
+        out["stem.proj.weight"] = params.pop("patch_embed.proj.weight")
+        if "patch_embed.proj.bias" in params:
+            out["stem.proj.bias"] = params.pop("patch_embed.proj.bias")
 
-def convert(state_dict: dict[str, torch.Tensor]) -> Checkpoint:
-    """timm names -> a vitzoo `Checkpoint`. Unknown keys are kept under their own names, so the strict
-    loader reports them."""
-    params = dict(state_dict)
-    out: dict[str, torch.Tensor] = {}
-    config: dict = {"act": "gelu", "norm_eps": 1e-6}
-
-    hybrid = "patch_embed.backbone.stem.conv.weight" in params
-    if hybrid:
-        out["stem.backbone.conv_root.weight"] = params.pop("patch_embed.backbone.stem.conv.weight")
-        for kind in ("weight", "bias"):
-            out[f"stem.backbone.gn_root.{kind}"] = params.pop(f"patch_embed.backbone.stem.norm.{kind}")
-        for key in sorted(k for k in params if _RESNET.match(k)):
-            stage, unit, layer, kind = _RESNET.match(key).groups()
-            out[f"stem.backbone.stages.{stage}.{unit}.{_RESNET_NAMES[layer]}.{kind}"] = params.pop(key)
-        config.update(HYBRID_NUMERICS)
-    out["stem.proj.weight"] = params.pop("patch_embed.proj.weight")
-    if "patch_embed.proj.bias" in params:
-        out["stem.proj.bias"] = params.pop("patch_embed.proj.bias")
-
-    has_class_token = "cls_token" in params
-    if has_class_token:
-        out["cls_token"] = params.pop("cls_token")
-    config["pool"] = "token" if has_class_token else "gap"
-    grid = None
-    if "pos_embed" in params:
-        pos = params.pop("pos_embed")
-        out["encoder.pos_embed.weight"] = pos
-        grid = _square_grid(pos.shape[1] - int(has_class_token), "timm")
-
-    for key in list(params):
-        match = _BLOCK.match(key)
-        if match:
-            i, name, kind = match.groups()
-            out[f"encoder.blocks.{i}.{name}.{kind}"] = params.pop(key)
-
-    for kind in ("weight", "bias"):
-        if f"norm.{kind}" in params:
-            out[f"encoder.norm.{kind}"] = params.pop(f"norm.{kind}")
-    if "fc_norm.weight" in params:  # LayerNorm after the pooling instead of on the tokens (same name in vitzoo)
+        has_class_token = "cls_token" in params
         if has_class_token:
-            # timm then averages the patch tokens beside an unused class token: no vitzoo pooling does that
-            raise CheckpointError(
-                "these timm weights have a class token and fc_norm (timm's global_pool='avg' with "
-                "class_token=True), a pooling vitzoo does not have; vitzoo loads timm's avg pooling "
-                "without class token (class_token=False) and its class-token pooling"
-            )
-        config["fc_norm"] = True
+            out["cls_token"] = params.pop("cls_token")
+        config["pool"] = "token" if has_class_token else "gap"
+        grid = None
+        if "pos_embed" in params:
+            pos = params.pop("pos_embed")
+            out["encoder.pos_embed.weight"] = pos
+            grid = square_grid(pos.shape[1] - int(has_class_token), FORMAT)
 
-    take_head(params, out, config, pre_logits="pre_logits.fc", classifier="head")
-    out.update(params)  # anything left over is reported by the strict loader
-    return Checkpoint(format=FORMAT, state_dict=out, config=config, grid=grid)
+        for key in list(params):
+            match = _BLOCK.match(key)
+            if match:
+                i, name, kind = match.groups()
+                out[f"encoder.blocks.{i}.{name}.{kind}"] = params.pop(key)
+
+        for kind in ("weight", "bias"):
+            if f"norm.{kind}" in params:
+                out[f"encoder.norm.{kind}"] = params.pop(f"norm.{kind}")
+        if "fc_norm.weight" in params:  # LayerNorm after the pooling instead of on the tokens (same name in vitzoo)
+            if has_class_token:
+                # timm then averages the patch tokens beside an unused class token: no vitzoo pooling does that
+                raise CheckpointError(
+                    "these timm weights have a class token and fc_norm (timm's global_pool='avg' with "
+                    "class_token=True), a pooling vitzoo does not have; vitzoo loads timm's avg pooling "
+                    "without class token (class_token=False) and its class-token pooling"
+                )
+            config["fc_norm"] = True
+
+        take_head(params, out, config, pre_logits="pre_logits.fc", classifier="head")
+        out.update(params)  # anything left over is reported by the strict loader
+        return Checkpoint(format=FORMAT, state_dict=out, config=config, grid=grid)
+
+    def hints(self, metadata: Metadata) -> dict[str, Any]:
+        """Image size and normalisation from a timm Hub repo's config.json (`pretrained_cfg`)."""
+        document = metadata.get(CONFIG_NAME) or {}
+        if "architecture" not in document:  # not timm's config.json
+            return {}
+        cfg = document.get("pretrained_cfg") or {}
+        found: dict[str, Any] = {}
+        if isinstance(cfg.get("input_size"), list) and len(cfg["input_size"]) == 3:
+            found["img_size"] = tuple(cfg["input_size"][1:])
+        if cfg.get("mean") and cfg.get("std"):
+            found.update(mean=tuple(cfg["mean"]), std=tuple(cfg["std"]))
+        return found

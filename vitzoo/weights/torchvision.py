@@ -9,12 +9,13 @@ q, k, v order already. torchvision's GELU is exact (erf) and its LayerNorm eps 1
 
 from __future__ import annotations
 
-import math
 import re
 
 import torch
 
-from vitzoo.weights.checkpoint import Checkpoint, CheckpointError, take_head
+from vitzoo.weights.checkpoint import Checkpoint, take_head
+from vitzoo.weights.formats import Metadata, WeightFormat
+from vitzoo.weights.layout import square_grid
 
 FORMAT = "torchvision"
 # torchvision's ImageNet weights expect ImageNet normalisation (used when a config is inferred)
@@ -34,31 +35,30 @@ _BLOCK_NAMES = {
 }
 
 
-def looks_like(keys) -> bool:
-    keys = set(keys)
-    return "conv_proj.weight" in keys and "encoder.pos_embedding" in keys
+class TorchvisionFormat(WeightFormat):
+    name = FORMAT
+    marks = ("conv_proj.weight", "encoder.pos_embedding")
 
+    def convert(self, state_dict: dict[str, torch.Tensor], metadata: Metadata) -> Checkpoint:
+        """torchvision names -> a vitzoo `Checkpoint` (unknown keys kept for the strict loader)."""
+        params = dict(state_dict)
+        out: dict[str, torch.Tensor] = {}
+        out["stem.proj.weight"] = params.pop("conv_proj.weight")
+        out["stem.proj.bias"] = params.pop("conv_proj.bias")
+        out["cls_token"] = params.pop("class_token")
+        pos = params.pop("encoder.pos_embedding")
+        out["encoder.pos_embed.weight"] = pos
+        grid = square_grid(pos.shape[1] - 1, FORMAT)
+        for key in list(params):
+            match = _BLOCK.match(key)
+            if match and match.group(2) in _BLOCK_NAMES:
+                out[f"encoder.blocks.{match.group(1)}.{_BLOCK_NAMES[match.group(2)]}"] = params.pop(key)
+        for kind in ("weight", "bias"):
+            out[f"encoder.norm.{kind}"] = params.pop(f"encoder.ln.{kind}")
+        config: dict = {"act": "gelu", "norm_eps": 1e-6, "pool": "token"}
+        take_head(params, out, config, pre_logits="heads.pre_logits", classifier="heads.head")
+        out.update(params)
+        return Checkpoint(format=FORMAT, state_dict=out, config=config, grid=grid)
 
-def convert(state_dict: dict[str, torch.Tensor]) -> Checkpoint:
-    """torchvision names -> a vitzoo `Checkpoint` (unknown keys kept for the strict loader)."""
-    params = dict(state_dict)
-    out: dict[str, torch.Tensor] = {}
-    out["stem.proj.weight"] = params.pop("conv_proj.weight")
-    out["stem.proj.bias"] = params.pop("conv_proj.bias")
-    out["cls_token"] = params.pop("class_token")
-    pos = params.pop("encoder.pos_embedding")
-    out["encoder.pos_embed.weight"] = pos
-    num_patches = pos.shape[1] - 1
-    side = math.isqrt(num_patches)
-    if side * side != num_patches:
-        raise CheckpointError(f"torchvision position embedding has {num_patches} patch positions, not a square grid")
-    for key in list(params):
-        match = _BLOCK.match(key)
-        if match and match.group(2) in _BLOCK_NAMES:
-            out[f"encoder.blocks.{match.group(1)}.{_BLOCK_NAMES[match.group(2)]}"] = params.pop(key)
-    for kind in ("weight", "bias"):
-        out[f"encoder.norm.{kind}"] = params.pop(f"encoder.ln.{kind}")
-    config: dict = {"act": "gelu", "norm_eps": 1e-6, "pool": "token"}
-    take_head(params, out, config, pre_logits="heads.pre_logits", classifier="heads.head")
-    out.update(params)
-    return Checkpoint(format=FORMAT, state_dict=out, config=config, grid=(side, side))
+    def hints(self, metadata: Metadata) -> dict:
+        return {"mean": MEAN, "std": STD}

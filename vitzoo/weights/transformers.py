@@ -16,13 +16,14 @@ dict gets transformers' defaults: exact GELU and LayerNorm eps 1e-12.
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Any
 
 import torch
 
 from vitzoo.weights.checkpoint import Checkpoint, CheckpointError, take_head
+from vitzoo.weights.formats import Metadata, WeightFormat
+from vitzoo.weights.layout import CONFIG_NAME, PREPROCESSOR_NAME, square_grid
 
 FORMAT = "transformers"
 DEFAULT_EPS = 1e-12
@@ -47,11 +48,6 @@ def _strip(keys) -> set[str]:
     return {k[4:] if k.startswith("vit.") else k for k in keys}
 
 
-def looks_like(keys) -> bool:
-    keys = _strip(keys)
-    return "embeddings.patch_embeddings.projection.weight" in keys and "embeddings.position_embeddings" in keys
-
-
 def is_transformers_config(document: dict) -> bool:
     return document.get("model_type") == "vit" or any(a.startswith("ViT") for a in document.get("architectures") or [])
 
@@ -69,59 +65,78 @@ def config_options(document: dict) -> dict[str, Any]:
     return options
 
 
-def describe(document: dict) -> dict[str, Any]:
-    """Options a config.json states that the weights do not decide but an inferred config needs."""
+def describe(document: dict, processor: dict | None = None) -> dict[str, Any]:
+    """Options a config.json (and preprocessor_config.json) state that the weights do not decide but
+    an inferred config needs: image size, channels, normalisation."""
     extra: dict[str, Any] = {}
     if "image_size" in document:
         extra["img_size"] = document["image_size"]
     if "num_channels" in document:
         extra["in_chans"] = int(document["num_channels"])
+    if processor and processor.get("image_mean") and processor.get("image_std"):
+        extra.update(mean=tuple(processor["image_mean"]), std=tuple(processor["image_std"]))
     return extra
 
 
-def convert(state_dict: dict[str, torch.Tensor], document: dict | None = None) -> Checkpoint:
-    """transformers names -> a vitzoo `Checkpoint`; `document` is the checkpoint's config.json."""
-    params = {k[4:] if k.startswith("vit.") else k: v for k, v in state_dict.items()}
-    out: dict[str, torch.Tensor] = {}
-    config: dict[str, Any] = {"act": "gelu", "norm_eps": DEFAULT_EPS}
-    if document:
-        config.update(config_options(document))
-    out["stem.proj.weight"] = params.pop("embeddings.patch_embeddings.projection.weight")
-    out["stem.proj.bias"] = params.pop("embeddings.patch_embeddings.projection.bias")
-    out["cls_token"] = params.pop("embeddings.cls_token")
-    params.pop("embeddings.mask_token", None)  # masked-image-modelling input, unused by the classifier
-    pos = params.pop("embeddings.position_embeddings")
-    out["encoder.pos_embed.weight"] = pos
-    num_patches = pos.shape[1] - 1
-    side = math.isqrt(num_patches)
-    if side * side != num_patches:
-        raise CheckpointError(f"transformers position embedding has {num_patches} patch positions, not a square grid")
-    qkv: dict[tuple[str, str], dict[str, torch.Tensor]] = {}
-    for key in list(params):
-        match = _LAYER.match(key)
-        if not match:
-            continue
-        i, rest = match.groups()
-        name, _, kind = rest.rpartition(".")
-        if name not in _LAYER_NAMES:
-            continue
-        target = _LAYER_NAMES[name]
-        value = params.pop(key)
-        if target in ("q", "k", "v"):
-            qkv.setdefault((i, kind), {})[target] = value
-        else:
-            out[f"encoder.blocks.{i}.{target}.{kind}"] = value
-    for (i, kind), parts in qkv.items():
-        if set(parts) != {"q", "k", "v"}:
-            raise CheckpointError(f"transformers layer {i} has {sorted(parts)} of the q, k, v {kind}s, not all three")
-        out[f"encoder.blocks.{i}.attn.qkv.{kind}"] = torch.cat([parts["q"], parts["k"], parts["v"]])
-    for i, kind in [(i, "bias") for (i, k) in qkv if k == "weight" and (i, "bias") not in qkv]:
-        # qkv_bias=False: vitzoo's projection always has a bias; zeros are the same function
-        weight = out[f"encoder.blocks.{i}.attn.qkv.weight"]
-        out[f"encoder.blocks.{i}.attn.qkv.bias"] = weight.new_zeros(weight.shape[0])
-    for kind in ("weight", "bias"):
-        out[f"encoder.norm.{kind}"] = params.pop(f"layernorm.{kind}")
-    config["pool"] = "token"
-    take_head(params, out, config, pre_logits="pooler.dense", classifier="classifier")
-    out.update(params)
-    return Checkpoint(format=FORMAT, state_dict=out, config=config, grid=(side, side))
+def _config(metadata: Metadata) -> dict | None:
+    """The config.json beside the weights when it is transformers' (timm's and vitzoo's are not)."""
+    document = metadata.get(CONFIG_NAME)
+    return document if document is not None and is_transformers_config(document) else None
+
+
+class TransformersFormat(WeightFormat):
+    name = FORMAT
+    marks = ("embeddings.patch_embeddings.projection.weight", "embeddings.position_embeddings")
+
+    def recognises(self, keys, metadata: Metadata) -> bool:
+        return super().recognises(_strip(keys), metadata)  # the classifier's names start with vit.
+
+    def convert(self, state_dict: dict[str, torch.Tensor], metadata: Metadata) -> Checkpoint:
+        """transformers names -> a vitzoo `Checkpoint`; the options from a transformers config.json
+        beside the weights, else transformers' defaults."""
+        document = _config(metadata)
+        params = {k[4:] if k.startswith("vit.") else k: v for k, v in state_dict.items()}
+        out: dict[str, torch.Tensor] = {}
+        config: dict[str, Any] = {"act": "gelu", "norm_eps": DEFAULT_EPS}
+        if document:
+            config.update(config_options(document))
+        out["stem.proj.weight"] = params.pop("embeddings.patch_embeddings.projection.weight")
+        out["stem.proj.bias"] = params.pop("embeddings.patch_embeddings.projection.bias")
+        out["cls_token"] = params.pop("embeddings.cls_token")
+        params.pop("embeddings.mask_token", None)  # masked-image-modelling input, unused by the classifier
+        pos = params.pop("embeddings.position_embeddings")
+        out["encoder.pos_embed.weight"] = pos
+        grid = square_grid(pos.shape[1] - 1, FORMAT)
+        qkv: dict[tuple[str, str], dict[str, torch.Tensor]] = {}
+        for key in list(params):
+            match = _LAYER.match(key)
+            if not match:
+                continue
+            i, rest = match.groups()
+            name, _, kind = rest.rpartition(".")
+            if name not in _LAYER_NAMES:
+                continue
+            target = _LAYER_NAMES[name]
+            value = params.pop(key)
+            if target in ("q", "k", "v"):
+                qkv.setdefault((i, kind), {})[target] = value
+            else:
+                out[f"encoder.blocks.{i}.{target}.{kind}"] = value
+        for (i, kind), parts in qkv.items():
+            if set(parts) != {"q", "k", "v"}:
+                raise CheckpointError(f"transformers layer {i} has {sorted(parts)} of the q, k, v {kind}s, not all three")
+            out[f"encoder.blocks.{i}.attn.qkv.{kind}"] = torch.cat([parts["q"], parts["k"], parts["v"]])
+        for i, kind in [(i, "bias") for (i, k) in qkv if k == "weight" and (i, "bias") not in qkv]:
+            # qkv_bias=False: vitzoo's projection always has a bias; zeros are the same function
+            weight = out[f"encoder.blocks.{i}.attn.qkv.weight"]
+            out[f"encoder.blocks.{i}.attn.qkv.bias"] = weight.new_zeros(weight.shape[0])
+        for kind in ("weight", "bias"):
+            out[f"encoder.norm.{kind}"] = params.pop(f"layernorm.{kind}")
+        config["pool"] = "token"
+        take_head(params, out, config, pre_logits="pooler.dense", classifier="classifier")
+        out.update(params)
+        return Checkpoint(format=FORMAT, state_dict=out, config=config, grid=grid)
+
+    def hints(self, metadata: Metadata) -> dict[str, Any]:
+        document = _config(metadata)
+        return describe(document, metadata.get(PREPROCESSOR_NAME)) if document is not None else {}

@@ -16,7 +16,7 @@ from .model import (
     DeleteFile,
     DeleteFolder,
     FileEntry,
-    HubError,
+    ErrorAnswer,
     Operation,
     RepoMeta,
     TreeFile,
@@ -140,13 +140,13 @@ def parse_operations(store: HubStore, lines: Iterable[bytes]) -> tuple[dict[str,
             item = json.loads(raw)
             key, value = item["key"], item["value"]
         except (ValueError, KeyError, TypeError) as exc:
-            raise HubError(400, f"Malformed commit line: {exc}") from None
+            raise ErrorAnswer(400, f"Malformed commit line: {exc}") from None
         if key == "header":
             header = value
         else:
             operations.append(_parse_operation(store, key, value))
     if header is None:
-        raise HubError(400, "The commit payload has no header line")
+        raise ErrorAnswer(400, "The commit payload has no header line")
     return header, operations
 
 
@@ -157,7 +157,7 @@ def _parse_operation(store: HubStore, key: str, value: Mapping[str, Any]) -> Ope
         try:
             data = base64.b64decode(content, validate=True) if value.get("encoding") == "base64" else content.encode()
         except (binascii.Error, AttributeError):
-            raise HubError(400, f"Invalid content for {path}") from None
+            raise ErrorAnswer(400, f"Invalid content for {path}") from None
         entry = store.put_bytes(data)
         return AddFile(path, TreeFile(entry, git_blob_sha1(data)))
     if key == "lfsFile":
@@ -166,4 +166,4 @@ def _parse_operation(store: HubStore, key: str, value: Mapping[str, Any]) -> Ope
         return DeleteFile(path)
     if key == "deletedFolder":
         return DeleteFolder(path)
-    raise HubError(400, f"Unknown commit operation {key!r}")
+    raise ErrorAnswer(400, f"Unknown commit operation {key!r}")

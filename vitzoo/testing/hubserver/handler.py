@@ -15,7 +15,7 @@ from .model import (
     DEFAULT_BRANCH,
     SHA1_RE,
     Commit,
-    HubError,
+    ErrorAnswer,
     RepoKey,
     RepoMeta,
     entry_not_found,
@@ -37,8 +37,8 @@ class HubHandler(RequestHandler):
             return self._route_api("GET" if method == "HEAD" else method, segments[1:])
         return self._route_git(method, segments)
 
-    def _no_endpoint(self, method: str) -> HubError:
-        return HubError(404, f"No such endpoint: {method} {self.path}")
+    def _no_endpoint(self, method: str) -> ErrorAnswer:
+        return ErrorAnswer(404, f"No such endpoint: {method} {self.path}")
 
     def _route_api(self, method: str, s: list[str]) -> Callable[[], None]:
         fixed: dict[tuple[str, str], Callable[[], None]] = {
@@ -51,7 +51,7 @@ class HubHandler(RequestHandler):
             return fixed[(method, "/".join(s))]
         if len(s) < 3 or s[0] not in ("models", "datasets", "spaces"):
             if s[:1] == ["kernels"]:
-                raise HubError(400, "Kernel repos are not supported by this server")
+                raise ErrorAnswer(400, "Kernel repos are not supported by this server")
             raise self._no_endpoint(method)
         # /api/{type}s/{ns}/{name}[/{action}[/{rest...}]]
         key = RepoKey(s[0][:-1], unquote(s[1]), unquote(s[2]))
@@ -69,7 +69,7 @@ class HubHandler(RequestHandler):
             ("POST", "tag"): lambda: self._create_tag(key, rest or DEFAULT_BRANCH),
         }
         if action.startswith("xet-"):
-            raise HubError(501, "Xet storage is not supported by this server: set HF_HUB_DISABLE_XET=1")
+            raise ErrorAnswer(501, "Xet storage is not supported by this server: set HF_HUB_DISABLE_XET=1")
         if (method, action) not in routes:
             raise self._no_endpoint(method)
         return routes[(method, action)]
@@ -104,12 +104,12 @@ class HubHandler(RequestHandler):
         if expected is None:
             return True
         if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), expected.encode()):
-            raise HubError(401, "Invalid credentials in Authorization header")
+            raise ErrorAnswer(401, "Invalid credentials in Authorization header")
         return True
 
     def _require_token(self) -> None:
         if not self._has_valid_token() and self.server.token is not None:
-            raise HubError(401, "This endpoint needs 'Authorization: Bearer <token>'")
+            raise ErrorAnswer(401, "This endpoint needs 'Authorization: Bearer <token>'")
 
     def _existing_repo(self, key: RepoKey) -> RepoMeta:
         meta = self.server.store.load_repo(key.validate())
@@ -267,7 +267,7 @@ class HubHandler(RequestHandler):
         self._writable_repo(key)
         body = self._read_json()
         if not branch or branch.startswith("refs/") or SHA1_RE.match(branch) or refname.problem(branch):
-            raise HubError(400, f"Invalid branch name {branch!r}: {refname.problem(branch) or 'a ref or commit id'}")
+            raise ErrorAnswer(400, f"Invalid branch name {branch!r}: {refname.problem(branch) or 'a ref or commit id'}")
         self.server.store.create_ref(key, f"refs/heads/{branch}", body.get("startingPoint"))
         self._send_json({})
 
@@ -275,7 +275,7 @@ class HubHandler(RequestHandler):
         self._writable_repo(key)
         tag = self._read_json().get("tag")
         if not isinstance(tag, str) or tag.startswith("refs/") or refname.problem(tag):
-            raise HubError(400, f"Invalid tag name {tag!r}: {refname.problem(tag) or 'a ref'}")
+            raise ErrorAnswer(400, f"Invalid tag name {tag!r}: {refname.problem(tag) or 'a ref'}")
         self.server.store.create_ref(key, f"refs/tags/{tag}", revision)
         self._send_json({})
 
@@ -285,7 +285,7 @@ class HubHandler(RequestHandler):
         self._writable_repo(key)
         body = self._read_json()
         if body.get("operation") != "upload":
-            raise HubError(400, "Only the LFS 'upload' operation is supported; download through /resolve")
+            raise ErrorAnswer(400, "Only the LFS 'upload' operation is supported; download through /resolve")
         objects_url = f"{self._base_url()}/{key.url_path}.git/info/lfs/objects"
         store, secret = self.server.store, self.server.upload_secret
         objects = [lfs.batch_object(store, item, objects_url, secret) for item in body.get("objects", [])]
@@ -304,5 +304,5 @@ class HubHandler(RequestHandler):
         body = self._read_json()
         oid, size = body.get("oid"), body.get("size")
         if not is_sha256(oid) or not self.server.store.has_blob(oid, size):
-            raise HubError(404, f"LFS object {oid} of {size} bytes is not stored")
+            raise ErrorAnswer(404, f"LFS object {oid} of {size} bytes is not stored")
         self._send_json({"oid": oid, "size": size})

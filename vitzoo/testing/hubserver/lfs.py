@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .model import Commit, FileEntry, HubError, TreeFile, git_blob_sha1, is_sha256, validate_repo_path
+from .model import Commit, FileEntry, ErrorAnswer, TreeFile, git_blob_sha1, is_sha256, validate_repo_path
 
 if TYPE_CHECKING:
     from .store import HubStore
@@ -77,7 +77,7 @@ def _upload_mode(item: Mapping[str, Any], commit: Commit, patterns: list[str]) -
     try:
         sample = base64.b64decode(item.get("sample") or "")
     except binascii.Error:
-        raise HubError(400, f"Invalid sample for {path}") from None
+        raise ErrorAnswer(400, f"Invalid sample for {path}") from None
     lfs = size > 0 and (size >= LFS_SIZE_THRESHOLD or sample_is_binary(sample) or matches_any(path, patterns))
     answer: dict[str, Any] = {"path": path, "uploadMode": "lfs" if lfs else "regular", "shouldIgnore": False}
     existing = commit.files.get(path)
@@ -131,10 +131,10 @@ def signed_upload_size(oid: str, query: Mapping[str, list[str]], secret: bytes) 
         size, expires = int(query["size"][0]), int(query["expires"][0])
         signature = query["signature"][0]
     except (KeyError, ValueError):
-        raise HubError(403, "LFS upload URL is not signed: ask the batch endpoint for one") from None
+        raise ErrorAnswer(403, "LFS upload URL is not signed: ask the batch endpoint for one") from None
     valid = hmac.compare_digest(signature, _upload_signature(secret, oid, size, expires))
     if not valid or expires < time.time():
-        raise HubError(403, "LFS upload URL is invalid or expired")
+        raise ErrorAnswer(403, "LFS upload URL is invalid or expired")
     return size
 
 
@@ -146,11 +146,11 @@ def lfs_tree_file(store: HubStore, path: str, value: Mapping[str, Any]) -> TreeF
     """The file an `lfsFile` commit entry adds: its object must have been uploaded (and verified) before."""
     oid = value.get("oid")
     if value.get("algo", "sha256") != "sha256" or not is_sha256(oid):
-        raise HubError(400, f"Invalid LFS oid for {path}: {oid!r}")
+        raise ErrorAnswer(400, f"Invalid LFS oid for {path}: {oid!r}")
     if not store.has_blob(oid):
-        raise HubError(400, f"LFS object {oid} for {path} was never uploaded (or failed verification)")
+        raise ErrorAnswer(400, f"LFS object {oid} for {path} was never uploaded (or failed verification)")
     size = store.blob_path(oid).stat().st_size
     if value.get("size") is not None and value["size"] != size:  # copies of LFS files omit the size
-        raise HubError(400, f"LFS object {oid} has {size} bytes, not {value['size']}")
+        raise ErrorAnswer(400, f"LFS object {oid} has {size} bytes, not {value['size']}")
     entry = FileEntry(oid, size, lfs=True)
     return TreeFile(entry, git_blob_sha1(entry.pointer))

@@ -21,7 +21,7 @@ _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 # Errors
 
 
-class HubError(Exception):
+class ErrorAnswer(Exception):
     """An error answered to the client: HTTP status, message and optional `X-Error-Code`."""
 
     def __init__(
@@ -34,18 +34,18 @@ class HubError(Exception):
         self.headers = dict(headers or {})
 
 
-def repo_not_found(repo_id: str, status: int = 404) -> HubError:
-    return HubError(status, f"Repository not found: {repo_id}", code="RepoNotFound")
+def repo_not_found(repo_id: str, status: int = 404) -> ErrorAnswer:
+    return ErrorAnswer(status, f"Repository not found: {repo_id}", code="RepoNotFound")
 
 
-def revision_not_found(revision: str) -> HubError:
-    return HubError(404, f"Invalid rev id: {revision}", code="RevisionNotFound")
+def revision_not_found(revision: str) -> ErrorAnswer:
+    return ErrorAnswer(404, f"Invalid rev id: {revision}", code="RevisionNotFound")
 
 
-def entry_not_found(path: str, commit_id: str, message: str | None = None) -> HubError:
+def entry_not_found(path: str, commit_id: str, message: str | None = None) -> ErrorAnswer:
     # X-Repo-Commit lets the client cache the file's absence for that commit.
     message = message or f"Entry not found: {path}"
-    return HubError(404, message, code="EntryNotFound", headers={"X-Repo-Commit": commit_id})
+    return ErrorAnswer(404, message, code="EntryNotFound", headers={"X-Repo-Commit": commit_id})
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -71,10 +71,10 @@ class RepoKey:
 
     def validate(self) -> RepoKey:
         if self.type not in REPO_TYPES:
-            raise HubError(400, f"Unsupported repo type {self.type!r}: expected one of {', '.join(REPO_TYPES)}")
+            raise ErrorAnswer(400, f"Unsupported repo type {self.type!r}: expected one of {', '.join(REPO_TYPES)}")
         for part in (self.namespace, self.name):
             if not _NAME_RE.match(part) or ".." in part or part.endswith(".git"):
-                raise HubError(400, f"Invalid repo id {self.repo_id!r}: use letters, digits, '-', '_' and '.'")
+                raise ErrorAnswer(400, f"Invalid repo id {self.repo_id!r}: use letters, digits, '-', '_' and '.'")
         return self
 
 
@@ -190,8 +190,8 @@ def is_sha256(oid: Any) -> bool:
 def validate_repo_path(path: Any) -> str:
     """A file path inside a repo: relative, no empty / "." / ".." segments, nothing under .git/."""
     if not isinstance(path, str) or not path:
-        raise HubError(400, f"Invalid path in repo: {path!r}")
+        raise ErrorAnswer(400, f"Invalid path in repo: {path!r}")
     parts = path.split("/")
     if path.startswith("/") or any(part in ("", ".", "..") for part in parts) or parts[0] == ".git":
-        raise HubError(400, f"Invalid path in repo: {path!r}")
+        raise ErrorAnswer(400, f"Invalid path in repo: {path!r}")
     return path

@@ -23,7 +23,7 @@ from .model import (
     Commit,
     DeleteFile,
     FileEntry,
-    HubError,
+    ErrorAnswer,
     Operation,
     RepoKey,
     RepoMeta,
@@ -107,13 +107,13 @@ class HubStore:
                 for chunk in chunks:
                     written += len(chunk)
                     if expected_size is not None and written > expected_size:
-                        raise HubError(400, f"Upload is larger than the declared {expected_size} bytes")
+                        raise ErrorAnswer(400, f"Upload is larger than the declared {expected_size} bytes")
                     digest.update(chunk)
                     f.write(chunk)
             if expected_size is not None and written != expected_size:
-                raise HubError(400, f"Upload has {written} bytes, {expected_size} were declared")
+                raise ErrorAnswer(400, f"Upload has {written} bytes, {expected_size} were declared")
             if verify and digest.hexdigest() != sha256:
-                raise HubError(
+                raise ErrorAnswer(
                     400, f"sha256 mismatch: expected {sha256}, the uploaded bytes hash to {digest.hexdigest()}"
                 )
             self.blob_path(sha256).parent.mkdir(parents=True, exist_ok=True)
@@ -220,7 +220,7 @@ class HubStore:
             refs = self.refs(key)
             target_ref, base_id = self._commit_target(key, refs, revision, create_pr)
             if parent_commit is not None and parent_commit != base_id:
-                raise HubError(412, f"Parent commit {parent_commit} is not the head of {revision} ({base_id})")
+                raise ErrorAnswer(412, f"Parent commit {parent_commit} is not the head of {revision} ({base_id})")
             files = _apply_operations(self.load_commit(key, base_id).files, operations, base_id)
             commit = self._write_commit(key, (base_id,), title, message, files)
             refs[target_ref] = commit.id
@@ -237,7 +237,7 @@ class HubStore:
         if revision.startswith(("refs/heads/", "refs/pr/")):
             ref = revision
         elif revision.startswith("refs/") or f"refs/tags/{revision}" in refs or SHA1_RE.match(revision):
-            raise HubError(400, f"Cannot commit to {revision!r}: commits go to a branch or a pull request ref")
+            raise ErrorAnswer(400, f"Cannot commit to {revision!r}: commits go to a branch or a pull request ref")
         else:
             ref = f"refs/heads/{revision}"
         if ref not in refs:
@@ -249,7 +249,7 @@ class HubStore:
         with self._lock:
             refs = self.refs(key)
             if ref in refs:
-                raise HubError(409, f"Reference already exists: {ref}")
+                raise ErrorAnswer(409, f"Reference already exists: {ref}")
             refs[ref] = self.resolve(key, revision or DEFAULT_BRANCH)
             self._write_refs(key, refs)
             return refs[ref]

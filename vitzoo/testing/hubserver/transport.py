@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
-from .model import HubError
+from .model import ErrorAnswer
 
 if TYPE_CHECKING:
     from .server import HubHTTPServer
@@ -37,12 +37,12 @@ def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
     else:
         return None
     if start >= size or start > end:
-        raise HubError(416, f"Range {header!r} not satisfiable", headers={"Content-Range": f"bytes */{size}"})
+        raise ErrorAnswer(416, f"Range {header!r} not satisfiable", headers={"Content-Range": f"bytes */{size}"})
     return start, end
 
 
 class RequestHandler(BaseHTTPRequestHandler):
-    """Turns each request into a call of the handler `route` picks; a `HubError` becomes an error answer."""
+    """Turns each request into a call of the handler `route` picks; a `ErrorAnswer` becomes an error answer."""
 
     protocol_version = "HTTP/1.1"  # keep-alive: the client pools its connections
     server_version = "vitzoo-hubserver/1"
@@ -50,7 +50,7 @@ class RequestHandler(BaseHTTPRequestHandler):
     server: HubHTTPServer
 
     def route(self, method: str, segments: list[str]) -> Callable[[], None]:
-        """The handler for a request to `/<segments...>`; raises `HubError` when there is none."""
+        """The handler for a request to `/<segments...>`; raises `ErrorAnswer` when there is none."""
         raise NotImplementedError
 
     def _dispatch(self) -> None:
@@ -60,13 +60,13 @@ class RequestHandler(BaseHTTPRequestHandler):
         self._query = parse_qs(url.query)
         try:
             self.route(self.command, url.path.split("/")[1:])()
-        except HubError as err:
+        except ErrorAnswer as err:
             self._fail(err)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True  # the client went away
         except Exception:  # a bug: answer 500 and show it, whatever the verbosity
             traceback.print_exc(file=sys.stderr)
-            self._fail(HubError(500, "Internal server error"))
+            self._fail(ErrorAnswer(500, "Internal server error"))
         finally:
             if self._has_body() and not self._body_consumed:
                 self.close_connection = True  # unread body bytes would be taken for the next request
@@ -81,7 +81,7 @@ class RequestHandler(BaseHTTPRequestHandler):
         self._response_started = True
         super().send_response(code, message)
 
-    def _fail(self, err: HubError) -> None:
+    def _fail(self, err: ErrorAnswer) -> None:
         if self._response_started:
             self.close_connection = True  # too late for an error answer: cutting the connection tells the client
         else:
@@ -120,7 +120,7 @@ class RequestHandler(BaseHTTPRequestHandler):
             try:
                 size = int(line.split(b";")[0].strip(), 16)
             except ValueError:
-                raise HubError(400, "Malformed chunked request body") from None
+                raise ErrorAnswer(400, "Malformed chunked request body") from None
             if size == 0:
                 while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):
                     pass  # trailers
@@ -132,7 +132,7 @@ class RequestHandler(BaseHTTPRequestHandler):
         while size > 0:
             chunk = self.rfile.read(min(IO_CHUNK, size))
             if not chunk:
-                raise HubError(400, "Request body ended early")
+                raise ErrorAnswer(400, "Request body ended early")
             size -= len(chunk)
             yield chunk
 
@@ -141,7 +141,7 @@ class RequestHandler(BaseHTTPRequestHandler):
         for chunk in self._iter_body():
             total += len(chunk)
             if total > MAX_JSON_BODY:
-                raise HubError(413, "Request body too large")
+                raise ErrorAnswer(413, "Request body too large")
             parts.append(chunk)
         return b"".join(parts)
 
@@ -150,7 +150,7 @@ class RequestHandler(BaseHTTPRequestHandler):
         try:
             return json.loads(body) if body else {}
         except ValueError:
-            raise HubError(400, "Request body is not valid JSON") from None
+            raise ErrorAnswer(400, "Request body is not valid JSON") from None
 
     # -- answers ------------------------------------------------------------------------------------
 
@@ -177,7 +177,7 @@ class RequestHandler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
 
-    def _send_error(self, err: HubError) -> None:
+    def _send_error(self, err: ErrorAnswer) -> None:
         headers = dict(err.headers)
         if err.code:
             headers["X-Error-Code"] = err.code

@@ -1,0 +1,113 @@
+"""Building a model that holds pretrained weights: from a source read by `vitzoo.weights.sources`,
+under a given config or the one the source describes.
+
+Building follows the official loader: strict by default, position embeddings resampled to the
+requested grid, and a head of another size replaced by a zero-initialised one, saying so. This is the
+one weights module that imports the model; the model's save and push import none that do.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from typing import Any
+
+import torch
+
+from vitzoo.config import ConfigError, ViTConfig, shape_differences
+from vitzoo.model import VisionTransformer
+from vitzoo.weights.checkpoint import HEAD_KEYS, HEAD_OPTIONS, Checkpoint, CheckpointError, check_state_dict, resolve_config
+from vitzoo.weights.infer import infer_config
+from vitzoo.weights.sources import open_source
+
+log = logging.getLogger("vitzoo")
+
+
+def model_with_weights(config: ViTConfig, checkpoint: Checkpoint, requested: dict[str, Any], source: str,
+                       strict: bool = True) -> VisionTransformer:
+    """A model of `config` (adjusted to the checkpoint) holding the checkpoint's weights."""
+    config, drop_head = resolve_config(config, checkpoint, requested)
+    state_dict = dict(checkpoint.state_dict)
+    if drop_head:
+        dropped = [k for k in state_dict if k.startswith(HEAD_KEYS)]
+        for key in dropped:
+            del state_dict[key]
+        log.warning(
+            "vitzoo: checkpoint head has %s classes, model has %s: head replaced by a zero-initialised "
+            "linear layer (%s dropped)", checkpoint.config.get("num_classes"), config.num_classes, ", ".join(dropped) or "nothing"
+        )
+    model = VisionTransformer(config)
+    if drop_head:
+        state_dict.update({k: v for k, v in model.state_dict().items() if k.startswith(HEAD_KEYS)})
+    target_size = config.img_size
+    if checkpoint.grid is not None and checkpoint.grid != model.grid:
+        # load at the checkpoint's grid, then resample: the components own the resampling rule
+        model.set_img_size((checkpoint.grid[0] * model.stride[0], checkpoint.grid[1] * model.stride[1]))
+    if strict:
+        check_state_dict(model, state_dict, source)
+        model.load_state_dict(state_dict)
+    else:
+        expected = model.state_dict()
+        fitting = {k: v for k, v in state_dict.items() if k in expected and expected[k].shape == v.shape}
+        result = model.load_state_dict(fitting, strict=False)
+        skipped = sorted(set(state_dict) - set(fitting))
+        if result.missing_keys or skipped:
+            log.warning("vitzoo: strict=False: not loaded %s; left at init %s", skipped, result.missing_keys)
+    if model.config.img_size != target_size:
+        model.set_img_size(target_size)
+        log.info("vitzoo: position embeddings resampled from grid %s to %s", checkpoint.grid, model.grid)
+    return model
+
+
+def _grid(config: ViTConfig) -> tuple[int, int]:
+    with torch.device("meta"):  # the stem knows its stride; building on meta allocates nothing
+        return VisionTransformer(config).grid
+
+
+def _check_options_known(checkpoint: Checkpoint, location: str) -> None:
+    """A converter may only decide options that ViTConfig has (a guard for new formats)."""
+    unknown = [k for k in checkpoint.config if k not in ViTConfig.field_names()]
+    if unknown:
+        raise CheckpointError(
+            f"the {checkpoint.format} weights at {location} need model options this vitzoo does not have "
+            f"({', '.join(f'{k}={checkpoint.config[k]!r}' for k in unknown)}); upgrade vitzoo"
+        )
+
+
+def load_pretrained(
+    config: ViTConfig | None,
+    source: str | os.PathLike,
+    requested: dict[str, Any],
+    strict: bool = True,
+    **hub_options: Any,
+) -> VisionTransformer:
+    """Build the model of `config` holding the weights at `source` (see `model_with_weights`).
+
+    With `config=None` the model is the one the source describes: a saved directory's config, a
+    transformers config.json, or else a config inferred from the weights' shapes (`requested`
+    options, e.g. `num_heads`, override it).
+    """
+    src = open_source(source, **hub_options)
+    location = src.location or os.fspath(source)
+    if src.saved_config is not None:
+        # the saved config decides the model (also under a model name); the user's options change it
+        saved = src.saved_config
+        differ = shape_differences(saved, config) if config is not None else []
+        if differ:  # the name is then only a label, which may surprise (training warns alike)
+            warnings.warn(f"{location} holds another model than the one requested: {', '.join(differ)}; "
+                          "loading the saved model", stacklevel=3)
+        built = saved.replace(**{k: v for k, v in requested.items() if k not in HEAD_OPTIONS})
+        checkpoint = src.checkpoint
+        checkpoint.config = {k: getattr(saved, k) for k in HEAD_OPTIONS}
+        checkpoint.grid = _grid(saved)
+        return model_with_weights(built, checkpoint, requested, location, strict=strict)
+    checkpoint = src.checkpoint
+    _check_options_known(checkpoint, location)
+    if config is None:
+        overrides = {k: v for k, v in requested.items() if k not in HEAD_OPTIONS}
+        try:
+            config = infer_config(checkpoint, overrides, src.hints)
+        except ConfigError as exc:
+            raise CheckpointError(f"cannot build a model for the weights at {location}: {exc}") from exc
+    return model_with_weights(config, checkpoint, requested, location, strict=strict)

@@ -1,0 +1,181 @@
+"""Reading a source: a file, a directory or a Hub repo, into the weights it holds and the metadata
+beside them, converted by the weight format that recognises them (`vitzoo.weights.formats`).
+
+A source is a path or `hf-hub:ORG/NAME[@REVISION]`. Files are read by their type, never by running
+code: `.safetensors`; `.pth` / `.pt` / `.bin` / `.ckpt` with `torch.load(weights_only=True)`; `.npz`
+as arrays only. What the weights are is decided by their names, not by the file's.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file
+
+from vitzoo import hub
+from vitzoo.config import ViTConfig
+from vitzoo.weights import files, formats
+from vitzoo.weights.checkpoint import Checkpoint, CheckpointError, read_failed
+from vitzoo.weights.formats import SUPPORTED
+from vitzoo.weights.layout import CONFIG_NAME, HUB_PREFIX, METADATA_FILES, WEIGHT_FILES, WEIGHTS_NAME
+
+SAFETENSORS_SUFFIXES = (".safetensors",)
+TORCH_SUFFIXES = (".pth", ".pt", ".bin", ".ckpt")
+NPZ_SUFFIXES = (".npz",)
+ZIP_STARTS = (b"PK\x03\x04", b"PK\x05\x06")  # an .npz is a zip archive (one of arrays, or empty)
+
+
+@dataclass
+class Source:
+    """What a source holds: the converted weights, a saved vitzoo config when there is one, and hints
+    for an inferred config (image size, normalisation) from the source's metadata."""
+
+    checkpoint: Checkpoint
+    saved_config: ViTConfig | None = None
+    hints: dict[str, Any] = field(default_factory=dict)
+    location: str = ""
+
+
+# ---------------------------------------------------------------------------------------- files
+def _unwrap(obj: Any, path: str) -> dict[str, torch.Tensor]:
+    """The tensor dict inside a torch.load result (training checkpoints nest it)."""
+    for _ in range(3):
+        if isinstance(obj, dict) and obj and all(isinstance(v, torch.Tensor) for v in obj.values()):
+            break
+        if isinstance(obj, dict):
+            inner = next((obj[k] for k in ("state_dict", "model", "model_state_dict", "module") if isinstance(obj.get(k), dict)), None)
+            if inner is not None:
+                obj = inner
+                continue
+        raise CheckpointError(f"{path} does not hold a state dict (a dict of tensor names to tensors)")
+    state_dict = {k: v for k, v in obj.items() if isinstance(v, torch.Tensor)}
+    if state_dict and all(k.startswith("module.") for k in state_dict):  # saved from DataParallel / DDP
+        state_dict = {k[len("module."):]: v for k, v in state_dict.items()}
+    return state_dict
+
+
+def _read_torch(path: str) -> dict[str, torch.Tensor]:
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        text = str(exc)
+        if "weights_only" in text or "Unsupported global" in text or "pickle" in text.lower():
+            raise CheckpointError(
+                f"{path} holds Python objects besides tensors; vitzoo reads torch files with "
+                f"torch.load(weights_only=True) only and runs no pickled code. Re-save it as a plain "
+                f"state dict (torch.save(model.state_dict(), ...)) or as .safetensors. ({text.splitlines()[0]})"
+            ) from exc
+        raise read_failed(path, exc) from exc
+    return _unwrap(obj, path)
+
+
+def _read_npz(path: str) -> dict[str, np.ndarray]:
+    """The arrays of an .npz file. Anything else (empty, not a zip, pickled objects) is a
+    CheckpointError saying it is not a checkpoint: numpy's own advice would be to allow pickles."""
+    try:
+        with open(path, "rb") as f:
+            start = f.read(4)
+    except OSError as exc:
+        raise read_failed(path, exc) from exc
+    if start not in ZIP_STARTS:
+        what = "empty" if not start else "not a zip archive of arrays, as an .npz is"
+        raise CheckpointError(f"{path} is not a checkpoint: the file is {what}")
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            return {k: npz[k] for k in npz.keys()}
+    except ValueError as exc:  # numpy refuses object arrays without allow_pickle: never allow them
+        raise CheckpointError(f"{path} is not a checkpoint: it holds pickled Python objects, which vitzoo "
+                              "never loads (an official checkpoint holds arrays of numbers only)") from exc
+    except Exception as exc:  # zipfile and numpy raise several types for a truncated archive
+        raise read_failed(path, exc) from exc
+
+
+def load_state_dict_file(path: str | os.PathLike) -> dict[str, Any]:
+    """The tensors of a .safetensors or torch file (`weights_only=True`: no pickled code runs), or the
+    arrays of an .npz."""
+    path = os.fspath(path)
+    if path.endswith(SAFETENSORS_SUFFIXES):
+        try:
+            return load_file(path, device="cpu")
+        except Exception as exc:  # safetensors raises its own error types for damaged files
+            raise read_failed(path, exc) from exc
+    if path.endswith(TORCH_SUFFIXES):
+        return _read_torch(path)
+    if path.endswith(NPZ_SUFFIXES):
+        return _read_npz(path)
+    raise CheckpointError(f"cannot read {path!r}: unknown file type. {SUPPORTED}")
+
+
+def _unrecognised_note(path: str) -> str:
+    # the official checkpoints are the only .npz files expected, so say what it is not
+    return "; it is an .npz file but not an official ViT checkpoint" if path.endswith(NPZ_SUFFIXES) else ""
+
+
+def open_file(path: str) -> Source:
+    """A weights file with no metadata beside it."""
+    checkpoint, fmt = formats.convert(load_state_dict_file(path), {}, path, _unrecognised_note(path))
+    return Source(checkpoint, hints=fmt.hints({}), location=path)
+
+
+# ---------------------------------------------------------------------------------------- directories
+def _metadata(directory: Path) -> dict[str, dict]:
+    return {name: files.read_json_object(directory / name) for name in METADATA_FILES if (directory / name).exists()}
+
+
+def open_directory(directory: str | os.PathLike) -> Source:
+    """A directory written by save_pretrained (its config decides the model), or weights with the
+    metadata of another library beside them."""
+    directory = Path(directory)
+    metadata = _metadata(directory)
+    if files.is_saved(metadata.get(CONFIG_NAME)):
+        saved_config = files.read_config(directory / CONFIG_NAME)
+        weights = directory / WEIGHTS_NAME
+        if not weights.exists():
+            raise CheckpointError(f"{directory} has a {CONFIG_NAME} but no {WEIGHTS_NAME}")
+        checkpoint = Checkpoint(format=files.FORMAT, state_dict=load_state_dict_file(weights), config={})
+        return Source(checkpoint, saved_config=saved_config, location=str(directory))
+    weights = next((directory / name for name in WEIGHT_FILES if (directory / name).exists()), None)
+    if weights is None:
+        found = sorted(p.name for p in directory.iterdir())[:10]
+        raise CheckpointError(f"{directory} has no weights file ({' or '.join(WEIGHT_FILES)}); it holds {found}. {SUPPORTED}")
+    checkpoint, fmt = formats.convert(load_state_dict_file(weights), metadata, str(weights))
+    return Source(checkpoint, hints=fmt.hints(metadata), location=str(weights))
+
+
+# ---------------------------------------------------------------------------------------- any source
+def open_hub(source: str, **hub_options: Any) -> Source:
+    """A Hub repo, downloaded through the Hugging Face cache (`hub_options` go to `hub.download`); a
+    cached file that no longer matches the Hub's hash is removed, so the next call fetches it again."""
+    directory = hub.download(source, **hub_options)
+    try:
+        opened = open_directory(directory)
+    except CheckpointError as exc:
+        damaged = hub.evict_damaged(directory)
+        if damaged:
+            raise CheckpointError(
+                f"{exc}\nThe cached {', '.join(damaged)} no longer match(es) the Hub's hash (damaged on disk) "
+                f"and was removed from the cache: the next call downloads it again"
+            ) from exc
+        raise
+    opened.location = f"{source} (cached at {directory})"
+    return opened
+
+
+def open_source(source: str | os.PathLike, **hub_options: Any) -> Source:
+    """Read any supported source: a path, or `hf-hub:ORG/NAME[@REVISION]` (see `open_hub`)."""
+    text = os.fspath(source)
+    if text.startswith(HUB_PREFIX):
+        return open_hub(text, **hub_options)
+    if not os.path.exists(text):
+        raise FileNotFoundError(f"no checkpoint at {text!r} ({SUPPORTED})")
+    return open_directory(text) if os.path.isdir(text) else open_file(text)
+
+
+def read_checkpoint(source: str | os.PathLike) -> Checkpoint:
+    """Read a checkpoint file or directory and convert it to vitzoo's names; the format is detected."""
+    return open_source(source).checkpoint
