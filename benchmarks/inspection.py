@@ -14,7 +14,7 @@ from benchmarks.suite import Run
 from benchmarks.training import evaluate_per_epoch, train
 from benchmarks.verdict import POSITIVE
 from vitzoo.data import load_split
-from vitzoo.inspect import attention_rollout, mean_attention_distance, patch_embedding_components, position_embedding_similarity
+from vitzoo.analysis import attention_rollout, mean_attention_distance, patch_embedding_components, position_embedding_similarity
 
 
 TRAINED_LONGER = 2  # times the scale's epochs: the analyses are of trained models, not of a model still learning

@@ -179,7 +179,7 @@ def test_the_paper_scale_accumulates_micro_batches_and_decodes_in_workers():
 def test_attention_distance_is_computed_where_the_attention_maps_are():
     """A model on another device than the CPU (here `meta`, standing in for a GPU) gives its mean
     attention distance on that device, not a device-mismatch error."""
-    from vitzoo.inspect import mean_attention_distance
+    from vitzoo.analysis import mean_attention_distance
 
     model = vitzoo.create("vit_ti16", embed_dim=32, depth=1, num_heads=2, mlp_dim=64, img_size=32, patch_size=8, device="meta")
     distance = mean_attention_distance(model, torch.randn(1, 3, 32, 32, device="meta"))

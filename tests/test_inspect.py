@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import vitzoo
-from vitzoo.inspect import (
+from vitzoo.analysis import (
     attention_rollout,
     mean_attention_distance,
     patch_embedding_components,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from vitzoo.hookspecs import hookimpl
 from vitzoo.layers import heads, pos_embed, stems
-from vitzoo.models import MODELS
+from vitzoo.zoo import MODELS
 from vitzoo.weights import files, official, timm, torchvision, transformers
 
 
