@@ -8,6 +8,8 @@ from pathlib import Path
 from benchmarks.suite import save_figure
 
 METRIC_NAMES = (("test_acc", "test accuracy"), ("fewshot_5", "5-shot linear accuracy"))
+# one colour and marker per model family in every figure, so that figures can be read side by side
+FAMILY_STYLES = {"ViT": ("tab:orange", "s"), "hybrid": ("tab:green", "^"), "ResNet": ("tab:blue", "o")}
 
 
 def plt():
@@ -31,8 +33,9 @@ def lines_per_family(rows: list[dict], family_key: str, path: Path, title: str, 
     for ax, (metric, name) in zip(axes, METRIC_NAMES):
         for i, family in enumerate(families):
             mine = sorted((r for r in rows if r[family_key] == family and metric in r), key=lambda r: r[x_key])
+            color, marker = FAMILY_STYLES.get(family, (f"C{i + 3}", "dv<>"[i % 4]))  # others: the next colours
             ax.errorbar([r[x_key] for r in mine], [r[metric] for r in mine], yerr=[r[metric + "_std"] for r in mine],
-                        marker="os^dv<>"[i % 7], label=str(family), capsize=2)
+                        color=color, marker=marker, label=str(family), capsize=2)
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(NullFormatter())  # decade labels only: the minor ones overlap
         ax.set_xlabel(x_label)
