@@ -18,6 +18,12 @@ def test_list_everything_shows_components(capsys):
     assert "vit_h14" in out and "# pos_embed:" in out and "relative" in out
 
 
+def test_list_everything_shows_the_weight_formats_it_reads(capsys):
+    assert main(["list"]) == 0
+    line = next(l for l in capsys.readouterr().out.splitlines() if l.startswith("# weight formats:"))
+    assert {"official-npz", "timm", "torchvision", "transformers", "vitzoo"} <= set(line.split(": ")[1].split(", "))
+
+
 def test_info_reports_params_flops_and_sequence_length(capsys):
     assert main(["info", "vit_b16", "--json"]) == 0
     info = json.loads(capsys.readouterr().out)

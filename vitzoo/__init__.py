@@ -36,6 +36,12 @@ def list_components() -> dict[str, list[str]]:
     return {kind: registry.names(kind) for kind in COMPONENT_KINDS}
 
 
+def list_weight_formats() -> list[str]:
+    """Registered weight formats, the checkpoint layouts `pretrained=` and `from_pretrained` read
+    (vitzoo's own, timm, torchvision, transformers, official .npz; plugins add more)."""
+    return get_registry().names("weight_format")
+
+
 def get_config(name: str, **options) -> ViTConfig:
     """The config of a named model with options changed; unknown option names fail at once."""
     ViTConfig.check_option_names(options)
@@ -111,4 +117,5 @@ __all__ = [
     "hookimpl",
     "list_components",
     "list_models",
+    "list_weight_formats",
 ]

@@ -9,7 +9,7 @@ import vitzoo
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("list", help="list the named models (fnmatch PATTERN) and the components")
+    p = sub.add_parser("list", help="list the named models (fnmatch PATTERN), the components and the weight formats")
     p.add_argument("pattern", nargs="?", default="*")
     p.set_defaults(func=run_list)
     p = sub.add_parser("info", help="config, parameter count, GFLOPs and sequence length of a model")
@@ -27,6 +27,7 @@ def run_list(args) -> int:
     if args.pattern == "*":
         for kind, components in vitzoo.list_components().items():
             print(f"# {kind}: {', '.join(components)}")
+        print(f"# weight formats: {', '.join(vitzoo.list_weight_formats())}")
     return 0
 
 
