@@ -36,7 +36,7 @@ setup() {
 
 main_job() {
     # Table 8's headline on real Fashion-MNIST (no position embedding vs learned 1-D, two seeds each, in
-    # two one-thread processes): about 4 minutes on 2 cores (4.2 measured). The table beside the paper's numbers and the
+    # two one-thread processes): about 3 minutes on 2 cores (3.1 measured). The table beside the paper's numbers and the
     # verdict are printed; results and figure go to runs/main. Every ablation at the CPU scale (hours):
     # .venv/bin/python -m benchmarks all --workers 2
     "$PY" -m benchmarks pos_embed --scale main --workers 2 --out runs/main "$@"
