@@ -562,9 +562,8 @@ class Trainer:
             self.eval_loaders[id(dataset)] = eval_loader(dataset, indices, batch_size=self.eval_batch,
                                                          num_workers=self.cfg.num_workers, pin_memory=self.pin,
                                                          persistent=self.persistent)
-        sums = classification_sums(self.raw_model, dataset, indices=indices, batch_size=self.eval_batch,
-                                   num_workers=self.cfg.num_workers, autocast_dtype=self.amp_dtype,
-                                   loader=self.eval_loaders[id(dataset)])
+        sums = classification_sums(self.raw_model, dataset, autocast_dtype=self.amp_dtype,
+                                   loader=self.eval_loaders[id(dataset)])  # the loader says which images, how batched
         return metrics_from_sums(distributed.all_reduce(sums, self.env))
 
     def evaluate_during_training(self) -> None:
