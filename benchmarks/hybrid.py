@@ -25,9 +25,11 @@ PAPER_FAMILIES = {
 # The small scales, at 28 px: transformer widths of the ViT (7x7-pixel patches, 16 tokens) and of the
 # hybrid (the ResNet root, stride 4: a 7x7 map, 49 tokens), and the ResNets' first stage (units of one
 # stage: 28 px is not divisible by a second stage's stride 8). Training MFLOPs per image: ViT 3.9, 14.5,
-# 55.7; hybrid 16.7, 50.7; ResNet 29.0, 49.4: the ResNets and hybrids lie inside the ViT's range.
+# 55.7; hybrid 31.2, 50.7; ResNet 29.0, 49.4: the ResNets and hybrids lie inside the ViT's range. The
+# small hybrid is D48: under D32 (16.7 MFLOPs) it reached 87.5%, below the CPU scale's 88% floor for
+# hybrids (trials in benchmarks/results/trials/floors: D48 89.2%, D64 with 2 layers 88.3%).
 VIT_WIDTHS = {"quick": [(32, 2)], "main": [(32, 2), (64, 4), (128, 4)], "cpu": [(32, 2), (64, 4), (128, 4)]}
-HYBRID_WIDTHS = {"quick": [(32, 2)], "main": [(32, 2), (64, 4)], "cpu": [(32, 2), (64, 4)]}
+HYBRID_WIDTHS = {"quick": [(32, 2)], "main": [(32, 2), (64, 4)], "cpu": [(48, 4), (64, 4)]}
 STAGES = {"quick": [(1,)], "main": [(1,), (2,)], "cpu": [(1,), (2,)]}
 
 
