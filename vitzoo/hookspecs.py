@@ -102,5 +102,7 @@ def vitzoo_weight_formats() -> dict[str, WeightFormat]:
     - ``convert(state_dict, metadata) -> Checkpoint``: vitzoo's names, the options the weights decide
       (act, norm_eps, pool, head, num_classes, ...) and the token grid of the position embedding.
     - ``hints(metadata) -> dict``: options for an inferred config that the weights cannot decide
-      (img_size, mean, std); ``{}`` by default.
+      (img_size, mean, std, crop_pct, interpolation); ``{}`` by default.
+    - ``labels(metadata) -> list[str] | None``: the class names of the head, in class order, when the
+      metadata has them; None by default.
     """

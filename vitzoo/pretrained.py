@@ -80,23 +80,34 @@ def load_pretrained(
     source: str | os.PathLike,
     requested: dict[str, Any],
     strict: bool = True,
+    expected_format: str | None = None,
     **hub_options: Any,
 ) -> VisionTransformer:
     """Build the model of `config` holding the weights at `source` (see `model_with_weights`).
 
     With `config=None` the model is the one the source describes: a saved directory's config, a
     transformers config.json, or else a config inferred from the weights' shapes (`requested`
-    options, e.g. `num_heads`, override it).
+    options, e.g. `num_heads`, override it). `expected_format`: the weight format the source must
+    hold (a pretrained tag knows it). The model's `labels` are the class names the source gives.
     """
     src = open_source(source, **hub_options)
     location = src.location or os.fspath(source)
+    if expected_format is not None and src.checkpoint.format != expected_format:
+        raise CheckpointError(f"{location} holds {src.checkpoint.format} weights, not the {expected_format} weights "
+                              "expected there; the repo has changed: pass a revision (@REVISION) that holds them")
+    model = _build(config, src, location, requested, strict)
+    model.labels = src.labels if src.labels is not None and len(src.labels) == model.config.num_classes else None
+    return model
+
+
+def _build(config: ViTConfig | None, src, location: str, requested: dict[str, Any], strict: bool) -> VisionTransformer:
     if src.saved_config is not None:
         # the saved config decides the model (also under a model name); the user's options change it
         saved = src.saved_config
         differ = shape_differences(saved, config) if config is not None else []
         if differ:  # the name is then only a label, which may surprise (training warns alike)
             warnings.warn(f"{location} holds another model than the one requested: {', '.join(differ)}; "
-                          "loading the saved model", stacklevel=3)
+                          "loading the saved model", stacklevel=4)
         built = saved.replace(**{k: v for k, v in requested.items() if k not in HEAD_OPTIONS})
         checkpoint = src.checkpoint
         checkpoint.config = {k: getattr(saved, k) for k in HEAD_OPTIONS}
