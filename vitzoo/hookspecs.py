@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from vitzoo.config import ViTConfig
+    from vitzoo.tags import PretrainedTag
     from vitzoo.weights.formats import WeightFormat
 
 hookspec = pluggy.HookspecMarker("vitzoo")
@@ -86,6 +87,19 @@ def vitzoo_heads() -> dict[str, type[nn.Module]]:
 @hookspec
 def vitzoo_models() -> dict[str, ViTConfig]:
     """Named models: name -> the complete `ViTConfig` that `vitzoo.create(name)` builds."""
+
+
+@hookspec
+def vitzoo_pretrained_tags() -> dict[str, PretrainedTag]:
+    """Pretrained tags: released weights of a named model, "MODEL.TAG" -> a `vitzoo.tags.PretrainedTag`
+    whose ``name`` is that key (`vitzoo.create("MODEL.TAG", pretrained=True)` loads them).
+
+    Contract: ``model`` is a registered model and ``format`` a registered weight format, the format of
+    the files in the Hub repo ``hub_id``; those weights fit the model's config with the tag's options
+    (``config_options()``: img_size, num_classes, mean, std, crop_pct, interpolation, ``options``)
+    and need that preprocessing; ``accuracy`` is only given with the ``accuracy_source`` that reports
+    it. At most one tag per model has ``default=True`` (a model's only tag is its default anyway).
+    """
 
 
 @hookspec
