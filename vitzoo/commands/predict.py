@@ -14,7 +14,7 @@ MAX_TOP = 20
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("predict", help="classify images with pretrained weights: the top-k labels and probabilities")
-    p.add_argument("images", nargs="+", metavar="IMAGE", help="image files (PNG, JPEG, GIF, WEBP)")
+    p.add_argument("images", nargs="+", metavar="IMAGE", help="image files (any format Pillow reads: PNG, JPEG, ...)")
     p.add_argument("--model", required=True,
                    help="a pretrained tag MODEL.TAG[@REVISION] (`vitzoo list --pretrained`), or a model for its default tag")
     p.add_argument("--top", type=int, default=5, help=f"how many classes to show per image (1-{MAX_TOP}, default 5)")
@@ -22,17 +22,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_predict)
 
 
-def read_image(path: str) -> torch.Tensor:
-    """An image file as a uint8 RGB tensor (3, H, W); a ValueError naming the file otherwise."""
-    from torchvision.io import ImageReadMode, decode_image
+def read_image(path: str):
+    """An image file as an RGB PIL image; a ValueError naming the file otherwise."""
+    from PIL import Image
 
     if not os.path.isfile(path):
         raise ValueError(f"cannot read image {path!r}: no such file")
     try:
-        return decode_image(path, mode=ImageReadMode.RGB)
-    except (RuntimeError, OSError, ValueError) as exc:
-        raise ValueError(f"cannot read image {path!r}: not an image vitzoo can decode (PNG, JPEG, GIF, WEBP): "
-                         f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+        with Image.open(path) as image:
+            return image.convert("RGB")
+    except (OSError, ValueError, Image.DecompressionBombError) as exc:
+        raise ValueError(f"cannot read image {path!r}: it is not an image Pillow can read, or it is damaged "
+                         f"({type(exc).__name__})") from None
 
 
 def check_labelled(labels: list[str] | None, num_classes: int, name: str) -> list[str]:
