@@ -20,7 +20,7 @@ from vitzoo.config import ConfigError, ViTConfig
 from vitzoo.hookspecs import hookimpl
 from vitzoo.hub import HubError
 from vitzoo.model import InputError, VisionTransformer
-from vitzoo.pretrained import load_pretrained
+from vitzoo.pretrained import load_pretrained, load_tag
 from vitzoo.registry import COMPONENT_KINDS, get_registry
 from vitzoo.tags import PretrainedTag, list_pretrained
 from vitzoo.transforms import transforms_for
@@ -79,7 +79,7 @@ def create(
         if pretrained is None or pretrained is False:
             return VisionTransformer(config)
         if pretrained is True:
-            return tags.load(tag, config, options, revision, strict=strict)
+            return load_tag(tag, config, options, revision, strict=strict)
         return load_pretrained(config, pretrained, options, strict=strict)
 
 

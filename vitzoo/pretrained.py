@@ -16,7 +16,10 @@ from typing import Any
 import torch
 
 from vitzoo.config import ConfigError, ViTConfig, shape_differences
+from vitzoo.hub import HubError
+from vitzoo.labels import LABEL_SETS
 from vitzoo.model import VisionTransformer
+from vitzoo.tags import PretrainedTag
 from vitzoo.weights.checkpoint import HEAD_KEYS, HEAD_OPTIONS, Checkpoint, CheckpointError, check_state_dict, resolve_config
 from vitzoo.weights.infer import infer_config
 from vitzoo.weights.sources import open_source
@@ -122,3 +125,24 @@ def _build(config: ViTConfig | None, src, location: str, requested: dict[str, An
         except ConfigError as exc:
             raise CheckpointError(f"cannot build a model for the weights at {location}: {exc}") from exc
     return model_with_weights(config, checkpoint, requested, location, strict=strict)
+
+
+def load_tag(tag: PretrainedTag, config: ViTConfig, requested: dict[str, Any], revision: str | None = None,
+             strict: bool = True) -> VisionTransformer:
+    """The model of `config` holding a pretrained tag's weights, downloaded through huggingface_hub; the
+    model remembers the tag, and its class names come from the weights or else the tag's label set."""
+    try:
+        model = load_pretrained(config, tag.source(revision), requested, strict=strict, expected_format=tag.format)
+    except HubError as exc:
+        if "Hugging Face cache" not in str(exc):  # a wrong revision, token, ...: the Hub's answer says it all
+            raise HubError(f"{tag.name}: {exc}") from exc
+        raise HubError(
+            f"the weights of {tag.name} are in the Hub repo {tag.hub_id}: {exc}\nTo work offline: set "
+            f"HF_HUB_OFFLINE=1 with a Hugging Face cache that holds {tag.hub_id} (fill it once online, e.g. "
+            f"`vitzoo pull {tag.hub_id}`), or load a local copy of its files: "
+            f"vitzoo.create({tag.name!r}, pretrained=PATH)"
+        ) from exc
+    model.pretrained_tag = tag
+    if model.labels is None and tag.labels is not None and model.config.num_classes == tag.num_classes:
+        model.labels = LABEL_SETS[tag.labels]()
+    return model

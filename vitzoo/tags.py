@@ -11,7 +11,8 @@ A tag is data (`PretrainedTag`): the Hub repo that holds the weights, their form
 weights expect (resolution, classes, normalisation, crop, interpolation). The paper's are in
 `vitzoo.zoo.PRETRAINED`; they are registered through the `vitzoo_pretrained_tags` hook like any
 plugin's. Without `pretrained=True` a tag name builds the tag's architecture (resolution, classes,
-preprocessing) with fresh weights, as timm does. Downloads go through huggingface_hub (`vitzoo.hub`).
+preprocessing) with fresh weights, as timm does. Downloading and loading a tag's weights is
+`vitzoo.pretrained.load_tag`, through huggingface_hub (`vitzoo.hub`): this module imports no model.
 """
 
 from __future__ import annotations
@@ -20,13 +21,9 @@ import fnmatch
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from vitzoo.options import ConfigError, closest
-
-if TYPE_CHECKING:
-    from vitzoo.config import ViTConfig
-    from vitzoo.model import VisionTransformer
 
 KIND = "pretrained_tag"  # the registry's kind (vitzoo.registry.KINDS)
 SEPARATOR = "."  # MODEL.TAG
@@ -152,32 +149,6 @@ def lookup(name: str, pretrained: bool) -> tuple[str, PretrainedTag | None, str 
     if revision:
         return model, default_tag(model), revision
     return model, default_tag(model) if pretrained else None, None
-
-
-# ------------------------------------------------------------------------------------------- loading
-def load(tag: PretrainedTag, config: ViTConfig, requested: dict[str, Any], revision: str | None = None,
-         strict: bool = True) -> VisionTransformer:
-    """The model of `config` holding the tag's weights, downloaded through huggingface_hub; the model
-    remembers the tag, and the class names come from the weights or else from the tag's label set."""
-    from vitzoo.hub import HubError
-    from vitzoo.labels import LABEL_SETS
-    from vitzoo.pretrained import load_pretrained
-
-    try:
-        model = load_pretrained(config, tag.source(revision), requested, strict=strict, expected_format=tag.format)
-    except HubError as exc:
-        if "Hugging Face cache" not in str(exc):  # a wrong revision, token, ...: the Hub's answer says it all
-            raise HubError(f"{tag.name}: {exc}") from exc
-        raise HubError(
-            f"the weights of {tag.name} are in the Hub repo {tag.hub_id}: {exc}\nTo work offline: set "
-            f"HF_HUB_OFFLINE=1 with a Hugging Face cache that holds {tag.hub_id} (fill it once online, e.g. "
-            f"`vitzoo pull {tag.hub_id}`), or load a local copy of its files: "
-            f"vitzoo.create({tag.name!r}, pretrained=PATH)"
-        ) from exc
-    model.pretrained_tag = tag
-    if model.labels is None and tag.labels is not None and model.config.num_classes == tag.num_classes:
-        model.labels = LABEL_SETS[tag.labels]()
-    return model
 
 
 # ------------------------------------------------------------------------------------------- the table
