@@ -130,7 +130,8 @@ def test_a_misspelled_hook_is_an_error_naming_the_plugin_and_the_hook_it_meant()
     message = str(err.value)
     assert "plugin 'misspelled-plugin'" in message
     assert "'vitzoo_stem' is not a vitzoo hook. Did you mean 'vitzoo_stems'?" in message
-    assert "Rename the function to one of vitzoo_heads, vitzoo_models, vitzoo_pools, vitzoo_pos_embeds, vitzoo_stems" in message
+    assert ("Rename the function to one of vitzoo_heads, vitzoo_models, vitzoo_pools, vitzoo_pos_embeds, "
+            "vitzoo_pretrained_tags, vitzoo_stems, vitzoo_weight_formats") in message
     # refused, not half-registered: the registry is as it was, and a correct plugin still registers
     assert registry.pm.get_plugin("misspelled-plugin") is None
     assert vitzoo.list_components() == before

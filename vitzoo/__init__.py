@@ -3,7 +3,9 @@
     import vitzoo
     model = vitzoo.create("vit_b16_hybrid")
     model = vitzoo.create("vit_b16", pretrained="ViT-B_16.npz")
-    vitzoo.list_models("vit_*"), vitzoo.list_components()
+    model = vitzoo.create("vit_b16.orig_in21k_ft_in1k", pretrained=True)   # released weights, by tag
+    vitzoo.transforms_for(model)                                          # the preprocessing they expect
+    vitzoo.list_models("vit_*"), vitzoo.list_pretrained("vit_b16*"), vitzoo.list_components()
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ from vitzoo.config import ConfigError, ViTConfig
 from vitzoo.hookspecs import hookimpl
 from vitzoo.hub import HubError
 from vitzoo.model import InputError, VisionTransformer
-from vitzoo.pretrained import load_pretrained
+from vitzoo.pretrained import load_pretrained, load_tag
 from vitzoo.registry import COMPONENT_KINDS, get_registry
+from vitzoo.tags import PretrainedTag, list_pretrained
+from vitzoo.transforms import transforms_for
 from vitzoo.weights.checkpoint import CheckpointError
 
 __version__ = "0.1.0"
@@ -50,7 +54,7 @@ def get_config(name: str, **options) -> ViTConfig:
 
 def create(
     name: str,
-    pretrained: str | os.PathLike | None = None,
+    pretrained: bool | str | os.PathLike | None = None,
     *,
     strict: bool = True,
     device: str | torch.device | None = None,
@@ -58,15 +62,24 @@ def create(
 ) -> VisionTransformer:
     """Build a named model, with any config option changed (`img_size=384`, `pool="gap"`, ...).
 
-    `pretrained` loads weights: a saved directory, an official .npz, a timm / torchvision /
-    transformers checkpoint, or hf-hub:ORG/NAME[@REVISION] (see vitzoo.weights); options the
-    weights decide (GELU variant, pooling, head) follow the weights unless given here.
+    `name` is a model or a pretrained tag, MODEL.TAG (`vit_b16.orig_in21k`; `vitzoo.list_pretrained()`).
+    `pretrained=True` loads the tag's weights (the model's default tag when `name` has none) from the
+    Hub through huggingface_hub, `MODEL.TAG@REVISION` at a revision; a tag without `pretrained=True`
+    builds its architecture and preprocessing (resolution, classes, mean/std, crop) without weights.
+    `pretrained` may also be weights to load: a saved directory, an official .npz, a timm /
+    torchvision / transformers checkpoint, or hf-hub:ORG/NAME[@REVISION] (see vitzoo.weights).
+    Options the weights decide (GELU variant, pooling, head) follow the weights unless given here.
     `device="meta"` builds without allocating memory.
     """
-    config = get_config(name, **options)
+    from vitzoo import tags
+
+    model_name, tag, revision = tags.lookup(name, pretrained is True)
+    config = get_config(model_name, **{**(tag.config_options() if tag else {}), **options})
     with torch.device(device) if device is not None else contextlib.nullcontext():
-        if pretrained is None:
+        if pretrained is None or pretrained is False:
             return VisionTransformer(config)
+        if pretrained is True:
+            return load_tag(tag, config, options, revision, strict=strict)
         return load_pretrained(config, pretrained, options, strict=strict)
 
 
@@ -107,6 +120,7 @@ __all__ = [
     "ConfigError",
     "HubError",
     "InputError",
+    "PretrainedTag",
     "VisionTransformer",
     "ViTConfig",
     "count_flops",
@@ -117,5 +131,7 @@ __all__ = [
     "hookimpl",
     "list_components",
     "list_models",
+    "list_pretrained",
     "list_weight_formats",
+    "transforms_for",
 ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from vitzoo.hookspecs import hookimpl
 from vitzoo.layers import heads, pos_embed, stems
-from vitzoo.zoo import MODELS
+from vitzoo.zoo import MODELS, PRETRAINED
 from vitzoo.weights import files, official, timm, torchvision, transformers
 
 
@@ -36,6 +36,11 @@ def vitzoo_heads():
 @hookimpl
 def vitzoo_models():
     return dict(MODELS)
+
+
+@hookimpl
+def vitzoo_pretrained_tags():
+    return {tag.name: tag for tag in PRETRAINED}
 
 
 @hookimpl

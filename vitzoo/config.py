@@ -15,6 +15,8 @@ from vitzoo.layers.resnet import NUMERICS as RESNET_NUMERICS
 from vitzoo.options import ConfigError, Options, check_number, check_numbers, closest
 
 POS_EMBED_MODES = ("input", "every_layer", "every_layer_shared")
+# how an image is resized to the model's input (torchvision's InterpolationMode names)
+INTERPOLATIONS = ("bicubic", "bilinear", "nearest")
 # `act` and `resnet_numerics` are checked against the live tables the layers use (keys of each dict)
 
 
@@ -90,6 +92,10 @@ class ViTConfig(Options):
     # preprocessing the weights expect (recorded so that a saved model says how to feed it)
     mean: tuple[float, ...] = (0.5, 0.5, 0.5)
     std: tuple[float, ...] = (0.5, 0.5, 0.5)
+    # resize to img_size / crop_pct, then take the centre img_size crop (timm's pretrained_cfg; 1.0
+    # resizes to img_size, as the paper's fine-tuning at 384 px did), with this interpolation
+    crop_pct: float = 1.0
+    interpolation: str = "bicubic"
 
     def __post_init__(self) -> None:
         self.img_size = _pair(self.img_size, "img_size")
@@ -99,7 +105,7 @@ class ViTConfig(Options):
 
     # ------------------------------------------------------------------ checks
     def _check(self) -> None:
-        check_numbers(self, {"representation_size": "> 0"})  # types and finiteness; the ranges follow
+        check_numbers(self, {"representation_size": "> 0", "crop_pct": "> 0"})  # types and finiteness; the ranges follow
         positive = ("in_chans", "patch_size", "resnet_width", "embed_dim", "num_heads", "mlp_dim")
         for name in positive:
             value = getattr(self, name)
@@ -129,6 +135,11 @@ class ViTConfig(Options):
                 f"resnet_numerics={self.resnet_numerics!r} is not one of {tuple(RESNET_NUMERICS)}."
                 + closest(self.resnet_numerics, RESNET_NUMERICS)
             )
+        if self.crop_pct > 1:
+            raise ConfigError(f"crop_pct must be in (0, 1] (the centre crop's share of the resized image), got {self.crop_pct!r}")
+        if self.interpolation not in INTERPOLATIONS:
+            raise ConfigError(f"interpolation={self.interpolation!r} is not one of {INTERPOLATIONS}."
+                              + closest(str(self.interpolation), INTERPOLATIONS))
         if self.act not in ACTIVATIONS:
             raise ConfigError(f"act={self.act!r} is not one of {tuple(ACTIVATIONS)}." + closest(self.act, ACTIVATIONS))
         for name in ("dropout", "attn_dropout", "drop_path", "norm_eps"):
@@ -167,5 +178,5 @@ def shape_differences(saved: ViTConfig, requested: ViTConfig) -> list[str]:
             if getattr(saved, k) != getattr(requested, k)]
 
 
-__all__ = ["ViTConfig", "ConfigError", "POS_EMBED_MODES", "ACTIVATIONS", "RESNET_NUMERICS", "check_number",
+__all__ = ["ViTConfig", "ConfigError", "POS_EMBED_MODES", "INTERPOLATIONS", "ACTIVATIONS", "RESNET_NUMERICS", "check_number",
            "check_numbers", "closest", "SHAPE_OPTIONS", "shape_differences"]

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from vitzoo.config import ViTConfig
+    from vitzoo.tags import PretrainedTag
     from vitzoo.weights.formats import WeightFormat
 
 hookspec = pluggy.HookspecMarker("vitzoo")
@@ -89,6 +90,19 @@ def vitzoo_models() -> dict[str, ViTConfig]:
 
 
 @hookspec
+def vitzoo_pretrained_tags() -> dict[str, PretrainedTag]:
+    """Pretrained tags: released weights of a named model, "MODEL.TAG" -> a `vitzoo.tags.PretrainedTag`
+    whose ``name`` is that key (`vitzoo.create("MODEL.TAG", pretrained=True)` loads them).
+
+    Contract: ``model`` is a registered model and ``format`` a registered weight format, the format of
+    the files in the Hub repo ``hub_id``; those weights fit the model's config with the tag's options
+    (``config_options()``: img_size, num_classes, mean, std, crop_pct, interpolation, ``options``)
+    and need that preprocessing; ``accuracy`` is only given with the ``accuracy_source`` that reports
+    it. At most one tag per model has ``default=True`` (a model's only tag is its default anyway).
+    """
+
+
+@hookspec
 def vitzoo_weight_formats() -> dict[str, WeightFormat]:
     """Weight formats: the checkpoint layouts `vitzoo.create(..., pretrained=...)` and
     `vitzoo.from_pretrained` read (vitzoo's own, timm, torchvision, transformers, official .npz).
@@ -102,5 +116,7 @@ def vitzoo_weight_formats() -> dict[str, WeightFormat]:
     - ``convert(state_dict, metadata) -> Checkpoint``: vitzoo's names, the options the weights decide
       (act, norm_eps, pool, head, num_classes, ...) and the token grid of the position embedding.
     - ``hints(metadata) -> dict``: options for an inferred config that the weights cannot decide
-      (img_size, mean, std); ``{}`` by default.
+      (img_size, mean, std, crop_pct, interpolation); ``{}`` by default.
+    - ``labels(metadata) -> list[str] | None``: the class names of the head, in class order, when the
+      metadata has them; None by default.
     """

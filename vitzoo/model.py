@@ -44,6 +44,10 @@ class VisionTransformer(nn.Module):
         # timm's fc_norm: the final LayerNorm after the pooling (the encoder's is then the identity)
         self.fc_norm = nn.LayerNorm(config.embed_dim, eps=config.norm_eps) if config.fc_norm else None
         self.head = parts["head"](config)
+        # the names of the head's classes, in order, when the weights come with them (see vitzoo.labels)
+        self.labels: list[str] | None = None
+        # the pretrained tag the weights were loaded from (vitzoo.tags), if any
+        self.pretrained_tag = None
 
     # ------------------------------------------------------------------ geometry
     @property

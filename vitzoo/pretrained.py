@@ -16,7 +16,10 @@ from typing import Any
 import torch
 
 from vitzoo.config import ConfigError, ViTConfig, shape_differences
+from vitzoo.hub import HubError
+from vitzoo.labels import LABEL_SETS
 from vitzoo.model import VisionTransformer
+from vitzoo.tags import PretrainedTag
 from vitzoo.weights.checkpoint import HEAD_KEYS, HEAD_OPTIONS, Checkpoint, CheckpointError, check_state_dict, resolve_config
 from vitzoo.weights.infer import infer_config
 from vitzoo.weights.sources import open_source
@@ -80,23 +83,34 @@ def load_pretrained(
     source: str | os.PathLike,
     requested: dict[str, Any],
     strict: bool = True,
+    expected_format: str | None = None,
     **hub_options: Any,
 ) -> VisionTransformer:
     """Build the model of `config` holding the weights at `source` (see `model_with_weights`).
 
     With `config=None` the model is the one the source describes: a saved directory's config, a
     transformers config.json, or else a config inferred from the weights' shapes (`requested`
-    options, e.g. `num_heads`, override it).
+    options, e.g. `num_heads`, override it). `expected_format`: the weight format the source must
+    hold (a pretrained tag knows it). The model's `labels` are the class names the source gives.
     """
     src = open_source(source, **hub_options)
     location = src.location or os.fspath(source)
+    if expected_format is not None and src.checkpoint.format != expected_format:
+        raise CheckpointError(f"{location} holds {src.checkpoint.format} weights, not the {expected_format} weights "
+                              "expected there; the repo has changed: pass a revision (@REVISION) that holds them")
+    model = _build(config, src, location, requested, strict)
+    model.labels = src.labels if src.labels is not None and len(src.labels) == model.config.num_classes else None
+    return model
+
+
+def _build(config: ViTConfig | None, src, location: str, requested: dict[str, Any], strict: bool) -> VisionTransformer:
     if src.saved_config is not None:
         # the saved config decides the model (also under a model name); the user's options change it
         saved = src.saved_config
         differ = shape_differences(saved, config) if config is not None else []
         if differ:  # the name is then only a label, which may surprise (training warns alike)
             warnings.warn(f"{location} holds another model than the one requested: {', '.join(differ)}; "
-                          "loading the saved model", stacklevel=3)
+                          "loading the saved model", stacklevel=4)
         built = saved.replace(**{k: v for k, v in requested.items() if k not in HEAD_OPTIONS})
         checkpoint = src.checkpoint
         checkpoint.config = {k: getattr(saved, k) for k in HEAD_OPTIONS}
@@ -111,3 +125,24 @@ def load_pretrained(
         except ConfigError as exc:
             raise CheckpointError(f"cannot build a model for the weights at {location}: {exc}") from exc
     return model_with_weights(config, checkpoint, requested, location, strict=strict)
+
+
+def load_tag(tag: PretrainedTag, config: ViTConfig, requested: dict[str, Any], revision: str | None = None,
+             strict: bool = True) -> VisionTransformer:
+    """The model of `config` holding a pretrained tag's weights, downloaded through huggingface_hub; the
+    model remembers the tag, and its class names come from the weights or else the tag's label set."""
+    try:
+        model = load_pretrained(config, tag.source(revision), requested, strict=strict, expected_format=tag.format)
+    except HubError as exc:
+        if "Hugging Face cache" not in str(exc):  # a wrong revision, token, ...: the Hub's answer says it all
+            raise HubError(f"{tag.name}: {exc}") from exc
+        raise HubError(
+            f"the weights of {tag.name} are in the Hub repo {tag.hub_id}: {exc}\nTo work offline: set "
+            f"HF_HUB_OFFLINE=1 with a Hugging Face cache that holds {tag.hub_id} (fill it once online, e.g. "
+            f"`vitzoo pull {tag.hub_id}`), or load a local copy of its files: "
+            f"vitzoo.create({tag.name!r}, pretrained=PATH)"
+        ) from exc
+    model.pretrained_tag = tag
+    if model.labels is None and tag.labels is not None and model.config.num_classes == tag.num_classes:
+        model.labels = LABEL_SETS[tag.labels]()
+    return model

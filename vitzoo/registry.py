@@ -34,9 +34,10 @@ KINDS = {
     "head": "vitzoo_heads",
     "model": "vitzoo_models",
     "weight_format": "vitzoo_weight_formats",
+    "pretrained_tag": "vitzoo_pretrained_tags",
 }
-# the parts a model is built from (models and weight formats are not parts)
-COMPONENT_KINDS = tuple(kind for kind in KINDS if kind not in ("model", "weight_format"))
+# the parts a model is built from (models, weight formats and pretrained tags are not parts)
+COMPONENT_KINDS = tuple(kind for kind in KINDS if kind not in ("model", "weight_format", "pretrained_tag"))
 
 
 class PluginError(RuntimeError):

@@ -1,4 +1,5 @@
-"""The zoo: the named models of the paper (Table 1) and of the official repository.
+"""The zoo: the named models of the paper (Table 1) and of the official repository, and the weights
+its authors released for them (pretrained tags, `vitzoo.tags`).
 
 A name is a complete `ViTConfig`; `vitzoo.create(name, **options)` changes options on top of it.
 """
@@ -6,6 +7,7 @@ A name is a complete `ViTConfig`; `vitzoo.create(name, **options)` changes optio
 from __future__ import annotations
 
 from vitzoo.config import ViTConfig
+from vitzoo.tags import PretrainedTag
 
 # Table 1 of the paper, plus Ti and S from the official repository.
 SIZES = {
@@ -48,3 +50,45 @@ MODELS: dict[str, ViTConfig] = {
     "vit_s32_r26_hybrid": hybrid("s", R26_S32),
     "vit_b32_r26_hybrid": hybrid("b", R26_S32),
 }
+
+
+# ------------------------------------------------------------------------------- released weights
+# The paper's ImageNet-21k checkpoints (`orig_in21k`, 224 px) and their ImageNet fine-tunes at 384 px
+# as released (`orig_in21k_ft_in1k`), in the Hub repos that hold them today: timm's ports (timm format,
+# preprocessing from their pretrained_cfg) and, where timm has none, google's transformers ports
+# (ViTImageProcessor: straight bilinear resize, id2label with the ImageNet-1k names). timm's
+# ImageNet-21k ports have no classifier (the released head was dropped). Accuracies: the paper's
+# Table 5 (ImageNet-21k pre-training, ImageNet fine-tuning at 384 px).
+TABLE_5 = "paper, Table 5"
+_TIMM_HYBRID = {"resnet_numerics": "timm"}  # timm's ResNet numerics (vitzoo.weights.timm.HYBRID_NUMERICS)
+
+
+def _in21k(model: str, timm_name: str, **changes) -> PretrainedTag:
+    return PretrainedTag(model, "orig_in21k", f"timm/{timm_name}.orig_in21k", "timm", img_size=224, num_classes=0,
+                         crop_pct=0.9, **changes)
+
+
+def _in1k_timm(model: str, timm_name: str, img_size: int, tag: str = "orig_in21k_ft_in1k", **changes) -> PretrainedTag:
+    return PretrainedTag(model, tag, f"timm/{timm_name}.orig_in21k_ft_in1k", "timm", img_size=img_size,
+                         num_classes=1000, crop_pct=1.0 if img_size == 384 else 0.9, labels="imagenet-1k", **changes)
+
+
+def _in1k_google(model: str, repo: str, **changes) -> PretrainedTag:
+    return PretrainedTag(model, "orig_in21k_ft_in1k", f"google/{repo}", "transformers", img_size=384,
+                         num_classes=1000, crop_pct=1.0, interpolation="bilinear", labels="imagenet-1k", **changes)
+
+
+PRETRAINED: tuple[PretrainedTag, ...] = (
+    _in21k("vit_b16", "vit_base_patch16_224"),
+    _in1k_timm("vit_b16", "vit_base_patch16_384", 384, default=True, accuracy=83.97, accuracy_source=TABLE_5),
+    _in1k_timm("vit_b16", "vit_base_patch16_224", 224, tag="orig_in21k_ft_in1k_224"),
+    _in21k("vit_b32", "vit_base_patch32_224"),
+    _in1k_google("vit_b32", "vit-base-patch32-384", default=True, accuracy=81.28, accuracy_source=TABLE_5),
+    _in21k("vit_l16", "vit_large_patch16_224"),
+    _in1k_google("vit_l16", "vit-large-patch16-384", default=True, accuracy=85.15, accuracy_source=TABLE_5),
+    _in21k("vit_l32", "vit_large_patch32_224"),
+    _in1k_timm("vit_l32", "vit_large_patch32_384", 384, default=True, accuracy=80.99, accuracy_source=TABLE_5),
+    _in21k("vit_h14", "vit_huge_patch14_224"),
+    _in21k("vit_b16_hybrid", "vit_base_r50_s16_224", options=_TIMM_HYBRID),
+    _in1k_timm("vit_b16_hybrid", "vit_base_r50_s16_384", 384, default=True, options=_TIMM_HYBRID),
+)

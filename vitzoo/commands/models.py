@@ -1,4 +1,4 @@
-"""`vitzoo list [PATTERN]` and `vitzoo info NAME`."""
+"""`vitzoo list [PATTERN] [--pretrained]` and `vitzoo info NAME`."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import vitzoo
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("list", help="list the named models (fnmatch PATTERN), the components and the weight formats")
     p.add_argument("pattern", nargs="?", default="*")
+    p.add_argument("--pretrained", action="store_true",
+                   help="list the pretrained tags (MODEL.TAG) instead: their Hub repo, resolution and accuracy")
     p.set_defaults(func=run_list)
     p = sub.add_parser("info", help="config, parameter count, GFLOPs and sequence length of a model")
     p.add_argument("name")
@@ -20,6 +22,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run_list(args) -> int:
+    if args.pretrained:
+        return _list_pretrained(args.pattern)
     names = vitzoo.list_models(args.pattern)
     if not names:
         raise ValueError(f"no model matches {args.pattern!r}; `vitzoo list` shows them all")
@@ -28,6 +32,22 @@ def run_list(args) -> int:
         for kind, components in vitzoo.list_components().items():
             print(f"# {kind}: {', '.join(components)}")
         print(f"# weight formats: {', '.join(vitzoo.list_weight_formats())}")
+    return 0
+
+
+def _list_pretrained(pattern: str) -> int:
+    from vitzoo.tags import registered
+
+    names = vitzoo.list_pretrained(pattern)
+    if not names:
+        raise ValueError(f"no pretrained tag matches {pattern!r}; `vitzoo list --pretrained` shows them all")
+    width = max(map(len, names))
+    for name in names:
+        tag = registered()[name]
+        accuracy = f"  top-1 {tag.accuracy:.2f} ({tag.accuracy_source})" if tag.accuracy is not None else ""
+        print(f"{name:{width}}  {'*' if tag.default else ' '} hf-hub:{tag.hub_id} ({tag.format}, {tag.img_size} px, "
+              f"{tag.num_classes or 'no'} classes){accuracy}")
+    print("# * the model's default: vitzoo.create(MODEL, pretrained=True)")
     return 0
 
 

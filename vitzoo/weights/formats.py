@@ -46,6 +46,11 @@ class WeightFormat:
         normalisation), from the metadata or the format's conventions."""
         return {}
 
+    def labels(self, metadata: Metadata) -> list[str] | None:
+        """The names of the classifier's classes when the metadata gives them (transformers'
+        id2label), in class order; None otherwise."""
+        return None
+
 
 def registered() -> dict[str, WeightFormat]:
     """The registered formats by name."""

@@ -39,6 +39,7 @@ class Source:
     saved_config: ViTConfig | None = None
     hints: dict[str, Any] = field(default_factory=dict)
     location: str = ""
+    labels: list[str] | None = None  # the head's class names, when the metadata gives them
 
 
 # ---------------------------------------------------------------------------------------- files
@@ -119,7 +120,7 @@ def _unrecognised_note(path: str) -> str:
 def open_file(path: str) -> Source:
     """A weights file with no metadata beside it."""
     checkpoint, fmt = formats.convert(load_state_dict_file(path), {}, path, _unrecognised_note(path))
-    return Source(checkpoint, hints=fmt.hints({}), location=path)
+    return Source(checkpoint, hints=fmt.hints({}), location=path, labels=fmt.labels({}))
 
 
 # ---------------------------------------------------------------------------------------- directories
@@ -144,7 +145,7 @@ def open_directory(directory: str | os.PathLike) -> Source:
         found = sorted(p.name for p in directory.iterdir())[:10]
         raise CheckpointError(f"{directory} has no weights file ({' or '.join(WEIGHT_FILES)}); it holds {found}. {SUPPORTED}")
     checkpoint, fmt = formats.convert(load_state_dict_file(weights), metadata, str(weights))
-    return Source(checkpoint, hints=fmt.hints(metadata), location=str(weights))
+    return Source(checkpoint, hints=fmt.hints(metadata), location=str(weights), labels=fmt.labels(metadata))
 
 
 # ---------------------------------------------------------------------------------------- any source

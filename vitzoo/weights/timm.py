@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from vitzoo.config import INTERPOLATIONS
 from vitzoo.weights.checkpoint import Checkpoint, CheckpointError, take_head
 from vitzoo.weights.formats import Metadata, WeightFormat
 from vitzoo.weights.layout import CONFIG_NAME, square_grid
@@ -98,7 +99,7 @@ class TimmFormat(WeightFormat):
         return Checkpoint(format=FORMAT, state_dict=out, config=config, grid=grid)
 
     def hints(self, metadata: Metadata) -> dict[str, Any]:
-        """Image size and normalisation from a timm Hub repo's config.json (`pretrained_cfg`)."""
+        """Image size, normalisation and crop from a timm Hub repo's config.json (`pretrained_cfg`)."""
         document = metadata.get(CONFIG_NAME) or {}
         if "architecture" not in document:  # not timm's config.json
             return {}
@@ -108,4 +109,8 @@ class TimmFormat(WeightFormat):
             found["img_size"] = tuple(cfg["input_size"][1:])
         if cfg.get("mean") and cfg.get("std"):
             found.update(mean=tuple(cfg["mean"]), std=tuple(cfg["std"]))
+        if isinstance(cfg.get("crop_pct"), (int, float)):
+            found["crop_pct"] = float(cfg["crop_pct"])
+        if cfg.get("interpolation") in INTERPOLATIONS:
+            found["interpolation"] = cfg["interpolation"]
         return found

@@ -31,6 +31,9 @@ DEFAULT_EPS = 1e-12
 HIDDEN_ACT = {"gelu": "gelu", "gelu_python": "gelu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh",
                "gelu_fast": "gelu_tanh"}
 
+# PIL resampling filters in a preprocessor_config.json -> vitzoo's interpolation names
+PIL_RESAMPLE = {0: "nearest", 2: "bilinear", 3: "bicubic"}
+
 _LAYER = re.compile(r"^(?:encoder\.layer|layers)\.(\d+)\.(.+)$")
 _LAYER_NAMES = {
     # classic layout
@@ -75,7 +78,22 @@ def describe(document: dict, processor: dict | None = None) -> dict[str, Any]:
         extra["in_chans"] = int(document["num_channels"])
     if processor and processor.get("image_mean") and processor.get("image_std"):
         extra.update(mean=tuple(processor["image_mean"]), std=tuple(processor["image_std"]))
+    if processor:  # ViTImageProcessor resizes to the input size, no crop, bilinear unless it says
+        extra.update(crop_pct=1.0, interpolation=PIL_RESAMPLE.get(processor.get("resample", 2), "bilinear"))
     return extra
+
+
+def labels(document: dict | None) -> list[str] | None:
+    """The class names of a transformers config.json (`id2label`), or None when it has none or only
+    the placeholders transformers writes by default (LABEL_0, LABEL_1, ...)."""
+    id2label = (document or {}).get("id2label") or {}
+    try:
+        names = [id2label[key] for key in sorted(id2label, key=int)]
+    except (TypeError, ValueError):
+        return None
+    if not names or all(name == f"LABEL_{i}" for i, name in enumerate(names)):
+        return None
+    return [str(name) for name in names]
 
 
 def _config(metadata: Metadata) -> dict | None:
@@ -140,3 +158,6 @@ class TransformersFormat(WeightFormat):
     def hints(self, metadata: Metadata) -> dict[str, Any]:
         document = _config(metadata)
         return describe(document, metadata.get(PREPROCESSOR_NAME)) if document is not None else {}
+
+    def labels(self, metadata: Metadata) -> list[str] | None:
+        return labels(_config(metadata))

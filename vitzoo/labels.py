@@ -1,0 +1,18 @@
+"""Class names, so that logits can be named: those the weights carry (a transformers config.json's
+id2label, kept as `model.labels`), else a tag's label set. ImageNet-1k's names come with torchvision,
+offline (its weights metadata lists them)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+
+def imagenet_1k() -> list[str]:
+    """The 1000 ImageNet-1k class names in the standard class order (torchvision's)."""
+    from torchvision.models._meta import _IMAGENET_CATEGORIES
+
+    return list(_IMAGENET_CATEGORIES)
+
+
+# a PretrainedTag's `labels` -> the names
+LABEL_SETS: dict[str, Callable[[], list[str]]] = {"imagenet-1k": imagenet_1k}
