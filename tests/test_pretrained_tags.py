@@ -38,7 +38,6 @@ from hub_testing import TOKEN, hermetic_hub_environment  # tests/hub_testing.py
 from test_weights_formats import plugin, randomize  # noqa: F401 (a fixture; the peers' parameters randomised)
 
 SMALL = dict(embed_dim=32, depth=1, num_heads=2, mlp_dim=64)  # the shrink: width 32, one block, two heads
-SMALL_RESNET = (1, 1, 1)  # the hybrid's R50 stages, one unit each
 TAGS = sorted(registered())
 # google's ports with a model.safetensors beside pytorch_model.bin (the others have the .bin only)
 GOOGLE_SAFETENSORS = {"google/vit-base-patch32-384"}
@@ -51,8 +50,14 @@ def google_labels() -> list[str]:
     return [f"{name} (id2label)" for name in imagenet_1k()]
 
 
+def small_resnet(tag: PretrainedTag) -> tuple[int, ...] | None:
+    """The hybrid's ResNet stages (R50 with 3 or 4, R26 with 4), one unit each; None for a plain ViT."""
+    config = vitzoo.get_config(tag.model)
+    return (1,) * len(config.resnet_layers) if config.stem == "resnet" else None
+
+
 def shrink(tag: PretrainedTag) -> dict:
-    return {**SMALL, **({"resnet_layers": SMALL_RESNET} if vitzoo.get_config(tag.model).stem == "resnet" else {})}
+    return {**SMALL, **({"resnet_layers": small_resnet(tag)} if small_resnet(tag) else {})}
 
 
 # ------------------------------------------------------------------------------------------- the peers
@@ -61,7 +66,7 @@ def timm_peer(tag: PretrainedTag, seed: int = 0) -> torch.nn.Module:
     from timm.models.vision_transformer_hybrid import HybridEmbed, _resnetv2
 
     arch = tag.hub_id.split("/")[1].split(".")[0]
-    extra = {"embed_layer": partial(HybridEmbed, backbone=_resnetv2(SMALL_RESNET))} if "_r50_" in arch else {}
+    extra = {"embed_layer": partial(HybridEmbed, backbone=_resnetv2(small_resnet(tag)))} if small_resnet(tag) else {}
     return randomize(timm.create_model(arch, pretrained=False, num_classes=tag.num_classes, embed_dim=32, depth=1,
                                        num_heads=2, mlp_ratio=2.0, **extra), seed)
 
@@ -153,10 +158,15 @@ def image_input(tag: PretrainedTag, seed: int = 0) -> torch.Tensor:
 
 # ------------------------------------------------------------------------------------------- the data
 def test_the_paper_weights_are_tagged_for_every_released_model():
-    assert set(vitzoo.list_pretrained("vit_b16.*")) == {"vit_b16.orig_in21k", "vit_b16.orig_in21k_ft_in1k",
-                                                         "vit_b16.orig_in21k_ft_in1k_224"}
-    assert {registered()[n].model for n in TAGS} == {"vit_b16", "vit_b32", "vit_l16", "vit_l32", "vit_h14",
-                                                      "vit_b16_hybrid"}
+    assert set(vitzoo.list_pretrained("vit_b16.orig*")) == {"vit_b16.orig_in21k", "vit_b16.orig_in21k_ft_in1k",
+                                                             "vit_b16.orig_in21k_ft_in1k_224"}
+    paper = {"vit_b16", "vit_b32", "vit_l16", "vit_l32", "vit_h14", "vit_b16_hybrid"}
+    augreg = {"vit_ti16", "vit_s16", "vit_s32", "vit_b8", "vit_b16", "vit_b32", "vit_l16", "vit_s32_r26_hybrid",
+              "vit_l32_hybrid"}
+    assert {registered()[n].model for n in TAGS if ".orig_" in n} == paper
+    assert {registered()[n].model for n in TAGS if ".augreg" in n} == augreg
+    assert {registered()[n].model for n in TAGS if registered()[n].default} == paper | augreg  # one default each
+    assert "vit_b16.augreg2_in21k_ft_in1k" in TAGS and registered()["vit_s16.augreg_in21k"].num_classes == 21843
     default = registered()["vit_b16.orig_in21k_ft_in1k"]
     assert default.default and default.img_size == 384 and default.accuracy == 83.97
     assert all(tag.accuracy is None or tag.accuracy_source for tag in registered().values())
@@ -184,10 +194,11 @@ def test_a_tag_name_without_pretrained_builds_its_architecture_without_weights()
 
 def test_unknown_tags_and_models_without_weights_are_clear_errors():
     with pytest.raises(vitzoo.ConfigError, match=r"unknown pretrained tag 'vit_b16.orig_in1k'.*Tags of vit_b16: "
-                                                 r"vit_b16.orig_in21k, vit_b16.orig_in21k_ft_in1k"):
+                                                 r"vit_b16.augreg2_in21k_ft_in1k, .*vit_b16.orig_in21k, "):
         vitzoo.create("vit_b16.orig_in1k", pretrained=True)
-    with pytest.raises(vitzoo.ConfigError, match=r"'vit_s16' has no pretrained weights.*Models with weights: vit_b16"):
-        vitzoo.create("vit_s16", pretrained=True)
+    with pytest.raises(vitzoo.ConfigError, match=r"'vit_b32_r26_hybrid' has no pretrained weights.*Models with "
+                                                 r"weights: vit_b16"):
+        vitzoo.create("vit_b32_r26_hybrid", pretrained=True)
     with pytest.raises(vitzoo.ConfigError, match="pass pretrained=True"):
         vitzoo.create("vit_b16.orig_in21k@main")
 
@@ -204,8 +215,9 @@ def test_every_tag_loads_from_its_repo_with_the_peers_logits(server, name):
     assert (config.img_size, config.num_classes) == ((tag.img_size,) * 2, tag.num_classes)
     assert (config.mean, config.std, config.crop_pct, config.interpolation) == \
         (tag.mean, tag.std, tag.crop_pct, tag.interpolation)
-    if tag.num_classes:  # the weights' own class names, else the tag's label set
-        assert model.labels == (google_labels() if tag.format == "transformers" else imagenet_1k())
+    # the weights' own class names, else the tag's label set (none for ImageNet-21k's 21,843 classes)
+    labels = google_labels() if tag.format == "transformers" else imagenet_1k() if tag.labels == "imagenet-1k" else None
+    assert model.labels == labels
     x = image_input(tag)
     with torch.no_grad():
         torch.testing.assert_close(model.eval()(x), peer_logits(tag, peer(tag), x), atol=1e-4, rtol=0)
@@ -394,7 +406,7 @@ def test_predict_refuses_an_unreadable_image_and_a_head_without_labels(server, p
 # ------------------------------------------------------------------------------------------- the README
 def test_the_readme_table_is_the_registry_s():
     readme = (Path(__file__).parents[1] / "README.md").read_text()
-    start, end = "<!-- pretrained-table: python -m vitzoo.tags --markdown -->\n", "<!-- /pretrained-table -->"
+    start, end = "<!-- pretrained-table: vitzoo list --pretrained --markdown -->\n", "<!-- /pretrained-table -->"
     assert start in readme and end in readme, "the README's Pretrained weights section lost its markers"
     table = readme.split(start, 1)[1].split(end, 1)[0]
-    assert table == markdown_table(), "regenerate the table: python -m vitzoo.tags --markdown"
+    assert table == markdown_table(), "regenerate the table: vitzoo list --pretrained --markdown"

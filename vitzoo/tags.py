@@ -5,7 +5,7 @@
     vitzoo.create("vit_b16.orig_in21k@REVISION", pretrained=True) # the repo at a branch, tag or commit
     vitzoo.create("vit_b16.orig_in21k")                           # its architecture, no weights
     vitzoo.list_pretrained("vit_b16*")
-    python -m vitzoo.tags --markdown                              # the README's table
+    vitzoo list --pretrained --markdown                           # the README's table
 
 A tag is data (`PretrainedTag`): the Hub repo that holds the weights, their format, and what the
 weights expect (resolution, classes, normalisation, crop, interpolation). The paper's are in
@@ -163,21 +163,3 @@ def markdown_table(pattern: str = "*") -> str:
                      f"[{tag.hub_id}](https://huggingface.co/{tag.hub_id}) | {tag.format} | {tag.img_size} | "
                      f"{tag.num_classes or 'none (features)'} | {accuracy} |")
     return "\n".join(lines) + "\n"
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m vitzoo.tags", description="the registered pretrained tags")
-    parser.add_argument("--markdown", action="store_true", help="as the README's Markdown table")
-    parser.add_argument("pattern", nargs="?", default="*")
-    args = parser.parse_args(argv)
-    if args.markdown:
-        sys.stdout.write(markdown_table(args.pattern))
-    else:
-        print("\n".join(list_pretrained(args.pattern)))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -60,6 +60,7 @@ MODELS: dict[str, ViTConfig] = {
 # ImageNet-21k ports have no classifier (the released head was dropped). Accuracies: the paper's
 # Table 5 (ImageNet-21k pre-training, ImageNet fine-tuning at 384 px).
 TABLE_5 = "paper, Table 5"
+README_224 = "official README: expected for the -224 fine-tune"
 _TIMM_HYBRID = {"resnet_numerics": "timm"}  # timm's ResNet numerics (vitzoo.weights.timm.HYBRID_NUMERICS)
 
 
@@ -78,17 +79,53 @@ def _in1k_google(model: str, repo: str, **changes) -> PretrainedTag:
                          num_classes=1000, crop_pct=1.0, interpolation="bilinear", labels="imagenet-1k", **changes)
 
 
+def _augreg(model: str, arch: str, img_size: int, pretraining: str, **changes) -> PretrainedTag:
+    """The official repository's later AugReg weights ("How to train your ViT"), in timm's ports:
+    `augreg_in21k` (ImageNet-21k, its 21,843-way head kept), `augreg_in21k_ft_in1k` and `augreg2_in21k_ft_in1k`
+    (fine-tuned on ImageNet), `augreg_in1k` (ImageNet only); a `_384` suffix for the 384 px fine-tunes."""
+    in21k = pretraining == "augreg_in21k"
+    tag = pretraining + ("_384" if img_size == 384 else "")
+    options = _TIMM_HYBRID if _is_hybrid(model) else {}
+    return PretrainedTag(model, tag, f"timm/{arch}_{img_size}.{pretraining}", "timm", img_size=img_size,
+                         num_classes=21843 if in21k else 1000, crop_pct=1.0 if img_size == 384 else 0.9,
+                         labels=None if in21k else "imagenet-1k", options=options, **changes)
+
+
+def _is_hybrid(model: str) -> bool:
+    return MODELS[model].stem == "resnet"
+
+
+# (model, timm's architecture, [(resolution, pre-training)]) of every AugReg release of a vitzoo model
+_IN21K, _FT, _FT2, _IN1K = "augreg_in21k", "augreg_in21k_ft_in1k", "augreg2_in21k_ft_in1k", "augreg_in1k"
+AUGREG = (
+    ("vit_ti16", "vit_tiny_patch16", [(224, _IN21K), (224, _FT), (384, _FT)]),
+    ("vit_s16", "vit_small_patch16", [(224, _IN21K), (224, _FT), (384, _FT), (224, _IN1K), (384, _IN1K)]),
+    ("vit_s32", "vit_small_patch32", [(224, _IN21K), (224, _FT), (384, _FT)]),
+    ("vit_b8", "vit_base_patch8", [(224, _IN21K), (224, _FT), (224, _FT2)]),
+    ("vit_b16", "vit_base_patch16", [(224, _IN21K), (224, _FT), (384, _FT), (224, _FT2), (224, _IN1K), (384, _IN1K)]),
+    ("vit_b32", "vit_base_patch32", [(224, _IN21K), (224, _FT), (384, _FT), (224, _IN1K), (384, _IN1K)]),
+    ("vit_l16", "vit_large_patch16", [(224, _IN21K), (224, _FT), (384, _FT)]),
+    ("vit_s32_r26_hybrid", "vit_small_r26_s32", [(224, _IN21K), (224, _FT), (384, _FT)]),
+    ("vit_l32_hybrid", "vit_large_r50_s32", [(224, _IN21K), (224, _FT), (384, _FT)]),
+)
+# models the paper released no weights for: the AugReg ImageNet fine-tune at 224 px is their default
+_AUGREG_DEFAULTS = {"vit_ti16", "vit_s16", "vit_s32", "vit_b8", "vit_s32_r26_hybrid", "vit_l32_hybrid"}
+
 PRETRAINED: tuple[PretrainedTag, ...] = (
     _in21k("vit_b16", "vit_base_patch16_224"),
     _in1k_timm("vit_b16", "vit_base_patch16_384", 384, default=True, accuracy=83.97, accuracy_source=TABLE_5),
-    _in1k_timm("vit_b16", "vit_base_patch16_224", 224, tag="orig_in21k_ft_in1k_224"),
+    _in1k_timm("vit_b16", "vit_base_patch16_224", 224, tag="orig_in21k_ft_in1k_224", accuracy=81.2,
+               accuracy_source=README_224),
     _in21k("vit_b32", "vit_base_patch32_224"),
     _in1k_google("vit_b32", "vit-base-patch32-384", default=True, accuracy=81.28, accuracy_source=TABLE_5),
     _in21k("vit_l16", "vit_large_patch16_224"),
     _in1k_google("vit_l16", "vit-large-patch16-384", default=True, accuracy=85.15, accuracy_source=TABLE_5),
     _in21k("vit_l32", "vit_large_patch32_224"),
     _in1k_timm("vit_l32", "vit_large_patch32_384", 384, default=True, accuracy=80.99, accuracy_source=TABLE_5),
-    _in21k("vit_h14", "vit_huge_patch14_224"),
+    _in21k("vit_h14", "vit_huge_patch14_224", default=True),  # its only released weights
     _in21k("vit_b16_hybrid", "vit_base_r50_s16_224", options=_TIMM_HYBRID),
     _in1k_timm("vit_b16_hybrid", "vit_base_r50_s16_384", 384, default=True, options=_TIMM_HYBRID),
+) + tuple(
+    _augreg(model, arch, size, pretraining, default=model in _AUGREG_DEFAULTS and (size, pretraining) == (224, _FT))
+    for model, arch, releases in AUGREG for size, pretraining in releases
 )

@@ -13,6 +13,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("pattern", nargs="?", default="*")
     p.add_argument("--pretrained", action="store_true",
                    help="list the pretrained tags (MODEL.TAG) instead: their Hub repo, resolution and accuracy")
+    p.add_argument("--markdown", action="store_true", help="with --pretrained: as a Markdown table (the README's)")
     p.set_defaults(func=run_list)
     p = sub.add_parser("info", help="config, parameter count, GFLOPs and sequence length of a model")
     p.add_argument("name")
@@ -22,8 +23,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run_list(args) -> int:
+    if args.markdown and not args.pretrained:
+        raise ValueError("--markdown lists the pretrained tags: add --pretrained")
     if args.pretrained:
-        return _list_pretrained(args.pattern)
+        return _list_pretrained(args.pattern, args.markdown)
     names = vitzoo.list_models(args.pattern)
     if not names:
         raise ValueError(f"no model matches {args.pattern!r}; `vitzoo list` shows them all")
@@ -35,12 +38,15 @@ def run_list(args) -> int:
     return 0
 
 
-def _list_pretrained(pattern: str) -> int:
-    from vitzoo.tags import registered
+def _list_pretrained(pattern: str, markdown: bool = False) -> int:
+    from vitzoo.tags import markdown_table, registered
 
     names = vitzoo.list_pretrained(pattern)
     if not names:
         raise ValueError(f"no pretrained tag matches {pattern!r}; `vitzoo list --pretrained` shows them all")
+    if markdown:
+        print(markdown_table(pattern), end="")
+        return 0
     width = max(map(len, names))
     for name in names:
         tag = registered()[name]
