@@ -9,9 +9,9 @@ from collections.abc import Callable
 
 def imagenet_1k() -> list[str]:
     """The 1000 ImageNet-1k class names in the standard class order (torchvision's)."""
-    from torchvision.models._meta import _IMAGENET_CATEGORIES
+    from torchvision.models import ViT_B_16_Weights  # its public weights metadata (no download)
 
-    return list(_IMAGENET_CATEGORIES)
+    return list(ViT_B_16_Weights.IMAGENET1K_V1.meta["categories"])
 
 
 # a PretrainedTag's `labels` -> the names
