@@ -14,7 +14,7 @@ batch), so that CPUs whose matrix units differ (e.g. 430 vs 835 GFLOP/s in bf16)
 side. Every record carries the CPU's model, family and instruction-set flags.
 
 Contestants: `vitzoo` (eager), `vitzoo+compile` (`vitzoo.fast`: Inductor with frozen weights for
-inference, compiled training step), in bf16 `vitzoo.fast` (`vitzoo.fast.for_inference`: weights cast
+inference; for training a compiled step with AdamW's fused kernel, as `vitzoo train` has it), in bf16 `vitzoo.fast` (`vitzoo.fast.for_inference`: weights cast
 to bf16 once, no autocast) and, at batch 8, `vitzoo.fast+compile` (the same, compiled with frozen
 weights), and each peer eager; for inference at batch 8 the peers are also
 compiled the same way, so that the effect of the compiler and the effect of the implementation can be
@@ -251,9 +251,12 @@ def usable(contestants: dict[str, Callable[[], None]]) -> dict[str, Callable[[],
 
 
 # ------------------------------------------------------------------------------------- training
-def train_step_fn(model: torch.nn.Module, batch: int, img_size: int, dtype: torch.dtype | None, device: torch.device):
+def train_step_fn(model: torch.nn.Module, batch: int, img_size: int, dtype: torch.dtype | None, device: torch.device,
+                  fused: bool = False):
+    """One training step of `model`; `fused`: AdamW's fused kernel (one pass over every parameter), as
+    `vitzoo train` uses it, for the fast path; the eager contestants all take PyTorch's default."""
     model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, **({"fused": True} if fused else {}))
     x = torch.randn(batch, 3, img_size, img_size, device=device)
     y = torch.randint(0, 1000, (batch,), device=device)
 
@@ -287,9 +290,10 @@ def probe(case_index: int, contestant: str, batch: int, dtype_name: str, quick: 
     peer = next(iter(case.peers.values()))()
     model = (converted(peer, case) if lib == "vitzoo" else case.peers[lib]()).to(device)
     del peer
-    if contestant.endswith("+compile"):
+    fast = contestant == "vitzoo+compile"
+    if fast:
         model = compile_for_training(model)
-    step = train_step_fn(model, batch, case.img_size, DTYPES[dtype_name], device)
+    step = train_step_fn(model, batch, case.img_size, DTYPES[dtype_name], device, fused=fast)
     # What training adds to the model's weights: gradients, optimizer state and the activations of a
     # step. The first step allocates the optimizer state (and compiles); the peak is taken over two
     # steady-state steps, measured from the memory held before the first.
@@ -321,7 +325,8 @@ def training(case_index: int, case: Case, batch: int, reps: int, quick: bool, co
         contestants = {"vitzoo": model, **peers}
         if compiled:  # (the peers are compiled for inference only: compiling the training step is slow here)
             contestants["vitzoo+compile"] = compile_for_training(model)
-        steps = {name: train_step_fn(m, batch, case.img_size, dtype, device) for name, m in contestants.items()}
+        steps = {name: train_step_fn(m, batch, case.img_size, dtype, device, fused=name == "vitzoo+compile")
+                 for name, m in contestants.items()}
         speeds = interleaved(steps, reps, batch, device)
         memory = {name: peak_memory_gb(case_index, name, batch, dtype_name, quick, device) for name in contestants}
         rows.append({"kind": "training", "model": case.vitzoo_name, "dtype": dtype_name, "batch": batch,
