@@ -7,10 +7,16 @@ its logits are checked against the peer's), and repetitions of all contestants a
 process, so that a change of machine load hits all of them alike. Reported: median images/s and the
 spread (min-max) over repetitions, float32 and bf16 autocast, inference at batch 1, 8 and 32, a
 training step (forward, backward, AdamW), the peak memory training adds to the weights (gradients,
-optimizer state, activations; resident memory of a fresh child process per contestant), and the fraction of the matrix-product ceiling measured in the same run.
+optimizer state, activations; resident memory of a fresh child process per contestant), and each
+contestant's share of the matrix-product ceiling: the rate torch.mm reaches, in the same run and
+precision, at the encoder's own product shapes (q/k/v, projection, the MLP's two layers at that
+batch), so that CPUs whose matrix units differ (e.g. 430 vs 835 GFLOP/s in bf16) can be read side by
+side. Every record carries the CPU's model, family and instruction-set flags.
 
 Contestants: `vitzoo` (eager), `vitzoo+compile` (`vitzoo.fast`: Inductor with frozen weights for
-inference, compiled training step), and each peer eager; for inference at batch 8 the peers are also
+inference; for training a compiled step with AdamW's fused kernel, as `vitzoo train` has it), in bf16 `vitzoo.fast` (`vitzoo.fast.for_inference`: weights cast
+to bf16 once, no autocast) and, at batch 8, `vitzoo.fast+compile` (the same, compiled with frozen
+weights), and each peer eager; for inference at batch 8 the peers are also
 compiled the same way, so that the effect of the compiler and the effect of the implementation can be
 told apart. On CUDA the timings synchronise the device, peak memory is the allocator's, and vitzoo
 is also timed with each of scaled_dot_product_attention's kernels forced (`vitzoo[flash]`,
@@ -20,6 +26,7 @@ is also timed with each of scaled_dot_product_attention's kernels forced (`vitzo
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import statistics
 import subprocess
@@ -34,7 +41,7 @@ import torch
 
 import vitzoo
 from benchmarks.suite import RESULTS, ResultStore, environment, markdown_table, peak_memory_growth_gb, resident_memory_gb, save_figure
-from vitzoo.fast import compile_for_inference, compile_for_training
+from vitzoo.fast import compile_for_inference, compile_for_training, for_inference
 from vitzoo.io import write_text
 from vitzoo.precision import autocast
 
@@ -129,17 +136,30 @@ def interleaved(fns: dict[str, Callable[[], None]], reps: int, images: int, devi
 GPU_PRODUCTS = 100  # products timed together on a GPU, where one takes microseconds
 
 
-def matmul_ceiling(dtype: torch.dtype | None, reps: int, device: torch.device) -> float:
-    """GFLOP/s of one matrix product of ViT-B/16's MLP shape (batch 8 x 197 tokens, 768 -> 3072)."""
-    a, b = torch.randn(8 * 197, 768, device=device), torch.randn(768, 3072, device=device)
-    if dtype is not None:
-        a, b = a.to(dtype), b.to(dtype)
-    torch.mm(a, b)
-    if device.type == "cuda":
-        best = min(_gpu_seconds_per_product(a, b, GPU_PRODUCTS, device) for _ in range(reps))
-    else:
-        best = min(_timed(lambda: torch.mm(a, b), device) for _ in range(reps))
-    return 2 * a.shape[0] * a.shape[1] * b.shape[1] / best / 1e9
+def product_shapes(model: torch.nn.Module, batch: int) -> list[tuple[int, int, int]]:
+    """(rows, inputs, outputs) of each matrix product of an encoder block at `batch`: q/k/v, the
+    attention's projection, the MLP's two layers (about 95% of ViT-B/16's FLOPs; the hybrid's ResNet
+    and the attention's own T x T products are not among them)."""
+    config = model.config
+    rows = batch * (model.grid[0] * model.grid[1] + model.num_prefix_tokens)
+    d, mlp = config.embed_dim, config.mlp_dim
+    return [(rows, d, 3 * d), (rows, d, d), (rows, d, mlp), (rows, mlp, d)]
+
+
+def matmul_ceiling(shapes: list[tuple[int, int, int]], dtype: torch.dtype | None, reps: int, device: torch.device) -> float:
+    """GFLOP/s that torch.mm reaches over `shapes` in `dtype` (float32 for None): the best time of each
+    over `reps`, summed, as a block of the model would spend them."""
+    flops = seconds = 0.0
+    for rows, inputs, outputs in shapes:
+        a = torch.randn(rows, inputs, device=device, dtype=dtype or torch.float32)
+        b = torch.randn(inputs, outputs, device=device, dtype=dtype or torch.float32)
+        torch.mm(a, b)
+        if device.type == "cuda":
+            seconds += min(_gpu_seconds_per_product(a, b, GPU_PRODUCTS, device) for _ in range(reps))
+        else:
+            seconds += min(_timed(lambda: torch.mm(a, b), device) for _ in range(reps))
+        flops += 2 * rows * inputs * outputs
+    return flops / seconds / 1e9
 
 
 def _gpu_seconds_per_product(a: torch.Tensor, b: torch.Tensor, products: int, device: torch.device) -> float:
@@ -182,19 +202,26 @@ def inference(case: Case, batches: list[int], reps: int, compile_at: int | None,
         peer.to(device)
     rows = []
     for dtype_name, dtype in DTYPES.items():
-        ceiling = matmul_ceiling(dtype, reps, device)
+        # the weights cast once (vitzoo.fast converts its model in place: a copy of its own)
+        fast = for_inference(copy.deepcopy(model), dtype) if dtype is not None else None
         for batch in batches:
+            ceiling = matmul_ceiling(product_shapes(model, batch), dtype, reps, device)
             x = torch.randn(batch, 3, case.img_size, case.img_size, device=device)
 
-            def runner(m, kernel=contextlib.nullcontext):
+            def runner(m, kernel=contextlib.nullcontext, mixed=dtype):
                 def run():
-                    with torch.inference_mode(), autocast(device, dtype), kernel():
+                    with torch.inference_mode(), autocast(device, mixed), kernel():
                         m(x)
                 return run
 
             contestants = {"vitzoo": runner(model), **{lib: runner(peer) for lib, peer in peers.items()}}
+            if fast is not None:  # no autocast: its weights and activations are already in `dtype`
+                contestants["vitzoo.fast"] = runner(fast, mixed=None)
             if batch == compile_at:
                 contestants["vitzoo+compile"] = runner(compile_for_inference(model, x, autocast=dtype))
+                if dtype is not None:
+                    compiled = for_inference(copy.deepcopy(model), dtype, compile=True, example=x)
+                    contestants["vitzoo.fast+compile"] = runner(compiled, mixed=None)
                 for lib, peer in peers.items():
                     contestants[f"{lib}+compile"] = runner(compile_for_inference(peer, x, autocast=dtype))
                 for name, kernel in sdpa_backends(device).items():
@@ -224,9 +251,12 @@ def usable(contestants: dict[str, Callable[[], None]]) -> dict[str, Callable[[],
 
 
 # ------------------------------------------------------------------------------------- training
-def train_step_fn(model: torch.nn.Module, batch: int, img_size: int, dtype: torch.dtype | None, device: torch.device):
+def train_step_fn(model: torch.nn.Module, batch: int, img_size: int, dtype: torch.dtype | None, device: torch.device,
+                  fused: bool = False):
+    """One training step of `model`; `fused`: AdamW's fused kernel (one pass over every parameter), as
+    `vitzoo train` uses it, for the fast path; the eager contestants all take PyTorch's default."""
     model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, **({"fused": True} if fused else {}))
     x = torch.randn(batch, 3, img_size, img_size, device=device)
     y = torch.randint(0, 1000, (batch,), device=device)
 
@@ -260,9 +290,10 @@ def probe(case_index: int, contestant: str, batch: int, dtype_name: str, quick: 
     peer = next(iter(case.peers.values()))()
     model = (converted(peer, case) if lib == "vitzoo" else case.peers[lib]()).to(device)
     del peer
-    if contestant.endswith("+compile"):
+    fast = contestant == "vitzoo+compile"
+    if fast:
         model = compile_for_training(model)
-    step = train_step_fn(model, batch, case.img_size, DTYPES[dtype_name], device)
+    step = train_step_fn(model, batch, case.img_size, DTYPES[dtype_name], device, fused=fast)
     # What training adds to the model's weights: gradients, optimizer state and the activations of a
     # step. The first step allocates the optimizer state (and compiles); the peak is taken over two
     # steady-state steps, measured from the memory held before the first.
@@ -287,22 +318,34 @@ def training(case_index: int, case: Case, batch: int, reps: int, quick: bool, co
     torch.manual_seed(0)
     peers = {lib: build().to(device) for lib, build in case.peers.items()}
     model = converted(next(iter(peers.values())), case).to(device)
+    gflops = vitzoo.count_flops(model.config, backward=True) / 1e9  # one image's forward and backward
     rows = []
     for dtype_name, dtype in DTYPES.items():
+        ceiling = matmul_ceiling(product_shapes(model, batch), dtype, reps, device)
         contestants = {"vitzoo": model, **peers}
         if compiled:  # (the peers are compiled for inference only: compiling the training step is slow here)
             contestants["vitzoo+compile"] = compile_for_training(model)
-        steps = {name: train_step_fn(m, batch, case.img_size, dtype, device) for name, m in contestants.items()}
+        steps = {name: train_step_fn(m, batch, case.img_size, dtype, device, fused=name == "vitzoo+compile")
+                 for name, m in contestants.items()}
         speeds = interleaved(steps, reps, batch, device)
         memory = {name: peak_memory_gb(case_index, name, batch, dtype_name, quick, device) for name in contestants}
         rows.append({"kind": "training", "model": case.vitzoo_name, "dtype": dtype_name, "batch": batch,
-                     "img_size": case.img_size, "speeds": speeds, "peak_memory_gb": memory})
+                     "img_size": case.img_size, "gflops_per_image": gflops, "matmul_gflops_per_s": ceiling,
+                     "ceiling_images_per_s": ceiling / gflops, "speeds": speeds, "peak_memory_gb": memory})
         print(f"  training {case.vitzoo_name} {dtype_name} batch {batch}: "
               + ", ".join(f"{k} {v['images_per_s']:.2f}" for k, v in speeds.items()), flush=True)
     return rows
 
 
 # --------------------------------------------------------------------------------------- report
+FAST_PATHS = ("vitzoo", "vitzoo+compile", "vitzoo.fast", "vitzoo.fast+compile")  # the rows of the targets table
+
+
+def share(speed: dict, row: dict) -> str:
+    """A contestant's share of the matrix-product ceiling of its row (records without one: blank)."""
+    return f"{speed['images_per_s'] / row['ceiling_images_per_s']:.0%}" if "ceiling_images_per_s" in row else ""
+
+
 def speedup(row: dict, contestant: str) -> tuple[float, str]:
     """Speed of `contestant` over the fastest eager peer."""
     peers = {k: v["images_per_s"] for k, v in row["speeds"].items() if not k.startswith("vitzoo") and "+" not in k}
@@ -315,11 +358,13 @@ def case_key(row: dict, quick: bool) -> str:
 
 
 def environments(rows: list[dict]) -> str:
-    """Where the rows were measured: each distinct device, CPU, threads, torch and commit, with dates."""
+    """Where the rows were measured: each distinct device, CPU (with its flags), threads, torch and
+    commit, with dates."""
     seen: dict[tuple, list[str]] = {}
     for r in rows:
         device = r["device"] + (f" ({r['gpu']})" if r.get("gpu") else "")
-        seen.setdefault((device, r["threads"], r["cpu"], r["torch"], r["commit"]), []).append(r["date"])
+        cpu = r["cpu"] + (f", {' '.join(r['cpu_flags'])}" if r.get("cpu_flags") else "")
+        seen.setdefault((device, r["threads"], cpu, r["torch"], r["commit"]), []).append(r["date"])
     return "; ".join(f"`{d}` ({t} threads, {c}), torch {v}, commit {g}, {min(dates)[:10]}" + (
         f" to {max(dates)[:10]}" if max(dates)[:10] != min(dates)[:10] else "") for (d, t, c, v, g), dates in seen.items())
 
@@ -330,21 +375,23 @@ def report(rows: list[dict], out: Path) -> str:
     for r in inference_rows:
         for name, s in r["speeds"].items():
             table.append([r["model"], r["dtype"], r["batch"], name, round(s["images_per_s"], 2),
-                          f"{s['min']:.2f}-{s['max']:.2f}", f"{s['images_per_s'] / r['ceiling_images_per_s']:.0%}"])
+                          f"{s['min']:.2f}-{s['max']:.2f}", share(s, r)])
     train_table = []
     for r in (r for r in rows if r["kind"] == "training"):
         for name, s in r["speeds"].items():
             train_table.append([r["model"], r["dtype"], r["batch"], name, round(s["images_per_s"], 2),
-                                f"{s['min']:.2f}-{s['max']:.2f}", round(r["peak_memory_gb"][name], 2)])
+                                f"{s['min']:.2f}-{s['max']:.2f}", share(s, r), round(r["peak_memory_gb"][name], 2)])
+    ceilings = [[r["kind"], r["model"], r["dtype"], r["batch"], round(r["matmul_gflops_per_s"]),
+                 round(r["ceiling_images_per_s"], 2)] for r in rows if "matmul_gflops_per_s" in r]
     targets = []
     for r in inference_rows:
         if r["batch"] == 8 or len({x["batch"] for x in inference_rows}) == 1:
-            for name in ("vitzoo", "vitzoo+compile"):
+            for name in FAST_PATHS:
                 if name in r["speeds"]:
                     ratio, best = speedup(r, name)
                     targets.append([r["model"], r["dtype"], r["batch"], name, best, f"{ratio:.2f}x"])
     for r in (r for r in rows if r["kind"] == "training"):
-        for name in (n for n in ("vitzoo", "vitzoo+compile") if n in r["speeds"]):
+        for name in (n for n in FAST_PATHS if n in r["speeds"]):
             ratio, best = speedup(r, name)
             mem_ratio = r["peak_memory_gb"][name] / max(r["peak_memory_gb"][best], 1e-9)
             targets.append([r["model"] + " (training)", r["dtype"], r["batch"], name, best, f"{ratio:.2f}x, memory {mem_ratio:.2f}x"])
@@ -356,7 +403,11 @@ def report(rows: list[dict], out: Path) -> str:
         "### Inference (images/s, median of interleaved repetitions; share of the matrix-product ceiling)\n\n"
         + markdown_table(["model", "dtype", "batch", "contestant", "images/s", "min-max", "of ceiling"], table),
         "### Training step (forward, backward, AdamW)\n\n"
-        + markdown_table(["model", "dtype", "batch", "contestant", "images/s", "min-max", "peak memory GB"], train_table),
+        + markdown_table(["model", "dtype", "batch", "contestant", "images/s", "min-max", "of ceiling", "peak memory GB"], train_table),
+        "### Matrix-product ceilings of this machine\n\ntorch.mm at the encoder's product shapes (q/k/v, projection, MLP) at "
+        "each case's batch, in its precision; `of ceiling` above is a contestant's images/s over the images/s "
+        "that this rate would give for the model's FLOPs (forward, or forward and backward).\n\n"
+        + markdown_table(["kind", "model", "dtype", "batch", "GFLOP/s", "ceiling images/s"], ceilings),
         "Logit parity of the converted weights (max |difference|, float32): " + json.dumps(parity),
     ])
 

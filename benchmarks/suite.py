@@ -66,6 +66,24 @@ def cpu_model() -> str:
     return f"{name} (family {fields['cpu family']})" if "cpu family" in fields else name
 
 
+# the instruction sets the CPU's matrix and element-wise kernels dispatch on (oneDNN, PyTorch's vectorised
+# kernels): two CPUs of one name and family can still differ here, and bf16 speed hangs on the last four
+CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile",
+             "amx_bf16", "amx_fp16", "sve", "bf16")
+
+
+def cpu_flags() -> list[str]:
+    """The CPU_FLAGS this CPU has (Linux: /proc/cpuinfo's flags, or Features on ARM), in that order;
+    elsewhere the vector width PyTorch dispatches to (torch.backends.cpu.get_cpu_capability())."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return [torch.backends.cpu.get_cpu_capability().lower()]
+    line = next((line for line in info.splitlines() if line.split(":")[0].strip() in ("flags", "Features")), "")
+    present = set(line.split(":", 1)[-1].split())
+    return [flag for flag in CPU_FLAGS if flag in present]
+
+
 def gpu_name(device: str) -> str | None:
     """The name of the GPU `device` stands for (`auto`, `cuda`, `cuda:1`), or None off CUDA."""
     if not torch.cuda.is_available():
@@ -76,7 +94,8 @@ def gpu_name(device: str) -> str | None:
 
 def environment(device: str) -> dict[str, Any]:
     """Where and when a number was measured: recorded with every result of every benchmark (on CUDA
-    with the GPU's name: "cuda" alone does not say which GPU)."""
+    with the GPU's name: "cuda" alone does not say which GPU; the CPU with its family and the
+    instruction sets its kernels use, which decide how its numbers compare with another CPU's)."""
     gpu = gpu_name(device)
     return {
         "device": device,
@@ -84,6 +103,7 @@ def environment(device: str) -> dict[str, Any]:
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "cpu": cpu_model(),
+        "cpu_flags": cpu_flags(),
         "commit": git_commit(),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     }

@@ -1,4 +1,4 @@
-"""Fast paths compute what the plain model computes (float32, within 1e-4)."""
+"""Fast paths compute what the plain model computes: within 1e-4 in float32, within bf16's rounding in bf16."""
 
 import copy
 
@@ -7,6 +7,7 @@ import torch
 from torch._dynamo.utils import counters
 
 import vitzoo
+import vitzoo.fast
 from vitzoo.fast import compile_for_inference, compile_for_training
 
 HYBRID = dict(stem="resnet", resnet_layers=(1,), patch_size=1)
@@ -48,3 +49,55 @@ def test_training_compiled_gives_the_same_loss_and_gradients(tiny):
     assert torch.allclose(loss, fast_loss, atol=1e-5)
     for (name, p), q in zip(model.named_parameters(), twin.parameters()):
         assert torch.allclose(p.grad, q.grad, atol=1e-4), name
+
+
+def features_and_logits(model, x):
+    """What a fast path must reproduce: the normed tokens and the logits (a head of its own: the
+    built model's zero-initialised classifier would give zeros whatever the tokens)."""
+    with torch.inference_mode():
+        tokens = model.forward_features(x)
+        return torch.cat([tokens.flatten(1), model.forward_head(tokens)], dim=1).float()
+
+
+@pytest.mark.parametrize("compile", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("extra", [{}, HYBRID], ids=["vit", "hybrid"])
+def test_inference_in_float32_equals_the_plain_model(tiny, extra, compile):
+    model = perturbed({**tiny, **extra}).eval()
+    x = torch.randn(4, 3, 32, 32)
+    with torch.inference_mode():
+        expected = model(x)
+    tokens = features_and_logits(model, x)
+    fast = vitzoo.fast.for_inference(model, dtype=torch.float32, compile=compile, example=x)
+    assert torch.allclose(fast(x), expected, atol=1e-4)
+    assert torch.allclose(features_and_logits(fast.model, x), tokens, atol=1e-4)
+
+
+@pytest.mark.parametrize("compile", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("extra", [{}, HYBRID], ids=["vit", "hybrid"])
+def test_inference_in_bf16_equals_the_autocast_model_within_bf16_rounding(tiny, extra, compile):
+    """Weights cast to bf16 once: what the plain model computes under bf16 autocast (and in float32),
+    within bf16's rounding, from float32 images; the model's weights are replaced, not duplicated."""
+    model = perturbed({**tiny, **extra}).eval()
+    x = torch.randn(4, 3, 32, 32)
+    exact = features_and_logits(model, x)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        autocast = features_and_logits(model, x)
+    weights = {name: p.data_ptr() for name, p in model.named_parameters()}
+    fast = vitzoo.fast.for_inference(model, dtype=torch.bfloat16, compile=compile, example=x)
+    assert fast.model is model and all(p.dtype == torch.bfloat16 and not p.requires_grad for p in model.parameters())
+    assert set(fast.state_dict()) == {f"model.{name}" for name in model.state_dict()}
+    assert all(p.data_ptr() != weights[name] for name, p in model.named_parameters())  # cast, not copied beside
+    logits = fast(x)
+    assert logits.dtype == torch.bfloat16 and logits.shape == (4, tiny["num_classes"])
+    got = features_and_logits(fast.model, x.bfloat16())
+    scale = exact.abs().max()
+    assert (got - autocast).abs().max() <= 0.03 * scale and (got - exact).abs().max() <= 0.03 * scale
+    assert torch.allclose(logits.float(), got[:, -tiny["num_classes"]:], atol=0.03 * scale)
+
+
+def test_inference_refuses_what_it_cannot_do(tiny):
+    model = vitzoo.create("vit_ti16", **tiny)
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        vitzoo.fast.for_inference(model, dtype=torch.int8)
+    with pytest.raises(ValueError, match="needs `example`"):
+        vitzoo.fast.for_inference(model, compile=True)

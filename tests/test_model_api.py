@@ -55,6 +55,22 @@ def test_attention_maps_are_probabilities_and_match_the_fast_path(tiny, pos_embe
     assert torch.allclose(slow, model.forward_features(x), atol=1e-5)
 
 
+@pytest.mark.parametrize("pos_embed", ["learned_1d", "relative"])
+def test_bf16_attention_on_the_cpu_is_written_out_and_computes_what_sdpa_computes(tiny, pos_embed, monkeypatch):
+    """In bfloat16 on the CPU the attention is softmax(q k^T / sqrt(d)) v written out (faster there than
+    SDPA's flash kernel): the same tokens as SDPA within bf16's rounding."""
+    from vitzoo.layers import attention
+
+    model = perturbed(vitzoo.create("vit_ti16", **tiny, pos_embed=pos_embed)).bfloat16()
+    tokens, grid = model.embed(torch.randn(2, 3, 32, 32, dtype=torch.bfloat16))
+    assert attention.explicit_is_faster(tokens) and not attention.explicit_is_faster(tokens.float())
+    with torch.no_grad():
+        written_out = model.encoder(tokens, grid)
+        monkeypatch.setattr(attention, "explicit_is_faster", lambda q: False)
+        sdpa = model.encoder(tokens, grid)
+    torch.testing.assert_close(written_out, sdpa, atol=3e-2, rtol=2e-2)
+
+
 def test_gradient_checkpointing_gives_the_same_gradients(tiny):
     model = perturbed(vitzoo.create("vit_ti16", **tiny)).train()
     x = torch.randn(2, 3, 32, 32)

@@ -67,13 +67,16 @@ class StdConv2d(nn.Conv2d):
         self._standardized: tuple[tuple[int, int], torch.Tensor] | None = None  # ((storage, version), result)
 
     def standardize(self, w: torch.Tensor) -> torch.Tensor:
+        # in float32 whatever the weight's dtype: bf16 weights (vitzoo.fast) round the result once,
+        # not the mean, the scale and each step in between
+        w, dtype = w.float(), w.dtype
         mean = w.mean(dim=(1, 2, 3), keepdim=True)
         eps = self.numerics.ws_eps
         if self.numerics.ws_eps_in_sqrt:
             scale = torch.sqrt(w.var(dim=(1, 2, 3), keepdim=True, correction=0) + eps)
         else:
             scale = w.std(dim=(1, 2, 3), keepdim=True, correction=0) + eps
-        return (w - mean) / scale
+        return ((w - mean) / scale).to(dtype)
 
     def standardized_weight(self) -> torch.Tensor:
         w = self.weight
