@@ -57,12 +57,16 @@ def test_attention_maps_are_probabilities_and_match_the_fast_path(tiny, pos_embe
 
 @pytest.mark.parametrize("pos_embed", ["learned_1d", "relative"])
 def test_bf16_attention_on_the_cpu_is_written_out_and_computes_what_sdpa_computes(tiny, pos_embed, monkeypatch):
-    """In bfloat16 on the CPU the attention is softmax(q k^T / sqrt(d)) v written out (faster there than
-    SDPA's flash kernel): the same tokens as SDPA within bf16's rounding."""
+    """In bfloat16 inference on the CPU the attention is softmax(q k^T / sqrt(d)) v written out (faster
+    there than SDPA's flash kernel): the same tokens as SDPA within bf16's rounding. Training keeps the
+    flash kernel, which stores no T x T probabilities for the backward pass."""
     from vitzoo.layers import attention
 
     model = perturbed(vitzoo.create("vit_ti16", **tiny, pos_embed=pos_embed)).bfloat16()
-    tokens, grid = model.embed(torch.randn(2, 3, 32, 32, dtype=torch.bfloat16))
+    image = torch.randn(2, 3, 32, 32, dtype=torch.bfloat16)
+    assert not attention.explicit_is_faster(model.embed(image)[0])  # it requires grad: a training step
+    with torch.no_grad():
+        tokens, grid = model.embed(image)
     assert attention.explicit_is_faster(tokens) and not attention.explicit_is_faster(tokens.float())
     with torch.no_grad():
         written_out = model.encoder(tokens, grid)

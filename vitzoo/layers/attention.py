@@ -1,7 +1,7 @@
 """Multi-head self-attention, the MSA of eq. (2).
 
 q, k and v come from one fused projection (one matrix product instead of three). The attention is
-`scaled_dot_product_attention`, except in bfloat16 on the CPU (see `explicit_is_faster`) and when the
+`scaled_dot_product_attention`, except in bfloat16 inference on the CPU (`explicit_is_faster`) and when the
 caller wants the attention probabilities: there it is softmax(q k^T / sqrt(d)) v written out, two
 batched matrix products and a softmax, as PyTorch's fused multi-head-attention inference kernel
 (which torchvision's encoder uses) computes it. A relative position bias, when the model has one,
@@ -25,11 +25,12 @@ def explicit_is_faster(q: torch.Tensor) -> bool:
     (ViT's 197 tokens make four blocks per head), each converting its tiles; two batched products and
     a softmax were 1.1-1.3x faster for the attention of ViT-S/16 and ViT-B/16 at batch 8 in inference
     and 1.3-1.5x in a training step (AMD EPYC, avx512_bf16), while in float32 the flash kernel is
-    faster (by 1.05-1.15x). On GPUs SDPA's fused kernels win in every precision. The price in training:
-    the T x T probabilities are kept for the backward pass (a ViT-S/16 bf16 step at batch 16 peaked
-    6% higher, 0.93 GB against timm's 0.88).
+    faster (by 1.05-1.15x). On GPUs SDPA's fused kernels win in every precision. Only in inference:
+    in training the written-out form keeps the T x T probabilities of every layer for the backward pass
+    (a ViT-S/16 bf16 step at batch 16 peaked 6% higher than timm's; at 384 px, 577 tokens, they would
+    about double the activations), which the flash kernel never stores.
     """
-    return q.device.type == "cpu" and q.dtype == torch.bfloat16
+    return q.device.type == "cpu" and q.dtype == torch.bfloat16 and not q.requires_grad
 
 
 class Attention(nn.Module):
