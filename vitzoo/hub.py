@@ -32,7 +32,12 @@ DEFAULT_TIMEOUT = 30.0
 
 
 class HubError(RuntimeError):
-    """Talking to the Hub failed; the message names the cause and what to do."""
+    """Talking to the Hub failed; the message names the cause and what to do. `not_cached`: a download
+    failed with no copy in the cache to fall back on (offline, unreachable, timed out)."""
+
+    def __init__(self, message: str, not_cached: bool = False) -> None:
+        super().__init__(message)
+        self.not_cached = not_cached
 
 
 def timeout() -> float:
@@ -209,7 +214,8 @@ def _explain(exc: Exception, repo_id: str, revision: str | None, endpoint: str, 
         return HubError(
             f"{where} is not in the Hugging Face cache ({cache}) and HF_HUB_OFFLINE=1 forbids downloading it: "
             f"pull it once online (`vitzoo pull {repo_id}`), point HF_HOME at the cache that holds it, "
-            "or unset HF_HUB_OFFLINE"
+            "or unset HF_HUB_OFFLINE",
+            not_cached=True,
         )
     network = _connection_error(exc)
     if network is not None and any("Timeout" in c.__name__ for c in type(network).__mro__):
@@ -219,7 +225,8 @@ def _explain(exc: Exception, repo_id: str, revision: str | None, endpoint: str, 
             + ("" if writing else f", and {where} is not in the Hugging Face cache ({cache})")
             + ": check the server and HF_ENDPOINT, wait longer with VITZOO_HUB_TIMEOUT=SECONDS"
             + ("" if writing else ", or work offline: HF_HUB_OFFLINE=1 loads cached models, and a local "
-               "directory written by save_pretrained loads without the Hub")
+               "directory written by save_pretrained loads without the Hub"),
+            not_cached=not writing,
         )
     if network is not None and not any(c.__name__ in ("ConnectError", "ConnectionRefusedError", "ConnectTimeout")
                                        for c in type(network).__mro__):
@@ -234,7 +241,8 @@ def _explain(exc: Exception, repo_id: str, revision: str | None, endpoint: str, 
         tail = "" if writing else f", and {where} is not in the Hugging Face cache ({cache})"
         return HubError(
             f"cannot reach the Hub at {endpoint} ({detail}){tail}: check the network and HF_ENDPOINT, "
-            "or set HF_HUB_OFFLINE=1 to use cached models only"
+            "or set HF_HUB_OFFLINE=1 to use cached models only",
+            not_cached=not writing,
         )
     if isinstance(exc, HfHubHTTPError):
         return HubError(f"the Hub at {endpoint} answered {status} for {where}: {str(exc).splitlines()[0]}")

@@ -134,13 +134,13 @@ def load_tag(tag: PretrainedTag, config: ViTConfig, requested: dict[str, Any], r
     try:
         model = load_pretrained(config, tag.source(revision), requested, strict=strict, expected_format=tag.format)
     except HubError as exc:
-        if "Hugging Face cache" not in str(exc):  # a wrong revision, token, ...: the Hub's answer says it all
+        if not exc.not_cached:  # a wrong revision, token, ...: the Hub's answer says it all
             raise HubError(f"{tag.name}: {exc}") from exc
         raise HubError(
             f"the weights of {tag.name} are in the Hub repo {tag.hub_id}: {exc}\nTo work offline: set "
             f"HF_HUB_OFFLINE=1 with a Hugging Face cache that holds {tag.hub_id} (fill it once online, e.g. "
             f"`vitzoo pull {tag.hub_id}`), or load a local copy of its files: "
-            f"vitzoo.create({tag.name!r}, pretrained=PATH)"
+            f"vitzoo.create({tag.name!r}, pretrained=PATH)", not_cached=True,
         ) from exc
     model.pretrained_tag = tag
     if model.labels is None and tag.labels is not None and model.config.num_classes == tag.num_classes:
