@@ -156,8 +156,9 @@ def markdown_table(pattern: str = "*") -> str:
     """The registered tags as a Markdown table (the README's "Pretrained weights" section)."""
     lines = ["| model | tag | Hub repo | format | resolution | classes | ImageNet top-1 (source) |",
              "|---|---|---|---|---|---|---|"]
+    tags = registered()  # checked once, not once per tag
     for name in list_pretrained(pattern):
-        tag = registered()[name]
+        tag = tags[name]
         accuracy = f"{tag.accuracy:.2f} ({tag.accuracy_source})" if tag.accuracy is not None else "-"
         lines.append(f"| {tag.model} | `{tag.tag}`{' (default)' if tag.default else ''} | "
                      f"[{tag.hub_id}](https://huggingface.co/{tag.hub_id}) | {tag.format} | {tag.img_size} | "

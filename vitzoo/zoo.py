@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from vitzoo.config import ViTConfig
 from vitzoo.tags import PretrainedTag
+from vitzoo.weights.timm import HYBRID_NUMERICS
 
 # Table 1 of the paper, plus Ti and S from the official repository.
 SIZES = {
@@ -61,17 +62,25 @@ MODELS: dict[str, ViTConfig] = {
 # Table 5 (ImageNet-21k pre-training, ImageNet fine-tuning at 384 px).
 TABLE_5 = "paper, Table 5"
 README_224 = "official README: expected for the -224 fine-tune"
-_TIMM_HYBRID = {"resnet_numerics": "timm"}  # timm's ResNet numerics (vitzoo.weights.timm.HYBRID_NUMERICS)
+def _is_hybrid(model: str) -> bool:
+    return MODELS[model].stem == "resnet"
+
+
+def _timm_port(model: str, hub_name: str, tag: str, img_size: int, num_classes: int, **changes) -> PretrainedTag:
+    """Weights in timm's port, `timm/{hub_name}`, with timm's pretrained_cfg: crop 1.0 at 384 px, else
+    0.9; ImageNet-1k's class names for a 1000-way head; timm's ResNet numerics for the hybrids."""
+    return PretrainedTag(model, tag, f"timm/{hub_name}", "timm", img_size=img_size, num_classes=num_classes,
+                         crop_pct=1.0 if img_size == 384 else 0.9,
+                         labels="imagenet-1k" if num_classes == 1000 else None,
+                         options=HYBRID_NUMERICS if _is_hybrid(model) else {}, **changes)
 
 
 def _in21k(model: str, timm_name: str, **changes) -> PretrainedTag:
-    return PretrainedTag(model, "orig_in21k", f"timm/{timm_name}.orig_in21k", "timm", img_size=224, num_classes=0,
-                         crop_pct=0.9, **changes)
+    return _timm_port(model, f"{timm_name}.orig_in21k", "orig_in21k", 224, 0, **changes)
 
 
 def _in1k_timm(model: str, timm_name: str, img_size: int, tag: str = "orig_in21k_ft_in1k", **changes) -> PretrainedTag:
-    return PretrainedTag(model, tag, f"timm/{timm_name}.orig_in21k_ft_in1k", "timm", img_size=img_size,
-                         num_classes=1000, crop_pct=1.0 if img_size == 384 else 0.9, labels="imagenet-1k", **changes)
+    return _timm_port(model, f"{timm_name}.orig_in21k_ft_in1k", tag, img_size, 1000, **changes)
 
 
 def _in1k_google(model: str, repo: str, **changes) -> PretrainedTag:
@@ -83,16 +92,9 @@ def _augreg(model: str, arch: str, img_size: int, pretraining: str, **changes) -
     """The official repository's later AugReg weights ("How to train your ViT"), in timm's ports:
     `augreg_in21k` (ImageNet-21k, its 21,843-way head kept), `augreg_in21k_ft_in1k` and `augreg2_in21k_ft_in1k`
     (fine-tuned on ImageNet), `augreg_in1k` (ImageNet only); a `_384` suffix for the 384 px fine-tunes."""
-    in21k = pretraining == "augreg_in21k"
     tag = pretraining + ("_384" if img_size == 384 else "")
-    options = _TIMM_HYBRID if _is_hybrid(model) else {}
-    return PretrainedTag(model, tag, f"timm/{arch}_{img_size}.{pretraining}", "timm", img_size=img_size,
-                         num_classes=21843 if in21k else 1000, crop_pct=1.0 if img_size == 384 else 0.9,
-                         labels=None if in21k else "imagenet-1k", options=options, **changes)
-
-
-def _is_hybrid(model: str) -> bool:
-    return MODELS[model].stem == "resnet"
+    num_classes = 21843 if pretraining == "augreg_in21k" else 1000
+    return _timm_port(model, f"{arch}_{img_size}.{pretraining}", tag, img_size, num_classes, **changes)
 
 
 # (model, timm's architecture, [(resolution, pre-training)]) of every AugReg release of a vitzoo model
@@ -123,8 +125,8 @@ PRETRAINED: tuple[PretrainedTag, ...] = (
     _in21k("vit_l32", "vit_large_patch32_224"),
     _in1k_timm("vit_l32", "vit_large_patch32_384", 384, default=True, accuracy=80.99, accuracy_source=TABLE_5),
     _in21k("vit_h14", "vit_huge_patch14_224", default=True),  # its only released weights
-    _in21k("vit_b16_hybrid", "vit_base_r50_s16_224", options=_TIMM_HYBRID),
-    _in1k_timm("vit_b16_hybrid", "vit_base_r50_s16_384", 384, default=True, options=_TIMM_HYBRID),
+    _in21k("vit_b16_hybrid", "vit_base_r50_s16_224"),
+    _in1k_timm("vit_b16_hybrid", "vit_base_r50_s16_384", 384, default=True),
 ) + tuple(
     _augreg(model, arch, size, pretraining, default=model in _AUGREG_DEFAULTS and (size, pretraining) == (224, _FT))
     for model, arch, releases in AUGREG for size, pretraining in releases

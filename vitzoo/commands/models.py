@@ -48,8 +48,9 @@ def _list_pretrained(pattern: str, markdown: bool = False) -> int:
         print(markdown_table(pattern), end="")
         return 0
     width = max(map(len, names))
+    tags = registered()  # checked once, not once per tag
     for name in names:
-        tag = registered()[name]
+        tag = tags[name]
         accuracy = f"  top-1 {tag.accuracy:.2f} ({tag.accuracy_source})" if tag.accuracy is not None else ""
         print(f"{name:{width}}  {'*' if tag.default else ' '} hf-hub:{tag.hub_id} ({tag.format}, {tag.img_size} px, "
               f"{tag.num_classes or 'no'} classes){accuracy}")
