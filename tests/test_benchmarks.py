@@ -2,12 +2,14 @@
 a second invocation measures nothing again."""
 
 import json
+import mmap
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from benchmarks import __main__ as bench
 from benchmarks import suite
@@ -132,6 +134,32 @@ def test_speed_benchmark_measures_every_contestant_on_the_same_weights(tmp_path)
     readme = (out / "README.md").read_text()
     assert "faster peer" in readme and "speed-up" in readme and "Matrix-product ceilings" in readme
     assert (out / "speed.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_speed_repetitions_rotate_so_that_no_contestant_always_follows_the_same_one():
+    """The C allocator's heap is shared by the contestants: the order of each repetition is rotated by
+    one, and every call's page faults are counted (a call that allocates fresh memory faults it in)."""
+    from benchmarks import speed
+
+    calls = []
+
+    def contestant(name, pages=0):
+        def run():
+            calls.append(name)
+            if pages:  # fresh anonymous memory, each page touched once
+                with mmap.mmap(-1, pages * mmap.PAGESIZE) as fresh:
+                    for page in range(pages):
+                        fresh[page * mmap.PAGESIZE] = 1
+        return run
+
+    names = ["a", "b", "c"]
+    speeds = speed.interleaved({n: contestant(n, 4096 if n == "c" else 0) for n in names}, 6, 1, torch.device("cpu"))
+    timed = calls[len(names):]  # after one warm-up call each
+    predecessors = {n: {timed[i - 1] for i in range(1, len(timed)) if timed[i] == n} for n in names}
+    assert all(predecessors[n] == set(names) - {n} for n in names), predecessors
+    assert [timed[i * 3] for i in range(6)] == ["a", "b", "c", "a", "b", "c"]
+    assert {n: s["reps"] for n, s in speeds.items()} == dict.fromkeys(names, 6)
+    assert speeds["c"]["page_faults_per_call"] >= 4096 > 100 > speeds["a"]["page_faults_per_call"]
 
 
 def test_ten_minute_benchmark_records_accuracy_settings_and_target(tmp_path):
