@@ -7,7 +7,8 @@ its logits are checked against the peer's), and repetitions of all contestants a
 process, so that a change of machine load hits all of them alike. Reported: median images/s and the
 spread (min-max) over repetitions, float32 and bf16 autocast, inference at batch 1, 8 and 32, a
 training step (forward, backward, AdamW), the peak memory training adds to the weights (gradients,
-optimizer state, activations; resident memory of a fresh child process per contestant), and each
+optimizer state, activations; resident memory of a fresh child process per contestant; for a
+compiled contestant, the compiler's own memory is measured apart), minor page faults per call, and each
 contestant's share of the matrix-product ceiling: the rate torch.mm reaches, in the same run and
 precision, at the encoder's own product shapes (q/k/v, projection, the MLP's two layers at that
 batch), so that CPUs whose matrix units differ (e.g. 430 vs 835 GFLOP/s in bf16) can be read side by
@@ -287,9 +288,11 @@ def train_step_fn(model: torch.nn.Module, batch: int, img_size: int, dtype: torc
     return step
 
 
-def peak_memory_gb(case_index: int, contestant: str, batch: int, dtype_name: str, quick: bool, device: torch.device) -> float:
+def peak_memory_gb(case_index: int, contestant: str, batch: int, dtype_name: str, quick: bool, device: torch.device) -> dict:
     """Peak memory a steady-state training step adds, in a fresh process per contestant (resident
-    memory on the CPU, allocated device memory on CUDA), so that no contestant inherits another's."""
+    memory on the CPU, allocated device memory on CUDA), so that no contestant inherits another's:
+    {"peak_gb": ..., "compiler_gb": ...}, the second the host memory of the compiler itself (zero for
+    eager contestants)."""
     cmd = [sys.executable, "-m", "benchmarks.speed", "--probe", str(case_index), contestant, str(batch), dtype_name,
            "--device", str(device)]
     if quick:
@@ -297,7 +300,7 @@ def peak_memory_gb(case_index: int, contestant: str, batch: int, dtype_name: str
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).parent.parent)
     if out.returncode != 0:
         raise RuntimeError(f"the memory probe of {contestant} failed:\n{out.stderr[-2000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])["peak_gb"]
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def probe(case_index: int, contestant: str, batch: int, dtype_name: str, quick: bool, device: torch.device) -> None:
@@ -308,7 +311,13 @@ def probe(case_index: int, contestant: str, batch: int, dtype_name: str, quick: 
     model = (converted(peer, case) if lib == "vitzoo" else case.peers[lib]()).to(device)
     del peer
     fast = contestant == "vitzoo+compile"
+    compiler_gb = 0.0
     if fast:
+        # Inductor's own code and caches (about 0.2 GB resident, whatever the model) are not training
+        # memory: they are loaded by compiling a trivial function first, and reported apart
+        held = resident_memory_gb()
+        warm_up_compiler(device)
+        compiler_gb = resident_memory_gb() - held
         model = compile_for_training(model)
     step = train_step_fn(model, batch, case.img_size, DTYPES[dtype_name], device, fused=fast)
     # What training adds to the model's weights: gradients, optimizer state and the activations of a
@@ -328,7 +337,13 @@ def probe(case_index: int, contestant: str, batch: int, dtype_name: str, quick: 
         peak = torch.cuda.max_memory_allocated(device) / 2**30 - before
     else:
         peak = peak_memory_growth_gb(steps, since_gb=before)
-    print(json.dumps({"peak_gb": peak}))
+    print(json.dumps({"peak_gb": peak, "compiler_gb": compiler_gb}))
+
+
+def warm_up_compiler(device: torch.device) -> None:
+    """Compile and run, forward and backward, a function that has nothing to do with any model."""
+    x = torch.randn(8, device=device, requires_grad=True)
+    torch.compile(lambda t: (t * 2).sin().sum())(x).backward()
 
 
 def training(case_index: int, case: Case, batch: int, reps: int, quick: bool, compiled: bool, device: torch.device) -> list[dict]:
@@ -345,10 +360,13 @@ def training(case_index: int, case: Case, batch: int, reps: int, quick: bool, co
         steps = {name: train_step_fn(m, batch, case.img_size, dtype, device, fused=name == "vitzoo+compile")
                  for name, m in contestants.items()}
         speeds = interleaved(steps, reps, batch, device)
-        memory = {name: peak_memory_gb(case_index, name, batch, dtype_name, quick, device) for name in contestants}
+        probes = {name: peak_memory_gb(case_index, name, batch, dtype_name, quick, device) for name in contestants}
+        memory = {name: p["peak_gb"] for name, p in probes.items()}
+        compiler = {name: p["compiler_gb"] for name, p in probes.items() if "compile" in name}
         rows.append({"kind": "training", "model": case.vitzoo_name, "dtype": dtype_name, "batch": batch,
                      "img_size": case.img_size, "gflops_per_image": gflops, "matmul_gflops_per_s": ceiling,
-                     "ceiling_images_per_s": ceiling / gflops, "speeds": speeds, "peak_memory_gb": memory})
+                     "ceiling_images_per_s": ceiling / gflops, "speeds": speeds, "peak_memory_gb": memory,
+                     "compiler_memory_gb": compiler})
         print(f"  training {case.vitzoo_name} {dtype_name} batch {batch}: "
               + ", ".join(f"{k} {v['images_per_s']:.2f}" for k, v in speeds.items()), flush=True)
     return rows
@@ -367,6 +385,12 @@ def faults(speed: dict) -> str:
     """Minor page faults per call (records from before they were counted: blank). Thousands of them
     mean that the C allocator handed back fresh pages, whose first touch costs time on the CPU."""
     return f"{speed['page_faults_per_call']:,}" if "page_faults_per_call" in speed else ""
+
+
+def compiler_gb(row: dict, contestant: str) -> str:
+    """The compiler's own memory in a compiled contestant's probe (blank for eager ones and older records)."""
+    gb = row.get("compiler_memory_gb", {}).get(contestant)
+    return "" if gb is None else f"{gb:.2f}"
 
 
 def speedup(row: dict, contestant: str) -> tuple[float, str]:
@@ -403,7 +427,8 @@ def report(rows: list[dict], out: Path) -> str:
     for r in (r for r in rows if r["kind"] == "training"):
         for name, s in r["speeds"].items():
             train_table.append([r["model"], r["dtype"], r["batch"], name, round(s["images_per_s"], 2),
-                                f"{s['min']:.2f}-{s['max']:.2f}", share(s, r), faults(s), round(r["peak_memory_gb"][name], 2)])
+                                f"{s['min']:.2f}-{s['max']:.2f}", share(s, r), faults(s), round(r["peak_memory_gb"][name], 2),
+                                compiler_gb(r, name)])
     ceilings = [[r["kind"], r["model"], r["dtype"], r["batch"], round(r["matmul_gflops_per_s"]),
                  round(r["ceiling_images_per_s"], 2)] for r in rows if "matmul_gflops_per_s" in r]
     targets = []
@@ -426,7 +451,10 @@ def report(rows: list[dict], out: Path) -> str:
         "### Inference (images/s, median of interleaved repetitions; share of the matrix-product ceiling)\n\n"
         + markdown_table(["model", "dtype", "batch", "contestant", "images/s", "min-max", "of ceiling", "page faults/call"], table),
         "### Training step (forward, backward, AdamW)\n\n"
-        + markdown_table(["model", "dtype", "batch", "contestant", "images/s", "min-max", "of ceiling", "page faults/call", "peak memory GB"], train_table),
+        + markdown_table(["model", "dtype", "batch", "contestant", "images/s", "min-max", "of ceiling", "page faults/call", "peak memory GB",
+                           "compiler GB"], train_table)
+        + "\n\n`peak memory GB`: what a training step adds to the weights (gradients, optimizer state, activations); "
+        "`compiler GB`: Inductor's own resident memory (its code and caches, the same for any model), not counted in it.",
         "### Matrix-product ceilings of this machine\n\ntorch.mm at the encoder's product shapes (q/k/v, projection, MLP) at "
         "each case's batch, in its precision; `of ceiling` above is a contestant's images/s over the images/s "
         "that this rate would give for the model's FLOPs (forward, or forward and backward).\n\n"

@@ -127,6 +127,8 @@ def test_speed_benchmark_measures_every_contestant_on_the_same_weights(tmp_path)
         assert max(r["max_abs_logit_diff"].values()) < 1e-4  # the same model, not merely the same shapes
     for r in training:
         assert all(gb > 0 for gb in r["peak_memory_gb"].values()) and r["matmul_gflops_per_s"] > 0
+        assert set(r["compiler_memory_gb"]) == {n for n in r["speeds"] if "compile" in n}  # none in --quick
+        assert all(s["page_faults_per_call"] >= 0 for s in r["speeds"].values())
     for r in data["runs"]:  # the ablations' store: a key per case, the environment in every record
         assert RECORD_FIELDS - {"seed", "config", "metrics", "wall_s"} <= set(r), set(r)
         assert isinstance(r["cpu_flags"], list)  # the instruction sets, which decide how CPUs compare
@@ -160,6 +162,16 @@ def test_speed_repetitions_rotate_so_that_no_contestant_always_follows_the_same_
     assert [timed[i * 3] for i in range(6)] == ["a", "b", "c", "a", "b", "c"]
     assert {n: s["reps"] for n, s in speeds.items()} == dict.fromkeys(names, 6)
     assert speeds["c"]["page_faults_per_call"] >= 4096 > 100 > speeds["a"]["page_faults_per_call"]
+
+
+def test_memory_probe_of_a_compiled_step_counts_the_compiler_apart():
+    """The compiled contestant's probe (a fresh process) loads the compiler on a trivial function first:
+    its memory is reported beside the training step's, not inside it."""
+    from benchmarks import speed
+
+    probe = speed.peak_memory_gb(0, "vitzoo+compile", 2, "float32", True, torch.device("cpu"))
+    assert probe["peak_gb"] > 0 and probe["compiler_gb"] > 0.01, probe
+    assert speed.peak_memory_gb(0, "vitzoo", 2, "float32", True, torch.device("cpu"))["compiler_gb"] == 0
 
 
 def test_ten_minute_benchmark_records_accuracy_settings_and_target(tmp_path):
