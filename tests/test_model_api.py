@@ -58,21 +58,53 @@ def test_attention_maps_are_probabilities_and_match_the_fast_path(tiny, pos_embe
 @pytest.mark.parametrize("pos_embed", ["learned_1d", "relative"])
 def test_bf16_attention_on_the_cpu_is_written_out_and_computes_what_sdpa_computes(tiny, pos_embed, monkeypatch):
     """In bfloat16 inference on the CPU the attention is softmax(q k^T / sqrt(d)) v written out (faster
-    there than SDPA's flash kernel): the same tokens as SDPA within bf16's rounding. Training keeps the
-    flash kernel, which stores no T x T probabilities for the backward pass."""
+    there than SDPA's flash kernel): the same tokens as SDPA within bf16's rounding. Eager training keeps
+    the flash kernel, which stores no T x T probabilities for the backward pass."""
     from vitzoo.layers import attention
 
     model = perturbed(vitzoo.create("vit_ti16", **tiny, pos_embed=pos_embed)).bfloat16()
+    dim = model.config.embed_dim
     image = torch.randn(2, 3, 32, 32, dtype=torch.bfloat16)
-    assert not attention.explicit_is_faster(model.embed(image)[0])  # it requires grad: a training step
+    assert not attention.explicit_is_faster(model.embed(image)[0], dim)  # it requires grad: a training step
     with torch.no_grad():
         tokens, grid = model.embed(image)
-    assert attention.explicit_is_faster(tokens) and not attention.explicit_is_faster(tokens.float())
+    assert attention.explicit_is_faster(tokens, dim) and not attention.explicit_is_faster(tokens.float(), dim)
     with torch.no_grad():
         written_out = model.encoder(tokens, grid)
-        monkeypatch.setattr(attention, "explicit_is_faster", lambda q: False)
+        monkeypatch.setattr(attention, "explicit_is_faster", lambda q, embed_dim: False)
         sdpa = model.encoder(tokens, grid)
     torch.testing.assert_close(written_out, sdpa, atol=3e-2, rtol=2e-2)
+
+
+def attention_ops(model, x, autocast_dtype):
+    """The attention operators in the graph that torch.compile traces of a training forward pass."""
+    ops = set()
+
+    def record(gm, example_inputs):
+        ops.update(str(n.target) for n in gm.graph.nodes if "attention" in str(n.target) or "softmax" in str(n.target))
+        return gm.forward
+
+    torch._dynamo.reset()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast_dtype is not None):
+        torch.compile(model.train(), backend=record)(x)
+    torch._dynamo.reset()
+    return ops
+
+
+@pytest.mark.parametrize("img_size, autocast_dtype, written_out", [
+    (32, torch.bfloat16, True),  # 2 heads x 17 tokens <= 4 x 32 dims: the probabilities are cheap to keep
+    (32, None, False),  # float32: the flash kernel is as fast
+    (96, torch.bfloat16, False),  # 2 heads x 145 tokens > 4 x 32: they would outweigh the other activations
+])
+def test_compiled_bf16_training_on_the_cpu_writes_the_attention_out_while_its_probabilities_are_small(
+        tiny, img_size, autocast_dtype, written_out):
+    """Compiled training (vitzoo.fast.compile_for_training) keeps the T x T probabilities for the written-out
+    attention's backward pass, 2.5x faster than the flash kernel's in bf16, as long as per token they are
+    at most four times the embedding."""
+    model = vitzoo.create("vit_ti16", **{**tiny, "img_size": img_size})
+    ops = attention_ops(model, torch.randn(2, 3, img_size, img_size), autocast_dtype)
+    sdpa = any("scaled_dot_product_attention" in op for op in ops)
+    assert sdpa != written_out and any("softmax" in op for op in ops) == written_out, ops
 
 
 def test_gradient_checkpointing_gives_the_same_gradients(tiny):
