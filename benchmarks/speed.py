@@ -1,6 +1,7 @@
 """Speed: vitzoo against timm and torchvision on the same architecture, weights and inputs.
 
     python -m benchmarks speed [--quick] [--device cpu|cuda|auto]
+    python -m benchmarks.speed [--only inference|training] [--quick] [--device ...]   (one kind of case)
 
 Every peer is built with random weights, vitzoo loads the same weights through its converters (and
 its logits are checked against the peer's), and repetitions of all contestants are interleaved in one
@@ -50,6 +51,8 @@ from vitzoo.io import write_text
 from vitzoo.precision import autocast
 
 OUT = RESULTS / "speed"
+# the compiled training step of a model that stores its attention probabilities (bf16 on the CPU)
+STORED_PROBABILITIES = "vitzoo+compile+stored_probabilities"
 DTYPES = {"float32": None, "bf16": torch.bfloat16}
 
 
@@ -291,10 +294,9 @@ def train_step_fn(model: torch.nn.Module, batch: int, img_size: int, dtype: torc
 
 
 def peak_memory_gb(case_index: int, contestant: str, batch: int, dtype_name: str, quick: bool, device: torch.device) -> dict:
-    """Peak memory a steady-state training step adds, in a fresh process per contestant (resident
-    memory on the CPU, allocated device memory on CUDA), so that no contestant inherits another's:
-    {"peak_gb": ..., "compiler_gb": ...}, the second the host memory of the compiler itself (zero for
-    eager contestants)."""
+    """Peak memory that training steps add, in a fresh process per contestant, so that no contestant
+    inherits another's: {"peak_gb": tensor bytes, "resident_gb": the process's resident memory,
+    "compiler_gb": the host memory of the compiler itself (zero for eager contestants)}."""
     cmd = [sys.executable, "-m", "benchmarks.speed", "--probe", str(case_index), contestant, str(batch), dtype_name,
            "--device", str(device)]
     if quick:
@@ -312,11 +314,13 @@ def probe(case_index: int, contestant: str, batch: int, dtype_name: str, quick: 
     peer = next(iter(case.peers.values()))()
     model = (converted(peer, case) if lib == "vitzoo" else case.peers[lib]()).to(device)
     del peer
-    fast = contestant == "vitzoo+compile"
+    fast = contestant.startswith("vitzoo+compile")
+    if contestant == STORED_PROBABILITIES:
+        model.set_attention_probabilities_stored(True)
     if fast:
         model = compile_for_training(model)
     # One forward and backward pass outside the measurement: a compiled model is compiled there, and
-    # what the compiler keeps (Inductor's code, the generated kernels: 0.1-0.3 GB resident, whatever
+    # what the compiler keeps (Inductor's code, the generated kernels: about 0.1 GB resident, whatever
     # the batch) is reported apart, as it is not memory that training adds
     release_freed_memory()
     held = resident_memory_gb()
@@ -324,23 +328,41 @@ def probe(case_index: int, contestant: str, batch: int, dtype_name: str, quick: 
     compiler_gb = resident_memory_gb() - held if fast else 0.0
     step = train_step_fn(model, batch, case.img_size, DTYPES[dtype_name], device, fused=fast)
     # What training adds to the model's weights: gradients, optimizer state and the activations of a
-    # step. The first step allocates the optimizer state; the peak is taken over two
-    # steady-state steps, measured from the memory held before the first.
-    before = torch.cuda.memory_allocated(device) / 2**30 if device.type == "cuda" else resident_memory_gb()
-    step()
-
-    def steps():
-        for _ in range(2):
-            step()
-        synchronize(device)
-
+    # step, over three steps (the first allocates the optimizer state). Counted in tensor bytes, which
+    # do not depend on the allocator's whims: the CUDA allocator's count, or on the CPU the profiler's
+    # record of every allocation and release. The resident memory's peak is recorded beside it (it
+    # also counts the C allocator's free heap: two probes of one contestant differ by up to 8%).
+    before = resident_memory_gb()
     if device.type == "cuda":
+        allocated = torch.cuda.memory_allocated(device)
         torch.cuda.reset_peak_memory_stats(device)
-        steps()
-        peak = torch.cuda.max_memory_allocated(device) / 2**30 - before
+        resident = peak_memory_growth_gb(lambda: three_steps(step, device), since_gb=before)
+        peak = (torch.cuda.max_memory_allocated(device) - allocated) / 2**30
     else:
-        peak = peak_memory_growth_gb(steps, since_gb=before)
-    print(json.dumps({"peak_gb": peak, "compiler_gb": compiler_gb}))
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            resident = peak_memory_growth_gb(lambda: three_steps(step, device), since_gb=before)
+        peak = peak_allocated_bytes(prof) / 2**30
+    print(json.dumps({"peak_gb": peak, "resident_gb": resident, "compiler_gb": compiler_gb}))
+
+
+def three_steps(step: Callable[[], None], device: torch.device) -> None:
+    for _ in range(3):
+        step()
+    synchronize(device)
+
+
+def peak_allocated_bytes(prof) -> int:
+    """The most bytes held at once by the tensors allocated while `prof` recorded (profile_memory=True),
+    from its allocation and release events in the order they happened."""
+    events = sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
+                    key=lambda e: e.start_ns())
+    held = peak = 0
+    for event in events:
+        held += event.nbytes()  # negative for a release
+        peak = max(peak, held)
+    return peak
 
 
 def warm_up(model: torch.nn.Module, batch: int, img_size: int, dtype: torch.dtype | None, device: torch.device) -> None:
@@ -375,23 +397,28 @@ def training(case_index: int, case: Case, batch: int, reps: int, quick: bool, co
         contestants = {"vitzoo": model, **peers}
         if compiled:  # (the peers are compiled for inference only: compiling the training step is slow here)
             contestants["vitzoo+compile"] = compile_for_training(model)
-        steps = {name: train_step_fn(m, batch, case.img_size, dtype, device, fused=name == "vitzoo+compile")
+            if dtype is not None and device.type == "cpu":  # where storing the probabilities changes the kernel
+                stored = copy.deepcopy(model)
+                stored.set_attention_probabilities_stored(True)
+                contestants[STORED_PROBABILITIES] = compile_for_training(stored)
+        steps = {name: train_step_fn(m, batch, case.img_size, dtype, device, fused=name.startswith("vitzoo+compile"))
                  for name, m in contestants.items()}
         speeds = interleaved(steps, reps, batch, device)
         probes = {name: peak_memory_gb(case_index, name, batch, dtype_name, quick, device) for name in contestants}
         memory = {name: p["peak_gb"] for name, p in probes.items()}
+        resident = {name: p["resident_gb"] for name, p in probes.items()}
         compiler = {name: p["compiler_gb"] for name, p in probes.items() if "compile" in name}
         rows.append({"kind": "training", "model": case.vitzoo_name, "dtype": dtype_name, "batch": batch,
                      "img_size": case.img_size, "gflops_per_image": gflops, "matmul_gflops_per_s": ceiling,
                      "ceiling_images_per_s": ceiling / gflops, "speeds": speeds, "peak_memory_gb": memory,
-                     "compiler_memory_gb": compiler})
+                     "peak_resident_gb": resident, "compiler_memory_gb": compiler})
         print(f"  training {case.vitzoo_name} {dtype_name} batch {batch}: "
               + ", ".join(f"{k} {v['images_per_s']:.2f}" for k, v in speeds.items()), flush=True)
     return rows
 
 
 # --------------------------------------------------------------------------------------- report
-FAST_PATHS = ("vitzoo", "vitzoo+compile", "vitzoo.fast", "vitzoo.fast+compile")  # the rows of the targets table
+FAST_PATHS = ("vitzoo", "vitzoo+compile", STORED_PROBABILITIES, "vitzoo.fast", "vitzoo.fast+compile")  # the rows of the targets table
 
 
 def share(speed: dict, row: dict) -> str:
@@ -405,9 +432,10 @@ def faults(speed: dict) -> str:
     return f"{speed['page_faults_per_call']:,}" if "page_faults_per_call" in speed else ""
 
 
-def compiler_gb(row: dict, contestant: str) -> str:
-    """The compiler's own memory in a compiled contestant's probe (blank for eager ones and older records)."""
-    gb = row.get("compiler_memory_gb", {}).get(contestant)
+def memory_gb(row: dict, field: str, contestant: str) -> str:
+    """A contestant's figure from one of a training row's memory fields (blank where it has none:
+    eager contestants have no compiler, older records no resident memory)."""
+    gb = row.get(field, {}).get(contestant)
     return "" if gb is None else f"{gb:.2f}"
 
 
@@ -445,8 +473,8 @@ def report(rows: list[dict], out: Path) -> str:
     for r in (r for r in rows if r["kind"] == "training"):
         for name, s in r["speeds"].items():
             train_table.append([r["model"], r["dtype"], r["batch"], name, round(s["images_per_s"], 2),
-                                f"{s['min']:.2f}-{s['max']:.2f}", share(s, r), faults(s), round(r["peak_memory_gb"][name], 2),
-                                compiler_gb(r, name)])
+                                f"{s['min']:.2f}-{s['max']:.2f}", share(s, r), faults(s), round(r["peak_memory_gb"][name], 3),
+                                memory_gb(r, "peak_resident_gb", name), memory_gb(r, "compiler_memory_gb", name)])
     ceilings = [[r["kind"], r["model"], r["dtype"], r["batch"], round(r["matmul_gflops_per_s"]),
                  round(r["ceiling_images_per_s"], 2)] for r in rows if "matmul_gflops_per_s" in r]
     targets = []
@@ -470,9 +498,12 @@ def report(rows: list[dict], out: Path) -> str:
         + markdown_table(["model", "dtype", "batch", "contestant", "images/s", "min-max", "of ceiling", "page faults/call"], table),
         "### Training step (forward, backward, AdamW)\n\n"
         + markdown_table(["model", "dtype", "batch", "contestant", "images/s", "min-max", "of ceiling", "page faults/call", "peak memory GB",
-                           "compiler GB"], train_table)
-        + "\n\n`peak memory GB`: what a training step adds to the weights (gradients, optimizer state, activations); "
-        "`compiler GB`: Inductor's own resident memory (its code and caches, the same for any model), not counted in it.",
+                           "resident GB", "compiler GB"], train_table)
+        + "\n\n`peak memory GB`: the most tensor bytes that training steps add to the weights at once (gradients, "
+        "optimizer state, activations; counted by the profiler on the CPU, by the allocator on CUDA), what the "
+        "memory ratios above compare; `resident GB`: the process's resident memory over the same steps, which also "
+        "counts the C allocator's free heap (two probes of one contestant differ by up to 8%); `compiler GB`: "
+        "Inductor's own resident memory (its code and caches), counted in neither.",
         "### Matrix-product ceilings of this machine\n\ntorch.mm at the encoder's product shapes (q/k/v, projection, MLP) at "
         "each case's batch, in its precision; `of ceiling` above is a contestant's images/s over the images/s "
         "that this rate would give for the model's FLOPs (forward, or forward and backward).\n\n"
@@ -502,7 +533,9 @@ def figure(rows: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def main(quick: bool = False, out: Path = OUT, device: str = "cpu") -> Path:
+def main(quick: bool = False, out: Path = OUT, device: str = "cpu", kinds: tuple[str, ...] = ("inference", "training")) -> Path:
+    """Measure the cases of `kinds` (both by default; the others keep their stored records) and write
+    the report of every stored record."""
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(device)
@@ -520,9 +553,9 @@ def main(quick: bool = False, out: Path = OUT, device: str = "cpu") -> Path:
         for row in rows:
             store.add({"key": case_key(row, quick), "quick": quick, **row, **env})
 
-    for case in plan["inference"]:
+    for case in plan["inference"] if "inference" in kinds else []:
         save(inference(case, batches, reps, None if quick else 8, device))
-    for i, case in enumerate(plan["training"]):
+    for i, case in enumerate(plan["training"] if "training" in kinds else []):
         batch = 2 if quick else (16 if case.vitzoo_name == "vit_s16" else 4) * (8 if device.type == "cuda" else 1)
         save(training(i, case, batch, reps, quick, not quick, device))
     rows = [r for r in store.runs if r.get("quick", False) == quick and r["device"] == str(device)]
@@ -536,4 +569,5 @@ if __name__ == "__main__":
     if argv[:1] == ["--probe"]:
         probe(int(argv[1]), argv[2], int(argv[3]), argv[4], "--quick" in argv, torch.device(device_arg))
     else:
-        main(quick="--quick" in argv, device=device_arg)
+        only = argv[argv.index("--only") + 1].split(",") if "--only" in argv else ["inference", "training"]
+        main(quick="--quick" in argv, device=device_arg, kinds=tuple(only))

@@ -127,6 +127,7 @@ def test_speed_benchmark_measures_every_contestant_on_the_same_weights(tmp_path)
         assert max(r["max_abs_logit_diff"].values()) < 1e-4  # the same model, not merely the same shapes
     for r in training:
         assert all(gb > 0 for gb in r["peak_memory_gb"].values()) and r["matmul_gflops_per_s"] > 0
+        assert set(r["peak_resident_gb"]) == set(r["peak_memory_gb"]) == set(r["speeds"])
         assert set(r["compiler_memory_gb"]) == {n for n in r["speeds"] if "compile" in n}  # none in --quick
         assert all(s["page_faults_per_call"] >= 0 for s in r["speeds"].values())
     for r in data["runs"]:  # the ablations' store: a key per case, the environment in every record
@@ -169,8 +170,8 @@ def test_memory_probe_of_a_compiled_step_counts_the_compiler_apart():
     its memory is reported beside the training step's, not inside it."""
     from benchmarks import speed
 
-    probe = speed.peak_memory_gb(0, "vitzoo+compile", 2, "float32", True, torch.device("cpu"))
-    assert probe["peak_gb"] > 0 and probe["compiler_gb"] > 0.01, probe
+    probe = speed.peak_memory_gb(0, speed.STORED_PROBABILITIES, 2, "bf16", True, torch.device("cpu"))
+    assert probe["peak_gb"] > 0 and probe["resident_gb"] > 0 and probe["compiler_gb"] > 0.01, probe
     assert speed.peak_memory_gb(0, "vitzoo", 2, "float32", True, torch.device("cpu"))["compiler_gb"] == 0
 
 

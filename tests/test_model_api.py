@@ -63,15 +63,14 @@ def test_bf16_attention_on_the_cpu_is_written_out_and_computes_what_sdpa_compute
     from vitzoo.layers import attention
 
     model = perturbed(vitzoo.create("vit_ti16", **tiny, pos_embed=pos_embed)).bfloat16()
-    dim = model.config.embed_dim
     image = torch.randn(2, 3, 32, 32, dtype=torch.bfloat16)
-    assert not attention.explicit_is_faster(model.embed(image)[0], dim)  # it requires grad: a training step
+    assert not attention.explicit_is_faster(model.embed(image)[0])  # it requires grad: a training step
     with torch.no_grad():
         tokens, grid = model.embed(image)
-    assert attention.explicit_is_faster(tokens, dim) and not attention.explicit_is_faster(tokens.float(), dim)
+    assert attention.explicit_is_faster(tokens) and not attention.explicit_is_faster(tokens.float())
     with torch.no_grad():
         written_out = model.encoder(tokens, grid)
-        monkeypatch.setattr(attention, "explicit_is_faster", lambda q, embed_dim: False)
+        monkeypatch.setattr(attention, "explicit_is_faster", lambda q, store_probabilities=False: False)
         sdpa = model.encoder(tokens, grid)
     torch.testing.assert_close(written_out, sdpa, atol=3e-2, rtol=2e-2)
 
@@ -91,18 +90,18 @@ def attention_ops(model, x, autocast_dtype):
     return ops
 
 
-@pytest.mark.parametrize("img_size, autocast_dtype, written_out", [
-    (32, torch.bfloat16, True),  # 2 heads x 17 tokens <= 4 x 32 dims: the probabilities are cheap to keep
-    (32, None, False),  # float32: the flash kernel is as fast
-    (96, torch.bfloat16, False),  # 2 heads x 145 tokens > 4 x 32: they would outweigh the other activations
+@pytest.mark.parametrize("stored, autocast_dtype, written_out", [
+    (False, torch.bfloat16, False),  # the default: the flash kernel, which stores no probabilities
+    (True, torch.bfloat16, True),  # asked to store them: written out, its backward 2.5x faster
+    (True, None, False),  # float32: the flash kernel is as fast, the probabilities are not worth storing
 ])
-def test_compiled_bf16_training_on_the_cpu_writes_the_attention_out_while_its_probabilities_are_small(
-        tiny, img_size, autocast_dtype, written_out):
-    """Compiled training (vitzoo.fast.compile_for_training) keeps the T x T probabilities for the written-out
-    attention's backward pass, 2.5x faster than the flash kernel's in bf16, as long as per token they are
-    at most four times the embedding."""
-    model = vitzoo.create("vit_ti16", **{**tiny, "img_size": img_size})
-    ops = attention_ops(model, torch.randn(2, 3, img_size, img_size), autocast_dtype)
+def test_training_writes_the_attention_out_only_when_asked_to_store_its_probabilities(
+        tiny, stored, autocast_dtype, written_out):
+    """`set_attention_probabilities_stored` trades the T x T probabilities of every layer for a faster
+    bf16 training step on the CPU; the traced graph of a training forward pass shows which attention runs."""
+    model = vitzoo.create("vit_ti16", **tiny)
+    model.set_attention_probabilities_stored(stored)
+    ops = attention_ops(model, torch.randn(2, 3, 32, 32), autocast_dtype)
     sdpa = any("scaled_dot_product_attention" in op for op in ops)
     assert sdpa != written_out and any("softmax" in op for op in ops) == written_out, ops
 

@@ -18,7 +18,7 @@ from vitzoo.config import ViTConfig
 from vitzoo.layers.init import xavier_uniform_blocks_
 
 
-def explicit_is_faster(q: torch.Tensor, embed_dim: int) -> bool:
+def explicit_is_faster(q: torch.Tensor, store_probabilities: bool = False) -> bool:
     """Whether the written-out attention beats `scaled_dot_product_attention` for these queries.
 
     On the CPU in bfloat16, SDPA's flash kernel runs one small matrix product per block of 64 queries
@@ -28,19 +28,14 @@ def explicit_is_faster(q: torch.Tensor, embed_dim: int) -> bool:
     or faster. On GPUs SDPA's fused kernels win in every precision.
 
     In training the written-out form keeps the T x T probabilities of every layer for the backward pass,
-    which the flash kernel never stores: eager training keeps the flash kernel (a ViT-S/16 bf16 step at
-    batch 16 peaked 6% higher than timm's with the probabilities). Compiled training
-    (`vitzoo.fast.compile_for_training`) holds fewer other activations, as Inductor fuses the
-    element-wise work, and takes the written-out form as long as the probabilities of a token (heads x T
-    values) are at most four times its embedding (ViT-S/16 and B/16 at 224 px: 3.1x; at 384 px, 577
-    tokens: 9x): the compiled ViT-S/16 bf16 step ran 1.2x faster than with the flash kernel.
+    which the flash kernel never stores (ViT-S/16 at batch 16: 90 MB, +10% of a step's peak tensor
+    memory; at 384 px, 577 tokens, 8.6x that). So training takes it only when the model was asked to
+    store them (`VisionTransformer.set_attention_probabilities_stored`): a compiled ViT-S/16 bf16 step
+    then ran 1.2x faster.
     """
     if q.device.type != "cpu" or q.dtype != torch.bfloat16:
         return False
-    if not q.requires_grad:
-        return True
-    heads, tokens = q.shape[1], q.shape[2]
-    return torch.compiler.is_compiling() and heads * tokens <= 4 * embed_dim
+    return not q.requires_grad or store_probabilities
 
 
 class Attention(nn.Module):
@@ -56,6 +51,7 @@ class Attention(nn.Module):
         nn.init.zeros_(self.qkv.bias)
         nn.init.zeros_(self.proj.bias)
         self.relative = relative  # a position embedding with in_attention=True, or None
+        self.store_probabilities = False  # in training, for the faster written-out form (see explicit_is_faster)
 
     def forward(
         self, x: torch.Tensor, grid: tuple[int, int], attn_maps: list[torch.Tensor] | None = None
@@ -64,7 +60,7 @@ class Attention(nn.Module):
         q, k, v = self.qkv(x).view(batch, tokens, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         bias = self.relative(q, grid) if self.relative is not None else None
         dropout = self.attn_dropout if self.training else 0.0
-        if attn_maps is None and not explicit_is_faster(q, dim):
+        if attn_maps is None and not explicit_is_faster(q, self.store_probabilities):
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout)
         else:
             # scaling q (T x d) costs less than scaling the logits (T x T); k is copied out of the fused
