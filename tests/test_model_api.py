@@ -75,6 +75,27 @@ def test_bf16_attention_on_the_cpu_is_written_out_and_computes_what_sdpa_compute
     torch.testing.assert_close(written_out, sdpa, atol=3e-2, rtol=2e-2)
 
 
+@pytest.mark.parametrize("pos_embed", ["learned_1d", "relative"])
+def test_bf16_inference_writes_large_batches_out_in_chunks_with_the_same_tokens(tiny, pos_embed, monkeypatch):
+    """A batch whose T x T logits exceed CHUNK_LOGITS is written out a few images at a time (fresh
+    30 MB tensors at every layer cost page faults): the tokens are those of the batch at once."""
+    from vitzoo.layers import attention
+
+    model = perturbed(vitzoo.create("vit_ti16", **tiny, pos_embed=pos_embed)).bfloat16()
+    image = torch.randn(5, 3, 32, 32, dtype=torch.bfloat16)
+    with torch.inference_mode():
+        tokens, grid = model.embed(image)
+        whole = model.encoder(tokens, grid)
+        chunk_sizes = []
+        monkeypatch.setattr(attention, "CHUNK_LOGITS", 2 * 2 * 17 * 17)  # two images of 2 heads x 17 tokens
+        original = attention.Attention.softmax_attention
+        monkeypatch.setattr(attention.Attention, "softmax_attention",
+                            lambda self, q, *args, **kwargs: chunk_sizes.append(len(q)) or original(self, q, *args, **kwargs))
+        chunked = model.encoder(tokens, grid)
+    assert chunk_sizes == [2, 2, 1] * model.config.depth
+    torch.testing.assert_close(chunked, whole, atol=0, rtol=0)
+
+
 def attention_ops(model, x, autocast_dtype):
     """The attention operators in the graph that torch.compile traces of a training forward pass."""
     ops = set()

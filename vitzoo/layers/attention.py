@@ -62,14 +62,35 @@ class Attention(nn.Module):
         dropout = self.attn_dropout if self.training else 0.0
         if attn_maps is None and not explicit_is_faster(q, self.store_probabilities):
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout)
+        elif attn_maps is None and not q.requires_grad and batch > (step := images_per_chunk(q)):
+            out = torch.empty_like(q, memory_format=torch.contiguous_format)
+            for i in range(0, batch, step):
+                part = bias[i : i + step] if bias is not None and bias.shape[0] == batch else bias
+                self.softmax_attention(q[i : i + step], k[i : i + step], v[i : i + step], part, out=out[i : i + step])
         else:
-            # scaling q (T x d) costs less than scaling the logits (T x T); k is copied out of the fused
-            # projection row by row, which costs less than the transposing copy the product would make
-            logits = (q * self.head_dim**-0.5) @ k.contiguous().transpose(-2, -1)
-            if bias is not None:
-                logits = logits + bias
-            probs = logits.softmax(dim=-1)
-            if attn_maps is not None:
-                attn_maps.append(probs.detach())
-            out = F.dropout(probs, self.attn_dropout, self.training) @ v
+            out = self.softmax_attention(q, k, v, bias, attn_maps)
         return self.proj(out.transpose(1, 2).reshape(batch, tokens, dim))
+
+    def softmax_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
+                          attn_maps: list[torch.Tensor] | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+        """softmax(q k^T / sqrt(d) + bias) v, written out."""
+        # scaling q (T x d) costs less than scaling the logits (T x T); k is copied out of the fused
+        # projection row by row, which costs less than the transposing copy the product would make
+        logits = (q * self.head_dim**-0.5) @ k.contiguous().transpose(-2, -1)
+        if bias is not None:
+            logits = logits + bias
+        probs = logits.softmax(dim=-1)
+        if attn_maps is not None:
+            attn_maps.append(probs.detach())
+        return torch.matmul(F.dropout(probs, self.attn_dropout, self.training), v, out=out)
+
+
+# Inference writes the attention out for at most this many logits at once (8 MiB in bf16): a ViT-B/16
+# batch of 8 in one go, a batch of 32 in four chunks. All 32 at once made two 30 MB T x T tensors per
+# layer, which the C allocator maps afresh at every call: 2.3x the page faults of timm's forward pass.
+CHUNK_LOGITS = 2**22
+
+
+def images_per_chunk(q: torch.Tensor) -> int:
+    heads, tokens = q.shape[1], q.shape[2]
+    return max(1, CHUNK_LOGITS // (heads * tokens * tokens))
