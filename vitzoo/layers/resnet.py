@@ -70,13 +70,15 @@ class StdConv2d(nn.Conv2d):
         # in float32 whatever the weight's dtype: bf16 weights (vitzoo.fast) round the result once,
         # not the mean, the scale and each step in between
         w, dtype = w.float(), w.dtype
-        mean = w.mean(dim=(1, 2, 3), keepdim=True)
         eps = self.numerics.ws_eps
         if self.numerics.ws_eps_in_sqrt:
-            scale = torch.sqrt(w.var(dim=(1, 2, 3), keepdim=True, correction=0) + eps)
-        else:
-            scale = w.std(dim=(1, 2, 3), keepdim=True, correction=0) + eps
-        return ((w - mean) / scale).to(dtype)
+            # (w - mean) / sqrt(var + eps) per filter is batch normalisation with the filters as channels:
+            # one fused kernel each way, which keeps for the backward pass the weight and two numbers per
+            # filter instead of a centred copy of the weight
+            flat = F.batch_norm(w.reshape(1, w.shape[0], -1), None, None, training=True, momentum=0.0, eps=eps)
+            return flat.reshape(w.shape).to(dtype)
+        std, mean = torch.std_mean(w, dim=(1, 2, 3), keepdim=True, correction=0)  # one pass over the weight
+        return ((w - mean) / (std + eps)).to(dtype)
 
     def standardized_weight(self) -> torch.Tensor:
         w = self.weight
