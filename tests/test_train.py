@@ -240,6 +240,15 @@ def test_optimizer_is_fused_on_cpu_and_steps_like_the_reference(recipe):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=lambda m: f"{name}: {m}")
 
 
+def test_memory_options_reach_the_model():
+    """--grad-checkpointing and --store-attention-probabilities trade memory and speed on the built model."""
+    for stored in (False, True):
+        cfg = tiny_config(grad_checkpointing=stored, store_attention_probabilities=stored)
+        model = loop.build_model(cfg, {**TINY, "num_classes": 10})
+        assert model.encoder.grad_checkpointing == stored
+        assert [block.attn.store_probabilities for block in model.encoder.blocks] == [stored] * 2
+
+
 def test_paper_finetune_replaces_head_and_interpolates_pos_embed(tmp_path):
     fit(tiny_config(tmp_path / "pre", steps=3))
     pre = vitzoo.from_pretrained(tmp_path / "pre" / "run")

@@ -107,6 +107,9 @@ class TrainConfig(Options):
     precision: str = _help("auto (bf16 on GPUs that have it natively, fp16 on other CUDA GPUs, fp32 elsewhere) | fp32 | bf16 | fp16 (CUDA)", default="auto")
     compile: bool = _help("torch.compile the model", default=False)
     grad_checkpointing: bool = _help("recompute blocks in the backward pass to save memory", default=False)
+    store_attention_probabilities: bool = _help(
+        "bf16 on the CPU: keep the attention's T x T probabilities for the backward pass, a faster step for more memory",
+        default=False)
     seed: int = _help("random seed (model init, data order, augmentation)", default=0)
     # output
     out: str | None = _help("run directory (None: write nothing)", default=None)

@@ -155,6 +155,8 @@ def build_model(cfg: TrainConfig, options: dict[str, Any]) -> vitzoo.VisionTrans
         model.reset_classifier(options["num_classes"], head="linear")  # zero-initialised
     if cfg.grad_checkpointing:
         model.set_grad_checkpointing(True)
+    if cfg.store_attention_probabilities:
+        model.set_attention_probabilities_stored(True)
     return model
 
 
