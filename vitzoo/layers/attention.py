@@ -1,11 +1,11 @@
 """Multi-head self-attention, the MSA of eq. (2).
 
 q, k and v come from one fused projection (one matrix product instead of three). The attention is
-`scaled_dot_product_attention`, except in bfloat16 on the CPU where it is slower (`explicit_is_faster`)
-and when the caller wants the attention probabilities: there it is softmax(q k^T / sqrt(d)) v written out, two
-batched matrix products and a softmax, as PyTorch's fused multi-head-attention inference kernel
-(which torchvision's encoder uses) computes it. A relative position bias, when the model has one,
-enters as the additive mask of either.
+`scaled_dot_product_attention`, except where that is slower (bfloat16 on the CPU: `explicit_is_faster`)
+and when the caller wants the attention probabilities: there it is softmax(q k^T / sqrt(d)) v written
+out, two batched matrix products and a softmax, as PyTorch's fused multi-head-attention inference
+kernel (which torchvision's encoder uses) computes it; large inference batches a few images at a time
+(`CHUNK_LOGITS`). A relative position bias, when the model has one, enters as the additive mask of either.
 """
 
 from __future__ import annotations
