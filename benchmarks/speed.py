@@ -8,18 +8,19 @@ its logits are checked against the peer's), and repetitions of all contestants a
 process, so that a change of machine load hits all of them alike. Reported: median images/s and the
 spread (min-max) over repetitions, float32 and bf16 autocast, inference at batch 1, 8 and 32, a
 training step (forward, backward, AdamW), the peak memory training adds to the weights (gradients,
-optimizer state, activations; resident memory of a fresh child process per contestant; for a
-compiled contestant, the compiler's own memory is measured apart), minor page faults per call, and each
-contestant's share of the matrix-product ceiling: the rate torch.mm reaches, in the same run and
-precision, at the encoder's own product shapes (q/k/v, projection, the MLP's two layers at that
-batch), so that CPUs whose matrix units differ (e.g. 430 vs 835 GFLOP/s in bf16) can be read side by
-side. Every record carries the CPU's model, family and instruction-set flags.
+optimizer state, activations: tensor bytes, and resident memory beside them, in a fresh child process
+per contestant; for a compiled contestant, the compiler's own memory is measured apart), minor page
+faults per call, and each contestant's share of the matrix-product ceiling: the rate torch.mm
+reaches, in the same run and precision, at the encoder's own product shapes (q/k/v, projection, the
+MLP's two layers at that batch), so that CPUs whose matrix units differ (e.g. 430 vs 835 GFLOP/s in
+bf16) can be read side by side. Every record carries the CPU's model, family and instruction-set flags.
 
 Contestants: `vitzoo` (eager), `vitzoo+compile` (`vitzoo.fast`: Inductor with frozen weights for
 inference; for training a compiled step with AdamW's fused kernel, as `vitzoo train` has it), in bf16 `vitzoo.fast` (`vitzoo.fast.for_inference`: weights cast
 to bf16 once, no autocast) and, at batch 8, `vitzoo.fast+compile` (the same, compiled with frozen
-weights), and each peer eager; for inference at batch 8 the peers are also
-compiled the same way, so that the effect of the compiler and the effect of the implementation can be
+weights), for bf16 training on the CPU `vitzoo+compile+stored_probabilities` (the compiled step of a
+model with `set_attention_probabilities_stored()`), and each peer eager; for inference at batch 8 the
+peers are also compiled the same way, so that the effect of the compiler and the effect of the implementation can be
 told apart. On CUDA the timings synchronise the device, peak memory is the allocator's, and vitzoo
 is also timed with each of scaled_dot_product_attention's kernels forced (`vitzoo[flash]`,
 `vitzoo[mem_efficient]`, `vitzoo[cudnn]`, `vitzoo[math]`); training batches are 8x larger there.
@@ -53,6 +54,12 @@ from vitzoo.precision import autocast
 OUT = RESULTS / "speed"
 # the compiled training step of a model that stores its attention probabilities (bf16 on the CPU)
 STORED_PROBABILITIES = "vitzoo+compile+stored_probabilities"
+
+
+def compiled_training_step(contestant: str) -> bool:
+    """Whether a training contestant is vitzoo's compiled step (with AdamW's fused kernel, as `vitzoo
+    train --compile` has it), with or without stored attention probabilities."""
+    return contestant.startswith("vitzoo+compile")
 DTYPES = {"float32": None, "bf16": torch.bfloat16}
 
 
@@ -314,7 +321,7 @@ def probe(case_index: int, contestant: str, batch: int, dtype_name: str, quick: 
     peer = next(iter(case.peers.values()))()
     model = (converted(peer, case) if lib == "vitzoo" else case.peers[lib]()).to(device)
     del peer
-    fast = contestant.startswith("vitzoo+compile")
+    fast = compiled_training_step(contestant)
     if contestant == STORED_PROBABILITIES:
         model.set_attention_probabilities_stored(True)
     if fast:
@@ -336,13 +343,16 @@ def probe(case_index: int, contestant: str, batch: int, dtype_name: str, quick: 
     if device.type == "cuda":
         allocated = torch.cuda.memory_allocated(device)
         torch.cuda.reset_peak_memory_stats(device)
-        resident = peak_memory_growth_gb(lambda: three_steps(step, device), since_gb=before)
-        peak = (torch.cuda.max_memory_allocated(device) - allocated) / 2**30
+        recorder = contextlib.nullcontext()
     else:
         from torch.profiler import ProfilerActivity, profile
 
-        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-            resident = peak_memory_growth_gb(lambda: three_steps(step, device), since_gb=before)
+        recorder = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+    with recorder as prof:
+        resident = peak_memory_growth_gb(lambda: three_steps(step, device), since_gb=before)
+    if device.type == "cuda":
+        peak = (torch.cuda.max_memory_allocated(device) - allocated) / 2**30
+    else:
         peak = peak_allocated_bytes(prof) / 2**30
     print(json.dumps({"peak_gb": peak, "resident_gb": resident, "compiler_gb": compiler_gb}))
 
@@ -401,13 +411,13 @@ def training(case_index: int, case: Case, batch: int, reps: int, quick: bool, co
                 stored = copy.deepcopy(model)
                 stored.set_attention_probabilities_stored(True)
                 contestants[STORED_PROBABILITIES] = compile_for_training(stored)
-        steps = {name: train_step_fn(m, batch, case.img_size, dtype, device, fused=name.startswith("vitzoo+compile"))
+        steps = {name: train_step_fn(m, batch, case.img_size, dtype, device, fused=compiled_training_step(name))
                  for name, m in contestants.items()}
         speeds = interleaved(steps, reps, batch, device)
         probes = {name: peak_memory_gb(case_index, name, batch, dtype_name, quick, device) for name in contestants}
         memory = {name: p["peak_gb"] for name, p in probes.items()}
         resident = {name: p["resident_gb"] for name, p in probes.items()}
-        compiler = {name: p["compiler_gb"] for name, p in probes.items() if "compile" in name}
+        compiler = {name: p["compiler_gb"] for name, p in probes.items() if compiled_training_step(name)}
         rows.append({"kind": "training", "model": case.vitzoo_name, "dtype": dtype_name, "batch": batch,
                      "img_size": case.img_size, "gflops_per_image": gflops, "matmul_gflops_per_s": ceiling,
                      "ceiling_images_per_s": ceiling / gflops, "speeds": speeds, "peak_memory_gb": memory,

@@ -166,8 +166,8 @@ def test_speed_repetitions_rotate_so_that_no_contestant_always_follows_the_same_
 
 
 def test_memory_probe_of_a_compiled_step_counts_the_compiler_apart():
-    """The compiled contestant's probe (a fresh process) loads the compiler on a trivial function first:
-    its memory is reported beside the training step's, not inside it."""
+    """The compiled contestant's probe (a fresh process) compiles in a warm-up pass before measuring: the
+    compiler's memory is reported beside the training step's, not inside it."""
     from benchmarks import speed
 
     probe = speed.peak_memory_gb(0, speed.STORED_PROBABILITIES, 2, "bf16", True, torch.device("cpu"))
