@@ -51,13 +51,13 @@ def test_training_compiled_gives_the_same_loss_and_gradients(tiny):
         assert torch.allclose(p.grad, q.grad, atol=1e-4), name
 
 
-def test_training_compiled_in_bf16_with_stored_probabilities_gives_the_loss_and_gradients_of_eager_bf16(tiny):
-    """Under bf16 autocast, the compiled step of a model that stores its attention probabilities writes
-    the attention out (the eager one takes the flash kernel): the same loss and gradients within bf16's
-    rounding."""
+@pytest.mark.parametrize("stored", [False, True], ids=["recomputed", "stored"])
+def test_training_compiled_in_bf16_gives_the_loss_and_gradients_of_eager_bf16(tiny, stored):
+    """Under bf16 autocast the compiled step writes the attention out, its probabilities recomputed in
+    the backward pass or stored: the loss and gradients of the eager step within bf16's rounding."""
     model = perturbed(tiny).train()
     twin = copy.deepcopy(model)
-    twin.set_attention_probabilities_stored(True)
+    twin.set_attention_probabilities_stored(stored)
     fast = compile_for_training(twin)
     x, y = torch.randn(4, 3, 32, 32), torch.tensor([0, 1, 2, 3])
     losses = []

@@ -57,20 +57,18 @@ def test_attention_maps_are_probabilities_and_match_the_fast_path(tiny, pos_embe
 
 @pytest.mark.parametrize("pos_embed", ["learned_1d", "relative"])
 def test_bf16_attention_on_the_cpu_is_written_out_and_computes_what_sdpa_computes(tiny, pos_embed, monkeypatch):
-    """In bfloat16 inference on the CPU the attention is softmax(q k^T / sqrt(d)) v written out (faster
-    there than SDPA's flash kernel): the same tokens as SDPA within bf16's rounding. Eager training keeps
-    the flash kernel, which stores no T x T probabilities for the backward pass."""
+    """In bfloat16 on the CPU the attention is softmax(q k^T / sqrt(d)) v written out (faster there than
+    SDPA's flash kernel): the same tokens as SDPA within bf16's rounding. Float32 keeps SDPA."""
     from vitzoo.layers import attention
 
     model = perturbed(vitzoo.create("vit_ti16", **tiny, pos_embed=pos_embed)).bfloat16()
     image = torch.randn(2, 3, 32, 32, dtype=torch.bfloat16)
-    assert not attention.explicit_is_faster(model.embed(image)[0])  # it requires grad: a training step
     with torch.no_grad():
         tokens, grid = model.embed(image)
     assert attention.explicit_is_faster(tokens) and not attention.explicit_is_faster(tokens.float())
     with torch.no_grad():
         written_out = model.encoder(tokens, grid)
-        monkeypatch.setattr(attention, "explicit_is_faster", lambda q, store_probabilities=False: False)
+        monkeypatch.setattr(attention, "explicit_is_faster", lambda q: False)
         sdpa = model.encoder(tokens, grid)
     torch.testing.assert_close(written_out, sdpa, atol=3e-2, rtol=2e-2)
 
@@ -111,20 +109,69 @@ def attention_ops(model, x, autocast_dtype):
     return ops
 
 
-@pytest.mark.parametrize("stored, autocast_dtype, written_out", [
-    (False, torch.bfloat16, False),  # the default: the flash kernel, which stores no probabilities
-    (True, torch.bfloat16, True),  # asked to store them: written out, its backward 2.5x faster
-    (True, None, False),  # float32: the flash kernel is as fast, the probabilities are not worth storing
-])
-def test_training_writes_the_attention_out_only_when_asked_to_store_its_probabilities(
-        tiny, stored, autocast_dtype, written_out):
-    """`set_attention_probabilities_stored` trades the T x T probabilities of every layer for a faster
-    bf16 training step on the CPU; the traced graph of a training forward pass shows which attention runs."""
+@pytest.mark.parametrize("stored", [False, True])
+@pytest.mark.parametrize("autocast_dtype", [torch.bfloat16, None], ids=["bf16", "float32"])
+def test_training_traces_the_attention_of_its_precision(tiny, stored, autocast_dtype):
+    """The graph torch.compile traces of a training forward pass writes the attention out in bf16 on the
+    CPU, stored probabilities or not, and takes SDPA's flash kernel in float32."""
     model = vitzoo.create("vit_ti16", **tiny)
     model.set_attention_probabilities_stored(stored)
     ops = attention_ops(model, torch.randn(2, 3, 32, 32), autocast_dtype)
-    sdpa = any("scaled_dot_product_attention" in op for op in ops)
-    assert sdpa != written_out and any("softmax" in op for op in ops) == written_out, ops
+    assert any("scaled_dot_product_attention" in op for op in ops) == (autocast_dtype is None), ops
+
+
+def saved_for_backward(model, x):
+    """The shapes of the floating-point tensors that a bf16 training forward pass of `model` keeps for its
+    backward pass, and the gradients of that pass."""
+    shapes = []
+
+    def pack(tensor):
+        if tensor.is_floating_point():  # not the relative position bias's index of offsets
+            shapes.append(tuple(tensor.shape))
+        return tensor
+
+    model.zero_grad(set_to_none=True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor), torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = model.train()(x).float().square().mean()
+    loss.backward()
+    return shapes, {name: p.grad.clone() for name, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("pos_embed", ["learned_1d", "relative"])
+def test_bf16_training_keeps_the_attention_probabilities_only_when_asked_and_recomputes_them_exactly(tiny, pos_embed):
+    """In bf16 training on the CPU the written-out attention keeps no T x T tensor for the backward pass,
+    which recomputes the probabilities from q and k, as the flash kernel does; a model asked to store
+    them keeps one per layer (a little faster, for their memory). Recomputed or stored, the gradients
+    are the same to the bit."""
+    model = perturbed(vitzoo.create("vit_ti16", **tiny, pos_embed=pos_embed, attn_dropout=0.0))
+    x = torch.randn(3, 3, 32, 32)  # 3 images, 2 heads, 17 tokens: (3, 2, 17, 17) probabilities per layer
+
+    def probabilities(shapes):
+        return [shape for shape in shapes if shape == (3, 2, 17, 17)]
+
+    recomputed, recomputed_grads = saved_for_backward(model, x)
+    model.set_attention_probabilities_stored(True)
+    stored, stored_grads = saved_for_backward(model, x)
+    assert probabilities(recomputed) == [] and len(probabilities(stored)) >= model.config.depth
+    for name, grad in stored_grads.items():
+        torch.testing.assert_close(recomputed_grads[name], grad, atol=0, rtol=0, msg=name)
+
+
+def test_bf16_training_with_attention_dropout_recomputes_the_same_mask(tiny):
+    """Recomputed in the backward pass, the attention's dropout draws the forward pass's mask again: the
+    gradients are those of the model that stores its probabilities (and with them the mask), from the same seed."""
+    model = perturbed(vitzoo.create("vit_ti16", **tiny, attn_dropout=0.3))
+    x = torch.randn(3, 3, 32, 32)
+    torch.manual_seed(1)
+    _, recomputed = saved_for_backward(model, x)
+    model.set_attention_probabilities_stored(True)
+    torch.manual_seed(1)
+    _, stored = saved_for_backward(model, x)
+    torch.manual_seed(2)
+    _, other_mask = saved_for_backward(model, x)
+    for name, grad in stored.items():
+        torch.testing.assert_close(recomputed[name], grad, atol=0, rtol=0, msg=name)
+    assert any(not torch.equal(other_mask[name], grad) for name, grad in stored.items())
 
 
 def test_gradient_checkpointing_gives_the_same_gradients(tiny):

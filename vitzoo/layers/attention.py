@@ -5,37 +5,34 @@ q, k and v come from one fused projection (one matrix product instead of three).
 and when the caller wants the attention probabilities: there it is softmax(q k^T / sqrt(d)) v written
 out, two batched matrix products and a softmax, as PyTorch's fused multi-head-attention inference
 kernel (which torchvision's encoder uses) computes it; large inference batches a few images at a time
-(`CHUNK_LOGITS`). A relative position bias, when the model has one, enters as the additive mask of either.
-"""
+(`CHUNK_LOGITS`). In training the written-out form keeps no T x T tensor for the backward pass, which
+recomputes the probabilities from q and k, as the flash kernel does (no more memory than it), unless
+the model was asked to store them (`VisionTransformer.set_attention_probabilities_stored`: a little
+faster, for the memory of every layer's probabilities). A relative position bias, when the model has
+one, enters as the additive mask of either."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from vitzoo.config import ViTConfig
 from vitzoo.layers.init import xavier_uniform_blocks_
 
 
-def explicit_is_faster(q: torch.Tensor, store_probabilities: bool = False) -> bool:
+def explicit_is_faster(q: torch.Tensor) -> bool:
     """Whether the written-out attention beats `scaled_dot_product_attention` for these queries.
 
     On the CPU in bfloat16, SDPA's flash kernel runs one small matrix product per block of 64 queries
     (ViT's 197 tokens make four blocks per head), each converting its tiles; two batched products and
     a softmax were 1.1-1.3x faster for the attention of ViT-S/16 and ViT-B/16 at batch 8 in inference,
-    and 2.5x in a training step (forward and backward), while in float32 the flash kernel is as fast
-    or faster. On GPUs SDPA's fused kernels win in every precision.
-
-    In training the written-out form keeps the T x T probabilities of every layer for the backward pass,
-    which the flash kernel never stores (ViT-S/16 at batch 16: 90 MB, +10% of a step's peak tensor
-    memory; at 384 px, 577 tokens, 8.6x that). So training takes it only when the model was asked to
-    store them (`VisionTransformer.set_attention_probabilities_stored`): a compiled ViT-S/16 bf16 step
-    then ran 1.2x faster.
+    and 1.9x in training (forward and backward at ViT-S/16's shapes, batch 16), the probabilities
+    recomputed in the backward pass as the flash kernel recomputes them. In float32 the flash kernel
+    is as fast or faster (1.5x in training), and on GPUs SDPA's fused kernels win in every precision.
     """
-    if q.device.type != "cpu" or q.dtype != torch.bfloat16:
-        return False
-    return not q.requires_grad or store_probabilities
+    return q.device.type == "cpu" and q.dtype == torch.bfloat16
 
 
 class Attention(nn.Module):
@@ -51,34 +48,38 @@ class Attention(nn.Module):
         nn.init.zeros_(self.qkv.bias)
         nn.init.zeros_(self.proj.bias)
         self.relative = relative  # a position embedding with in_attention=True, or None
-        self.store_probabilities = False  # in training, for the faster written-out form (see explicit_is_faster)
+        self.store_probabilities = False  # keep the written-out form's T x T probabilities for the backward pass
 
     def forward(
         self, x: torch.Tensor, grid: tuple[int, int], attn_maps: list[torch.Tensor] | None = None
     ) -> torch.Tensor:
         batch, tokens, dim = x.shape
         q, k, v = self.qkv(x).view(batch, tokens, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        bias = self.relative(q, grid) if self.relative is not None else None
-        dropout = self.attn_dropout if self.training else 0.0
-        if attn_maps is None and not explicit_is_faster(q, self.store_probabilities):
+        if attn_maps is None and not explicit_is_faster(q):
+            bias = self.relative(q, grid) if self.relative is not None else None
+            dropout = self.attn_dropout if self.training else 0.0
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout)
         elif attn_maps is None and not q.requires_grad and batch > (step := images_per_chunk(q)):
             out = torch.empty_like(q, memory_format=torch.contiguous_format)
             for i in range(0, batch, step):
-                part = bias[i : i + step] if bias is not None and bias.shape[0] == batch else bias
-                self.softmax_attention(q[i : i + step], k[i : i + step], v[i : i + step], part, out=out[i : i + step])
+                self.softmax_attention(q[i : i + step], k[i : i + step], v[i : i + step], grid, out=out[i : i + step])
+        elif attn_maps is None and q.requires_grad and not self.store_probabilities:
+            # the backward pass recomputes the probabilities (and a relative position bias) from q and k,
+            # as the flash kernel does, but whole rows at a time: no T x T tensor is kept for it, and
+            # dropout draws the same mask again
+            out = checkpoint(self.softmax_attention, q, k, v, grid, use_reentrant=False)
         else:
-            out = self.softmax_attention(q, k, v, bias, attn_maps)
+            out = self.softmax_attention(q, k, v, grid, attn_maps)
         return self.proj(out.transpose(1, 2).reshape(batch, tokens, dim))
 
-    def softmax_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
+    def softmax_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grid: tuple[int, int],
                           attn_maps: list[torch.Tensor] | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
-        """softmax(q k^T / sqrt(d) + bias) v, written out."""
+        """softmax(q k^T / sqrt(d) + the relative position bias, if any) v, written out."""
         # scaling q (T x d) costs less than scaling the logits (T x T); k is copied out of the fused
         # projection row by row, which costs less than the transposing copy the product would make
         logits = (q * self.head_dim**-0.5) @ k.contiguous().transpose(-2, -1)
-        if bias is not None:
-            logits = logits + bias
+        if self.relative is not None:
+            logits = logits + self.relative(q, grid)
         probs = logits.softmax(dim=-1)
         if attn_maps is not None:
             attn_maps.append(probs.detach())
