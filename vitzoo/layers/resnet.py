@@ -129,10 +129,12 @@ class Bottleneck(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         residual = self.gn_proj(self.conv_proj(x)) if self.needs_projection else x
-        y = F.relu(self.gn1(self.conv1(x)))
-        y = F.relu(self.gn2(self.conv2(y)))
+        # in place on GroupNorm's output, which its backward pass does not need (it keeps its input):
+        # no fresh feature map per ReLU and per residual sum
+        y = F.relu(self.gn1(self.conv1(x)), inplace=True)
+        y = F.relu(self.gn2(self.conv2(y)), inplace=True)
         y = self.gn3(self.conv3(y))
-        return F.relu(residual + y)
+        return F.relu(y.add_(residual), inplace=True)
 
 
 class ResNet(nn.Module):
@@ -162,7 +164,7 @@ class ResNet(nn.Module):
         self.stride = 4 * 2 ** max(len(layers) - 1, 0)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = F.relu(self.gn_root(self.conv_root(x)))
+        x = F.relu(self.gn_root(self.conv_root(x)), inplace=True)
         x = F.max_pool2d(pad_same(x, 3, 2, value=float("-inf")), kernel_size=3, stride=2)
         for stage in self.stages:
             x = stage(x)
