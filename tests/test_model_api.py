@@ -141,7 +141,7 @@ def saved_for_backward(model, x):
 def test_bf16_training_keeps_the_attention_probabilities_only_when_asked_and_recomputes_them_exactly(tiny, pos_embed):
     """In bf16 training on the CPU the written-out attention keeps no T x T tensor for the backward pass,
     which recomputes the probabilities from q and k, as the flash kernel does; a model asked to store
-    them keeps one per layer (a little faster, for their memory). Recomputed or stored, the gradients
+    them keeps one per layer (their memory, for no reliable gain in speed). Recomputed or stored, the gradients
     are the same to the bit."""
     model = perturbed(vitzoo.create("vit_ti16", **tiny, pos_embed=pos_embed, attn_dropout=0.0))
     x = torch.randn(3, 3, 32, 32)  # 3 images, 2 heads, 17 tokens: (3, 2, 17, 17) probabilities per layer
