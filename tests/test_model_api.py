@@ -157,6 +157,26 @@ def test_bf16_training_keeps_the_attention_probabilities_only_when_asked_and_rec
         torch.testing.assert_close(recomputed_grads[name], grad, atol=0, rtol=0, msg=name)
 
 
+@pytest.mark.parametrize("pos_embed", ["learned_1d", "relative"])
+def test_bf16_gradients_under_torch_func_are_those_of_backward(tiny, pos_embed):
+    """torch.func's transforms (per-sample gradients) cannot run the recomputation's saved-tensor hooks:
+    under them the attention stores its probabilities, and torch.func.grad gives backward's gradients."""
+    from torch.func import functional_call, grad
+
+    model = perturbed(vitzoo.create("vit_ti16", **tiny, pos_embed=pos_embed)).train()
+    x = torch.randn(3, 3, 32, 32)
+    _, expected = saved_for_backward(model, x)
+
+    def loss(params):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return functional_call(model, params, (x,)).float().square().mean()
+
+    gradients = grad(loss)({name: p.detach() for name, p in model.named_parameters()})
+    assert gradients.keys() == expected.keys()
+    for name, gradient in gradients.items():
+        torch.testing.assert_close(gradient, expected[name], atol=0, rtol=0, msg=name)
+
+
 def test_bf16_training_with_attention_dropout_recomputes_the_same_mask(tiny):
     """Recomputed in the backward pass, the attention's dropout draws the forward pass's mask again: the
     gradients are those of the model that stores its probabilities (and with them the mask), from the same seed."""

@@ -35,6 +35,12 @@ def explicit_is_faster(q: torch.Tensor) -> bool:
     return q.device.type == "cpu" and q.dtype == torch.bfloat16
 
 
+def in_torch_func() -> bool:
+    """Whether a torch.func transform (grad, vjp, vmap of grad: per-sample gradients) is running. Its
+    transforms do not support the saved-tensor hooks of a checkpoint: there the probabilities are stored."""
+    return torch._C._are_functorch_transforms_active()
+
+
 class Attention(nn.Module):
     def __init__(self, config: ViTConfig, relative: nn.Module | None = None) -> None:
         super().__init__()
@@ -63,7 +69,7 @@ class Attention(nn.Module):
             out = torch.empty_like(q, memory_format=torch.contiguous_format)
             for i in range(0, batch, step):
                 self.softmax_attention(q[i : i + step], k[i : i + step], v[i : i + step], grid, out=out[i : i + step])
-        elif attn_maps is None and q.requires_grad and not self.store_probabilities:
+        elif attn_maps is None and q.requires_grad and not self.store_probabilities and not in_torch_func():
             # the backward pass recomputes the probabilities (and a relative position bias) from q and k,
             # as the flash kernel does, but whole rows at a time: no T x T tensor is kept for it, and
             # dropout draws the same mask again
