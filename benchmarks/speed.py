@@ -60,6 +60,8 @@ def compiled_training_step(contestant: str) -> bool:
     """Whether a training contestant is vitzoo's compiled step (with AdamW's fused kernel, as `vitzoo
     train --compile` has it), with or without stored attention probabilities."""
     return contestant.startswith("vitzoo+compile")
+
+
 DTYPES = {"float32": None, "bf16": torch.bfloat16}
 
 
