@@ -24,6 +24,70 @@ def test_forward_is_features_then_head(tiny):
     assert model.forward_head(tokens, pre_logits=True).shape == (2, 32)
 
 
+def shapes_seen_by(module, run):
+    """The shapes of the inputs `module` receives while `run()` runs."""
+    shapes = []
+    handle = module.register_forward_hook(lambda mod, args, out: shapes.append(tuple(args[0].shape)))
+    try:
+        run()
+    finally:
+        handle.remove()
+    return shapes
+
+
+@pytest.mark.parametrize("options", [
+    dict(), dict(pos_embed="relative"), dict(pos_embed="learned_2d", pos_embed_mode="every_layer"),
+    dict(pos_embed="none"), dict(pool="gap"), dict(head="mlp", representation_size=16),
+], ids=["learned_1d", "relative", "every_layer", "none", "gap", "mlp_head"])
+def test_forward_computes_the_last_block_only_for_the_tokens_the_pool_reads(tiny, options):
+    """A class-token pool reads one token of the last block's output: `forward` computes that block's
+    MLP and attention output for the class token alone (its keys and values still come from every
+    token), with the logits and gradients of the whole computation; a pool over all tokens gets them all."""
+    model = perturbed(vitzoo.create("vit_ti16", **tiny, **options))
+    x = torch.randn(3, 3, 32, 32)
+    last_mlp = model.encoder.blocks[-1].mlp
+    tokens = 1 if model.config.pool == "token" else 16
+    assert shapes_seen_by(last_mlp, lambda: model(x)) == [(3, tokens, 32)]
+    assert shapes_seen_by(last_mlp, lambda: model.forward_features(x)) == [(3, tokens if tokens == 16 else 17, 32)]
+    torch.testing.assert_close(model(x), model.forward_head(model.forward_features(x)), atol=1e-5, rtol=1e-5)
+
+    def gradients(loss):
+        model.zero_grad(set_to_none=True)
+        loss().square().sum().backward()
+        return {name: p.grad.clone() for name, p in model.named_parameters()}
+
+    model.train()  # dropout is off in the tiny model: both passes compute the same function
+    whole = gradients(lambda: model.forward_head(model.forward_features(x)))
+    for name, grad in gradients(lambda: model(x)).items():
+        torch.testing.assert_close(grad, whole[name], atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_count_flops_counts_every_token_or_what_forward_computes(tiny):
+    """The paper's compute counts every token through every layer; `forward` skips the patch tokens'
+    MLP, attention output and queries in the last block when only the class token is pooled."""
+    config = vitzoo.get_config("vit_ti16", **tiny)
+    tokens, dim, mlp = 17, 32, 64
+    # per spared token: the query (d x d), the attention's output projection (d x d), the MLP (2 d x mlp),
+    # and the product of its query with the keys and its probabilities with the values (2 x T x d)
+    spared = 2 * (tokens - 1) * (dim * dim + dim * dim + 2 * dim * mlp + 2 * tokens * dim)
+    assert vitzoo.count_flops(config) - vitzoo.count_flops(config, computed=True) == spared
+    gap = config.replace(pool="gap")
+    assert vitzoo.count_flops(gap, computed=True) == vitzoo.count_flops(gap)
+
+
+def test_an_attention_bias_without_a_row_per_query_is_named(tiny):
+    """An in-attention position embedding must give one bias row per query it is given: in the last
+    block only the class token's; one that ignores its queries' number is reported by name."""
+    from vitzoo.registry import PluginError
+
+    model = vitzoo.create("vit_ti16", **tiny, pos_embed="relative")
+    relative = model.encoder.blocks[-1].attn.relative
+    relative.forward = lambda q, grid: torch.zeros(1, q.shape[1], 17, 17)  # one row per token, always
+    with pytest.raises(PluginError, match=r"RelativePositionBias returned an attention bias of shape \(1, 2, 17, 17\) "
+                                          r"for queries of shape \(1, 2, 1, 16\)"):
+        model(torch.randn(1, 3, 32, 32))
+
+
 def test_reset_classifier_gives_a_zero_head_and_updates_the_config(tiny):
     model = perturbed(vitzoo.create("vit_ti16", **tiny, head="mlp", representation_size=16))
     model.reset_classifier(3)
@@ -145,9 +209,10 @@ def test_bf16_training_keeps_the_attention_probabilities_only_when_asked_and_rec
     are the same to the bit."""
     model = perturbed(vitzoo.create("vit_ti16", **tiny, pos_embed=pos_embed, attn_dropout=0.0))
     x = torch.randn(3, 3, 32, 32)  # 3 images, 2 heads, 17 tokens: (3, 2, 17, 17) probabilities per layer
+    # (the last layer's (3, 2, 1, 17): only the class token's output is pooled)
 
     def probabilities(shapes):
-        return [shape for shape in shapes if shape == (3, 2, 17, 17)]
+        return [shape for shape in shapes if len(shape) == 4 and shape[:2] == (3, 2) and shape[3] == 17]
 
     recomputed, recomputed_grads = saved_for_backward(model, x)
     model.set_attention_probabilities_stored(True)

@@ -99,17 +99,19 @@ def count_params(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def count_flops(config: ViTConfig, backward: bool = False) -> int:
+def count_flops(config: ViTConfig, backward: bool = False, computed: bool = False) -> int:
     """FLOPs of one image through the model of `config` (forward, or forward and backward), counted by
     torch.utils.flop_counter on the meta device: nothing is allocated, and attention runs there as
-    matrix products the counter sees (a CPU's fused attention kernel is invisible to it)."""
+    matrix products the counter sees (a CPU's fused attention kernel is invisible to it). Every token
+    goes through every layer, as the paper counts compute, although `forward` skips the last block's
+    patch-token outputs when only the class token is pooled (`computed=True` counts what it computes)."""
     from torch.utils.flop_counter import FlopCounterMode
 
     with torch.device("meta"):
         model = VisionTransformer(config).train(backward)
     x = torch.empty(1, config.in_chans, *config.img_size, device="meta")
     with FlopCounterMode(display=False) as counter, torch.set_grad_enabled(backward):
-        out = model(x)
+        out = model(x) if computed else model.forward_head(model.forward_features(x))
         if backward:
             out.sum().backward()
     return counter.get_total_flops()

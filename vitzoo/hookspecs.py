@@ -56,8 +56,9 @@ def vitzoo_pos_embeds() -> dict[str, type[nn.Module]]:
     - ``in_attention: bool``. False: ``forward(x: Tensor[B, T, D], grid) -> Tensor[B, T, D]`` returns
       the tokens with position information added; the first ``num_prefix_tokens`` tokens (the class
       token) have no grid position. True: one instance is built per encoder block and
-      ``forward(q: Tensor[B, heads, T, head_dim], grid) -> Tensor[B or 1, heads, T, T]`` returns a bias
-      added to that block's attention logits.
+      ``forward(q: Tensor[B, heads, Q, head_dim], grid) -> Tensor[B or 1, heads, Q, T]`` returns a bias
+      added to that block's attention logits. The queries are those of the first Q tokens: Q = T,
+      except in the last block when the pool reads only the class token (``tokens_read``).
     - ``resample(grid)``: adapt the parameters in place to a new token grid. ``forward`` with a grid
       other than the current one must work too (for `dynamic_img_size`), without changing parameters.
     - optional classmethod ``check(config)`` raising `ConfigError`.
@@ -69,7 +70,9 @@ def vitzoo_pools() -> dict[str, type[nn.Module]]:
     """Pooling: how the normed token sequence becomes one vector per image (y of eq. 4).
 
     Contract of ``Pool(config: ViTConfig)``: ``num_prefix_tokens: int`` (how many class tokens the
-    model must prepend, 0 or 1) and ``forward(x: Tensor[B, T, D]) -> Tensor[B, D]``.
+    model must prepend, 0 or 1) and ``forward(x: Tensor[B, T, D]) -> Tensor[B, D]``. Optional
+    ``tokens_read: int``: the pool reads only the first ``tokens_read`` tokens, and the model's forward
+    then passes it ``x: Tensor[B, tokens_read, D]``, computing the last block for those tokens alone.
     """
 
 

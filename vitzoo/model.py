@@ -6,7 +6,10 @@
     logits = head(y)
 
 `forward_features` returns the normed tokens, `forward_head` pools them and applies the head (the
-split that feature extraction, linear probes and fine-tuning need).
+split that feature extraction, linear probes and fine-tuning need). `forward` computes what
+`forward_head(forward_features(x))` computes, but when the pool reads only the class token the last
+block skips the patch tokens' outputs, which nothing reads (6.9% of ViT-B/16's FLOPs); hooks on that
+block's MLP see the class token alone.
 """
 
 from __future__ import annotations
@@ -140,7 +143,8 @@ class VisionTransformer(nn.Module):
         return self.head(x, pre_logits=pre_logits)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.forward_head(self.forward_features(x))
+        tokens, grid = self.embed(x)
+        return self.forward_head(self.encoder(tokens, grid, outputs=getattr(self.pool, "tokens_read", None)))
 
     @torch.no_grad()
     def get_attention_maps(self, x: torch.Tensor) -> list[torch.Tensor]:

@@ -19,6 +19,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from vitzoo.config import ViTConfig
+from vitzoo.registry import PluginError
 from vitzoo.layers.init import xavier_uniform_blocks_
 
 
@@ -56,16 +57,31 @@ class Attention(nn.Module):
         self.relative = relative  # a position embedding with in_attention=True, or None
         self.store_probabilities = False  # keep the written-out form's T x T probabilities for the backward pass
 
-    def forward(
-        self, x: torch.Tensor, grid: tuple[int, int], attn_maps: list[torch.Tensor] | None = None
-    ) -> torch.Tensor:
+    def project(self, x: torch.Tensor, queries: int | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q, k and v, each (B, heads, tokens, head_dim); q only for the first `queries` tokens if given."""
         batch, tokens, dim = x.shape
-        q, k, v = self.qkv(x).view(batch, tokens, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        if queries is None:
+            return self.qkv(x).view(batch, tokens, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        # the fused projection's rows are [q; k; v]: the queries from their tokens alone, k and v from all
+        # (those few rows copied: a strided input made torch.func's product round other than backward's)
+        weight, bias = self.qkv.weight, self.qkv.bias
+        q = F.linear(x[:, :queries].contiguous(), weight[:dim], bias[:dim]).view(batch, queries, self.num_heads, self.head_dim)
+        k, v = F.linear(x, weight[dim:], bias[dim:]).view(batch, tokens, 2, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        return q.transpose(1, 2), k, v
+
+    def forward(
+        self, x: torch.Tensor, grid: tuple[int, int], attn_maps: list[torch.Tensor] | None = None,
+        queries: int | None = None,
+    ) -> torch.Tensor:
+        """The attention output of every token, or of the first `queries` tokens only (each still
+        attending to every token): (B, T or queries, D)."""
+        batch = x.shape[0]
+        q, k, v = self.project(x, queries)
         if attn_maps is None and not explicit_is_faster(q):
-            bias = self.relative(q, grid) if self.relative is not None else None
+            bias = self.position_bias(q, grid)
             dropout = self.attn_dropout if self.training else 0.0
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout)
-        elif attn_maps is None and not q.requires_grad and batch > (step := images_per_chunk(q)):
+        elif attn_maps is None and not q.requires_grad and batch > (step := images_per_chunk(q, k)):
             out = torch.empty_like(q, memory_format=torch.contiguous_format)
             for i in range(0, batch, step):
                 self.softmax_attention(q[i : i + step], k[i : i + step], v[i : i + step], grid, out=out[i : i + step])
@@ -76,7 +92,21 @@ class Attention(nn.Module):
             out = checkpoint(self.softmax_attention, q, k, v, grid, use_reentrant=False)
         else:
             out = self.softmax_attention(q, k, v, grid, attn_maps)
-        return self.proj(out.transpose(1, 2).reshape(batch, tokens, dim))
+        return self.proj(out.transpose(1, 2).flatten(2))
+
+    def position_bias(self, q: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor | None:
+        """The relative position bias of these queries to every token, if the model has one."""
+        if self.relative is None:
+            return None
+        bias = self.relative(q, grid)
+        if bias.shape[-2] != q.shape[2]:
+            raise PluginError(
+                f"the position embedding {type(self.relative).__name__} returned an attention bias of shape "
+                f"{tuple(bias.shape)} for queries of shape {tuple(q.shape)}; an in-attention position embedding "
+                "must return one row per query, (B or 1, heads, queries, tokens): the last block passes only "
+                "the class token's queries when the pool reads nothing else (see vitzoo.hookspecs)"
+            )
+        return bias
 
     def softmax_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grid: tuple[int, int],
                           attn_maps: list[torch.Tensor] | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -85,7 +115,7 @@ class Attention(nn.Module):
         # projection row by row, which costs less than the transposing copy the product would make
         logits = (q * self.head_dim**-0.5) @ k.contiguous().transpose(-2, -1)
         if self.relative is not None:
-            logits = logits + self.relative(q, grid)
+            logits = logits + self.position_bias(q, grid)
         probs = logits.softmax(dim=-1)
         if attn_maps is not None:
             attn_maps.append(probs.detach())
@@ -98,6 +128,6 @@ class Attention(nn.Module):
 CHUNK_LOGITS = 2**22
 
 
-def images_per_chunk(q: torch.Tensor) -> int:
-    heads, tokens = q.shape[1], q.shape[2]
-    return max(1, CHUNK_LOGITS // (heads * tokens * tokens))
+def images_per_chunk(q: torch.Tensor, k: torch.Tensor) -> int:
+    heads, queries, tokens = q.shape[1], q.shape[2], k.shape[2]
+    return max(1, CHUNK_LOGITS // (heads * queries * tokens))

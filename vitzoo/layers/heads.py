@@ -13,6 +13,7 @@ class ClassTokenPool(nn.Module):
     """y = z_L^0: the representation is the (normed) class token."""
 
     num_prefix_tokens = 1
+    tokens_read = 1  # the model's last block need not compute the patch tokens' outputs
 
     def __init__(self, config: ViTConfig) -> None:
         super().__init__()

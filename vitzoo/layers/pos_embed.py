@@ -159,8 +159,9 @@ class RelativePositionBias(nn.Module):
             table, index = self.table, self.index
         else:
             table, index = self._table(grid), self._offset_index(grid).to(q.device)
-        logits = torch.einsum("bhtd,rhd->bhtr", q, table.to(q.dtype)) * self.scale  # (B, H, T, offsets)
-        return logits.gather(-1, index.expand(*q.shape[:3], -1))
+        logits = torch.einsum("bhtd,rhd->bhtr", q, table.to(q.dtype)) * self.scale  # (B, H, queries, offsets)
+        # the queries may be those of the first tokens only (the class token's, in the last block)
+        return logits.gather(-1, index[: q.shape[2]].expand(*q.shape[:3], -1))
 
     @torch.no_grad()
     def resample(self, grid: tuple[int, int]) -> None:
