@@ -1,7 +1,8 @@
 """Fast paths that compute what the plain model computes, only faster.
 
 The eager model is already lean (one fused q/k/v projection, the attention kernel that is fastest for
-the device and precision, weight standardization computed once in eval mode). Two things remain:
+the device and precision, the last block computed for the pooled class token alone, weight
+standardization computed once in eval mode). Two things remain:
 
 - Under bf16 autocast every matrix product casts its float32 weight to bf16 at every call (a ViT-B/16
   forward casts 86M weights each time). `for_inference` casts the weights once, in place.
