@@ -14,9 +14,9 @@ standardization computed once in eval mode). Two things remain:
   pre-packed for oneDNN on CPU (cuBLAS-friendly on CUDA), bias/GELU/residual adds fused. The model
   must not be trained afterwards through the returned module (the weights are baked in).
 - `compile_for_training`: Inductor for the forward and backward passes (a ViT-S/16 bf16 step on the
-  CPU: 1.20x timm's eager step at 0.99x its peak tensor memory). `model.set_attention_probabilities_stored()`
-  keeps the attention's T x T probabilities instead of recomputing them (+10% memory there; -4% to +4%
-  in speed in our runs).
+  CPU: 1.29-1.30x timm's eager step at 0.95x its peak tensor memory). `model.set_attention_probabilities_stored()`
+  keeps the attention's T x T probabilities instead of recomputing them (+10% memory there, 0.5-3%
+  faster in our runs).
 
 Compilation happens at the first call (tens of seconds on a small CPU); `example` triggers it at once.
 """

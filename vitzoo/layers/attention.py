@@ -8,7 +8,7 @@ kernel (which torchvision's encoder uses) computes it; large inference batches a
 (`CHUNK_LOGITS`). In training the written-out form keeps no T x T tensor for the backward pass, which
 recomputes the probabilities from q and k, as the flash kernel does (no more memory than it), unless
 the model was asked to store them (`VisionTransformer.set_attention_probabilities_stored`: the memory
-of every layer's probabilities, for a step from 4% slower to 4% faster in our runs). A relative
+of every layer's probabilities, for a compiled step 0.5-3% faster in our runs). A relative
 position bias, when the model has one, enters as the additive mask of either."""
 
 from __future__ import annotations
