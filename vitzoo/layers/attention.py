@@ -114,8 +114,9 @@ class Attention(nn.Module):
         # scaling q (T x d) costs less than scaling the logits (T x T); k is copied out of the fused
         # projection row by row, which costs less than the transposing copy the product would make
         logits = (q * self.head_dim**-0.5) @ k.contiguous().transpose(-2, -1)
-        if self.relative is not None:
-            logits = logits + self.position_bias(q, grid)
+        bias = self.position_bias(q, grid)
+        if bias is not None:
+            logits = logits + bias
         probs = logits.softmax(dim=-1)
         if attn_maps is not None:
             attn_maps.append(probs.detach())
