@@ -8,8 +8,10 @@ from pathlib import Path
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    # every argument, --help included, is the benchmarks' own: no prefix character is this parser's, so
+    # nothing is read as an option here (argparse.REMAINDER alone refuses a leading "--help")
     p = sub.add_parser("bench", help="run the paper's ablations (python -m benchmarks; needs a checkout)",
-                       add_help=False)
+                       add_help=False, prefix_chars="\0")
     p.add_argument("args", nargs=argparse.REMAINDER)
     p.set_defaults(func=run)
 
