@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import vitzoo
-from vitzoo.config import ConfigError
+from vitzoo.errors import ConfigError
 
 # The eight cells of the paper's Table 8 (position embedding x injection mode).
 TABLE_8 = [

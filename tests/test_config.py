@@ -5,7 +5,8 @@ import json
 import pytest
 
 import vitzoo
-from vitzoo.config import ConfigError, ViTConfig
+from vitzoo.config import ViTConfig
+from vitzoo.errors import ConfigError
 from vitzoo.train import TrainConfig
 
 

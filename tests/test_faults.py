@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from hub_testing import TOKEN, hermetic_hub_environment, tiny  # tests/hub_testing.py
 
 import vitzoo
-from vitzoo.config import ConfigError
-
-from hub_testing import TOKEN, hermetic_hub_environment, tiny  # tests/hub_testing.py
+from vitzoo.errors import ConfigError
 
 
 def same_outputs(a, b) -> bool:
@@ -159,7 +158,7 @@ def within(seconds: float, call):
 def test_a_pull_from_a_silent_server_stops_and_says_how_to_work_offline(hermetic_hub, silent_server, monkeypatch):
     """A pull from a server that accepts and never answers stops after the Hub timeout with a HubError
     naming the server, VITZOO_HUB_TIMEOUT and how to work offline (HF_HUB_OFFLINE=1, a local path)."""
-    from vitzoo.hub import HubError
+    from vitzoo.errors import HubError
 
     monkeypatch.setenv("HF_ENDPOINT", silent_server)
     with pytest.raises(HubError, match=rf"(?s){silent_server} did not answer within 1 s.*VITZOO_HUB_TIMEOUT.*HF_HUB_OFFLINE=1.*local"):
@@ -169,7 +168,7 @@ def test_a_pull_from_a_silent_server_stops_and_says_how_to_work_offline(hermetic
 def test_a_push_to_a_silent_server_stops(hermetic_hub, silent_server, monkeypatch):
     """A push to a server that accepts and never answers stops after the Hub timeout with a HubError
     naming the server."""
-    from vitzoo.hub import HubError
+    from vitzoo.errors import HubError
 
     monkeypatch.setenv("HF_ENDPOINT", silent_server)
     with pytest.raises(HubError, match=rf"{silent_server} did not answer within 1 s"):
@@ -192,7 +191,7 @@ def test_a_cached_model_loads_when_the_server_is_silent(hermetic_hub, silent_ser
 def test_a_hub_timeout_that_is_no_number_of_seconds_is_refused(hermetic_hub, monkeypatch):
     """VITZOO_HUB_TIMEOUT must be a finite number of seconds above 0; anything else is a HubError that
     says so, before anything is sent."""
-    from vitzoo.hub import HubError
+    from vitzoo.errors import HubError
 
     for text in ("0", "-1", "nan", "inf", "soon"):
         monkeypatch.setenv("VITZOO_HUB_TIMEOUT", text)
@@ -222,7 +221,8 @@ def test_a_revision_git_refuses_is_refused_before_anything_is_sent(hermetic_hub,
     a part starting with `.` or ending in `.lock`, `@{`, `@`, control characters, space, `~^:?*[\\`)
     is a HubError naming it, whether it comes after the @ of a reference or as `revision=`, on pull
     and on push, before any request: nothing is written into the cache or beside it."""
-    from vitzoo.hub import HubError, download
+    from vitzoo.errors import HubError
+    from vitzoo.hub import download
 
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens: a request would fail otherwise
     if revision:
@@ -378,7 +378,7 @@ def test_resume_with_a_damaged_latest_pointer_uses_the_newest_complete_checkpoin
 def test_resume_with_a_damaged_pointer_and_no_complete_checkpoint_stops(tmp_path):
     """With the pointer naming a missing checkpoint and none complete left, resume stops with a
     CheckpointError that says so, instead of starting again from step 0; nothing is deleted."""
-    from vitzoo.weights import CheckpointError
+    from vitzoo.errors import CheckpointError
 
     run = stopped_run(tmp_path)
     (run / "checkpoints" / "step_00000004" / "state.pt").unlink()
@@ -405,7 +405,7 @@ def test_resume_from_a_truncated_checkpoint_names_it_and_uses_the_previous_one(t
 def test_resume_from_the_only_checkpoint_truncated_stops_and_keeps_it(tmp_path):
     """When the only checkpoint is truncated, resume stops with a CheckpointError naming the file; the
     checkpoint is kept for the user to restore."""
-    from vitzoo.weights import CheckpointError
+    from vitzoo.errors import CheckpointError
 
     run = stopped_run(tmp_path)
     path = run / "checkpoints" / "step_00000004" / "model.safetensors"
@@ -503,7 +503,8 @@ def test_eval_reports_a_bad_number_option_before_loading_anything(tmp_path, caps
 def test_a_nan_loss_from_the_normalisation_does_not_advise_a_lower_learning_rate(tmp_path):
     """A loss that is NaN because the normalised images are not finite (here a std so small that
     x / std overflows) says so and names mean and std; it does not advise lowering the learning rate."""
-    from vitzoo.train import TrainingDiverged, fit
+    from vitzoo.errors import TrainingDiverged
+    from vitzoo.train import fit
 
     config = train_config(tmp_path / "run", model_options={**RUN_TINY, "std": 1e-45})
     with pytest.raises(TrainingDiverged, match="normalised images hold NaN or infinite values") as err:
@@ -514,7 +515,7 @@ def test_a_nan_loss_from_the_normalisation_does_not_advise_a_lower_learning_rate
 # ------------------------------------------------------------------ should fix: foreign and unreadable files
 def test_an_empty_npz_is_not_a_checkpoint(tmp_path):
     """An empty .npz file is a CheckpointError saying it is not a checkpoint (not a bare EOFError)."""
-    from vitzoo.weights import CheckpointError
+    from vitzoo.errors import CheckpointError
 
     (tmp_path / "empty.npz").write_bytes(b"")
     with pytest.raises(CheckpointError, match="empty.npz is not a checkpoint: the file is empty"):
@@ -525,7 +526,7 @@ def test_an_empty_npz_is_not_a_checkpoint(tmp_path):
 def test_a_random_npz_is_not_a_checkpoint_and_pickles_are_never_advised(tmp_path, content):
     """An .npz that is not a zip archive is not a checkpoint; numpy's advice to allow pickles (an
     unsafe fix) is never passed on."""
-    from vitzoo.weights import CheckpointError
+    from vitzoo.errors import CheckpointError
 
     (tmp_path / "random.npz").write_bytes(content)
     with pytest.raises(CheckpointError, match="is not a checkpoint: the file is not a zip archive") as err:
@@ -537,7 +538,7 @@ def test_an_npz_of_python_objects_is_not_a_checkpoint(tmp_path):
     """An .npz holding object arrays (pickled Python objects) is not a checkpoint; they are never loaded."""
     import numpy as np
 
-    from vitzoo.weights import CheckpointError
+    from vitzoo.errors import CheckpointError
 
     np.savez(tmp_path / "objects.npz", a=np.array([{"x": 1}], dtype=object))
     with pytest.raises(CheckpointError, match="not a checkpoint: it holds pickled Python objects, which vitzoo never loads"):
@@ -548,7 +549,7 @@ def test_a_truncated_npz_is_damaged(tmp_path):
     """A zip archive cut short is reported as damaged or truncated."""
     import numpy as np
 
-    from vitzoo.weights import CheckpointError
+    from vitzoo.errors import CheckpointError
 
     np.savez(tmp_path / "full.npz", a=np.zeros(1000))
     data = (tmp_path / "full.npz").read_bytes()
@@ -560,7 +561,7 @@ def test_a_truncated_npz_is_damaged(tmp_path):
 def test_an_unreadable_weights_file_is_not_called_damaged(tmp_path):
     """A weights file the system will not read (here: a directory where the file belongs) is reported
     with the system's reason, not as damaged."""
-    from vitzoo.weights import CheckpointError
+    from vitzoo.errors import CheckpointError
 
     tiny().save_pretrained(tmp_path / "saved")
     (tmp_path / "saved" / "model.safetensors").unlink()
@@ -572,7 +573,7 @@ def test_an_unreadable_weights_file_is_not_called_damaged(tmp_path):
 
 def test_a_config_json_that_is_not_utf8_says_so(tmp_path):
     """A config.json with bytes that are not UTF-8 is a CheckpointError naming the file."""
-    from vitzoo.weights import CheckpointError
+    from vitzoo.errors import CheckpointError
 
     tiny().save_pretrained(tmp_path / "saved")
     (tmp_path / "saved" / "config.json").write_bytes(b'{"format": "vitzoo", "model": {"act": "\xff"}}')
@@ -591,7 +592,7 @@ def test_a_config_json_that_is_not_utf8_says_so(tmp_path):
 def test_a_config_json_with_wrong_types_names_the_file_and_the_problem(tmp_path, document, error, fragment):
     """A saved config.json whose values have the wrong types gives a typed error (ConfigError for a
     model option, CheckpointError for the file's layout) naming the file, not a bare TypeError."""
-    from vitzoo.weights import CheckpointError
+    from vitzoo.errors import CheckpointError
 
     tiny().save_pretrained(tmp_path / "saved")
     (tmp_path / "saved" / "config.json").write_text(document)
@@ -674,7 +675,7 @@ def test_a_crash_in_fewshot_evaluation_still_leaves_the_weights_and_summary(tmp_
 # ------------------------------------------------------------------ should fix: Hub errors that say what is wrong
 def test_a_push_without_a_token_says_none_was_sent(hermetic_hub, monkeypatch):
     """A push with no token anywhere says a token is needed and none was sent (not that it was refused)."""
-    from vitzoo.hub import HubError
+    from vitzoo.errors import HubError
     from vitzoo.testing.hubserver import HubServer
 
     monkeypatch.setattr("huggingface_hub.get_token", lambda: None)
@@ -687,7 +688,7 @@ def test_a_push_without_a_token_says_none_was_sent(hermetic_hub, monkeypatch):
 
 def test_a_push_with_hf_hub_offline_says_offline_forbids_it(hermetic_hub, monkeypatch):
     """A push with HF_HUB_OFFLINE=1 says that the setting forbids it, not anything about the cache."""
-    from vitzoo.hub import HubError
+    from vitzoo.errors import HubError
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(HubError, match="HF_HUB_OFFLINE=1 forbids talking to the Hub.*unset HF_HUB_OFFLINE") as err:
@@ -698,7 +699,7 @@ def test_a_push_with_hf_hub_offline_says_offline_forbids_it(hermetic_hub, monkey
 @pytest.mark.parametrize("endpoint", ["notaurl", "ftp://example.org", "http://"])
 def test_an_endpoint_that_is_not_a_url_says_so(hermetic_hub, monkeypatch, endpoint):
     """HF_ENDPOINT that is not an http(s) URL is a HubError saying so, on pull and on push."""
-    from vitzoo.hub import HubError
+    from vitzoo.errors import HubError
 
     monkeypatch.setenv("HF_ENDPOINT", endpoint)
     with pytest.raises(HubError, match="is not an http\\(s\\) URL"):
@@ -710,7 +711,7 @@ def test_an_endpoint_that_is_not_a_url_says_so(hermetic_hub, monkeypatch, endpoi
 @pytest.mark.parametrize("repo_id", ["org/a..b", "org/name--x", "org/" + "a" * 100, "org/-x"])
 def test_a_repo_name_the_hub_rejects_is_the_same_hub_error_on_pull_and_push(hermetic_hub, monkeypatch, repo_id):
     """A repository name the Hub would reject is one HubError, the same on pull and on push."""
-    from vitzoo.hub import HubError
+    from vitzoo.errors import HubError
 
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
     with pytest.raises(HubError, match="is not a valid Hub repo id") as pulled:

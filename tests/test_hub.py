@@ -12,14 +12,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from hub_testing import TOKEN, hermetic_hub_environment, tiny  # tests/hub_testing.py
 from huggingface_hub import constants
 
 import vitzoo
-from vitzoo.hub import HubError, download, parse
+from vitzoo.errors import CheckpointError, HubError
+from vitzoo.hub import download, parse
 from vitzoo.testing.hubserver import HubServer
-from vitzoo.weights import CheckpointError
-
-from hub_testing import TOKEN, hermetic_hub_environment, tiny  # tests/hub_testing.py
 
 
 @pytest.fixture(autouse=True)

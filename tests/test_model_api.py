@@ -5,7 +5,7 @@ import torch
 
 import vitzoo
 from vitzoo import InputError
-from vitzoo.config import ConfigError
+from vitzoo.errors import ConfigError
 
 
 def perturbed(model):
@@ -79,7 +79,7 @@ def test_count_flops_counts_every_token_or_what_forward_computes(tiny):
 def test_an_attention_bias_without_a_row_per_query_is_named(tiny):
     """An in-attention position embedding must give one bias row per query it is given: in the last
     block only the class token's; one that ignores its queries' number is reported by name."""
-    from vitzoo.registry import PluginError
+    from vitzoo.errors import PluginError
 
     model = vitzoo.create("vit_ti16", **tiny, pos_embed="relative")
     relative = model.encoder.blocks[-1].attn.relative
@@ -349,7 +349,7 @@ def test_mixed_precision_input_is_welcome_under_autocast(tiny):
 
 def test_a_stem_that_breaks_its_contract_is_named(tiny):
     """A stem must give one token per grid cell; a plugin stem that does not is reported by name."""
-    from vitzoo.registry import PluginError
+    from vitzoo.errors import PluginError
 
     model = vitzoo.create("vit_ti16", **tiny)
     model.stem.stride = (4, 4)  # claims a finer grid than its projection makes

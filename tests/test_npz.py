@@ -10,11 +10,10 @@ import logging
 import numpy as np
 import pytest
 import torch
+from official_reference import make_checkpoint, official_logits
 
 import vitzoo
-from vitzoo.weights import CheckpointError
-
-from official_reference import make_checkpoint, official_logits
+from vitzoo.errors import CheckpointError
 
 VIT = dict(hidden_size=32, num_layers=2, mlp_dim=64, num_heads=4, num_classes=7)
 OPTIONS = dict(embed_dim=32, depth=2, mlp_dim=64, num_heads=4, num_classes=7)

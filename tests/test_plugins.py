@@ -33,8 +33,9 @@ from torch import nn
 
 import vitzoo
 from vitzoo import registry
-from vitzoo.config import ConfigError, ViTConfig
-from vitzoo.registry import DISABLE_AUTOLOAD_ENV, ENTRY_POINT_GROUP, PluginError, get_registry
+from vitzoo.config import ViTConfig
+from vitzoo.errors import ConfigError, PluginError
+from vitzoo.registry import DISABLE_AUTOLOAD_ENV, ENTRY_POINT_GROUP, get_registry
 
 ROOT = Path(__file__).resolve().parents[1]
 # distribution (= entry-point name) -> (module, kind, component name)

@@ -22,20 +22,18 @@ import pytest
 import timm
 import torch
 import transformers
+from hub_testing import TOKEN, hermetic_hub_environment  # tests/hub_testing.py
 from huggingface_hub import HfApi, constants
 from safetensors.torch import save_file
+from test_weights_formats import plugin, randomize  # noqa: F401 (a fixture; the peers' parameters randomised)
 from timm.models import get_pretrained_cfg
 
 import vitzoo
 from vitzoo.cli import main
-from vitzoo.hub import HubError
+from vitzoo.errors import HubError, PluginError
 from vitzoo.labels import imagenet_1k
-from vitzoo.registry import PluginError
 from vitzoo.tags import PretrainedTag, markdown_table, registered
 from vitzoo.testing.hubserver import HubServer
-
-from hub_testing import TOKEN, hermetic_hub_environment  # tests/hub_testing.py
-from test_weights_formats import plugin, randomize  # noqa: F401 (a fixture; the peers' parameters randomised)
 
 SMALL = dict(embed_dim=32, depth=1, num_heads=2, mlp_dim=64)  # the shrink: width 32, one block, two heads
 TAGS = sorted(registered())

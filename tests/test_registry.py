@@ -6,8 +6,8 @@ import torch
 from torch import nn
 
 import vitzoo
-from vitzoo.config import ConfigError
-from vitzoo.registry import PluginError, Registry, get_registry
+from vitzoo.errors import ConfigError, PluginError
+from vitzoo.registry import Registry, get_registry
 
 
 class DoubledPatches(nn.Module):

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import vitzoo
-from vitzoo.data import DataError
+from vitzoo.errors import DataError
 from vitzoo.layers.pos_embed import resample_grid
 from vitzoo.train import (
     Schedule,

@@ -9,7 +9,8 @@ import torch
 from safetensors.torch import save_file
 
 import vitzoo
-from vitzoo.weights import CheckpointError, files
+from vitzoo.errors import CheckpointError
+from vitzoo.weights import files
 from vitzoo.weights.sources import read_checkpoint
 
 

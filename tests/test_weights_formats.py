@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import save_file
 
 import vitzoo
-from vitzoo.weights import CheckpointError
+from vitzoo.errors import CheckpointError
 from vitzoo.weights.sources import read_checkpoint
 
 TOL = 1e-4
@@ -322,7 +322,7 @@ class MisnamedPlugin:
 
 def test_a_format_registered_under_another_name_is_an_error(tmp_path, plugin, tiny):
     """The registered name is the one checkpoints carry (`Checkpoint.format`): they must agree."""
-    from vitzoo.registry import PluginError
+    from vitzoo.errors import PluginError
 
     plugin(MisnamedPlugin())
     path = save_safetensors(vitzoo.create("vit_ti16", **tiny).state_dict(), tmp_path / "w.safetensors")

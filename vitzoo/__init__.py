@@ -16,15 +16,22 @@ import os
 
 import torch
 
-from vitzoo.config import ConfigError, ViTConfig
+from vitzoo.config import ViTConfig
+from vitzoo.errors import (
+    CheckpointError,
+    ConfigError,
+    DataError,
+    HubError,
+    InputError,
+    PluginError,
+    TrainingDiverged,
+)
 from vitzoo.hookspecs import hookimpl
-from vitzoo.hub import HubError
-from vitzoo.model import InputError, VisionTransformer
+from vitzoo.model import VisionTransformer
 from vitzoo.pretrained import load_pretrained, load_tag
 from vitzoo.registry import COMPONENT_KINDS, get_registry
 from vitzoo.tags import PretrainedTag, list_pretrained
 from vitzoo.transforms import transforms_for
-from vitzoo.weights.checkpoint import CheckpointError
 
 __version__ = "0.1.0"
 
@@ -120,9 +127,12 @@ def count_flops(config: ViTConfig, backward: bool = False, computed: bool = Fals
 __all__ = [
     "CheckpointError",
     "ConfigError",
+    "DataError",
     "HubError",
     "InputError",
+    "PluginError",
     "PretrainedTag",
+    "TrainingDiverged",
     "VisionTransformer",
     "ViTConfig",
     "count_flops",

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vitzoo.errors import ConfigError
 from vitzoo.layers.activations import ACTIVATIONS
 from vitzoo.layers.resnet import NUMERICS as RESNET_NUMERICS
-from vitzoo.options import ConfigError, Options, check_number, check_numbers, closest
+from vitzoo.options import Options, check_number, check_numbers, closest
 
 POS_EMBED_MODES = ("input", "every_layer", "every_layer_shared")
 # how an image is resized to the model's input (torchvision's InterpolationMode names)

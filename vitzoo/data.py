@@ -34,6 +34,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
+from vitzoo.errors import DataError
 from vitzoo.io import atomic_path
 
 SYSTEM_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
@@ -56,8 +57,6 @@ STATS = {
 SYNTHETIC_SIZES = {"train": 10_000, "test": 2_000}
 
 
-class DataError(ValueError):
-    """A dataset that is missing, malformed or unknown, found before any work starts."""
 
 
 @dataclass(frozen=True)

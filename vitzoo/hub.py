@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from vitzoo.errors import HubError
 from vitzoo.weights.files import read_config, save_pretrained
 from vitzoo.weights.layout import CONFIG_NAME, HUB_FILES, HUB_PREFIX, SAVED_FILES, WEIGHT_FILES, WEIGHTS_NAME
 
@@ -31,13 +32,6 @@ TIMEOUT_ENV = "VITZOO_HUB_TIMEOUT"
 DEFAULT_TIMEOUT = 30.0
 
 
-class HubError(RuntimeError):
-    """Talking to the Hub failed; the message names the cause and what to do. `not_cached`: a download
-    failed with no copy in the cache to fall back on (offline, unreachable, timed out)."""
-
-    def __init__(self, message: str, not_cached: bool = False) -> None:
-        super().__init__(message)
-        self.not_cached = not_cached
 
 
 def timeout() -> float:

@@ -18,14 +18,11 @@ import torch
 from torch import nn
 
 from vitzoo import hub
-from vitzoo.config import ConfigError, ViTConfig
+from vitzoo.config import ViTConfig
+from vitzoo.errors import ConfigError, InputError, PluginError
 from vitzoo.layers.encoder import Encoder
-from vitzoo.registry import COMPONENT_KINDS, PluginError, get_registry
+from vitzoo.registry import COMPONENT_KINDS, get_registry
 from vitzoo.weights import files
-
-
-class InputError(ValueError):
-    """An input tensor that the model cannot take, with what to do about it."""
 
 
 class VisionTransformer(nn.Module):

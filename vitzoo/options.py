@@ -15,12 +15,12 @@ import numbers
 import typing
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from vitzoo.errors import ConfigError
+
 if TYPE_CHECKING:
     from typing_extensions import Self
 
 
-class ConfigError(ValueError):
-    """An option (of a model or a training run) is unknown, mistyped or inconsistent with another one."""
 
 
 def closest(name: str, choices) -> str:

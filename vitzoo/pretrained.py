@@ -15,12 +15,12 @@ from typing import Any
 
 import torch
 
-from vitzoo.config import ConfigError, ViTConfig, shape_differences
-from vitzoo.hub import HubError
+from vitzoo.config import ViTConfig, shape_differences
+from vitzoo.errors import CheckpointError, ConfigError, HubError
 from vitzoo.labels import LABEL_SETS
 from vitzoo.model import VisionTransformer
 from vitzoo.tags import PretrainedTag
-from vitzoo.weights.checkpoint import HEAD_KEYS, HEAD_OPTIONS, Checkpoint, CheckpointError, check_state_dict, resolve_config
+from vitzoo.weights.checkpoint import HEAD_KEYS, HEAD_OPTIONS, Checkpoint, check_state_dict, resolve_config
 from vitzoo.weights.infer import infer_config
 from vitzoo.weights.sources import open_source
 

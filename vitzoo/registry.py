@@ -20,7 +20,8 @@ from typing import Any
 import pluggy
 
 from vitzoo import hookspecs
-from vitzoo.config import ConfigError, closest
+from vitzoo.config import closest
+from vitzoo.errors import ConfigError, PluginError
 
 PROJECT = "vitzoo"
 ENTRY_POINT_GROUP = "vitzoo"
@@ -40,8 +41,6 @@ KINDS = {
 COMPONENT_KINDS = tuple(kind for kind in KINDS if kind not in ("model", "weight_format", "pretrained_tag"))
 
 
-class PluginError(RuntimeError):
-    """Plugins disagree (two provide the same name) or a plugin broke its contract."""
 
 
 class Registry:

@@ -23,7 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from vitzoo.options import ConfigError, closest
+from vitzoo.errors import ConfigError
+from vitzoo.options import closest
 
 KIND = "pretrained_tag"  # the registry's kind (vitzoo.registry.KINDS)
 SEPARATOR = "."  # MODEL.TAG
@@ -71,7 +72,8 @@ class PretrainedTag:
 def registered() -> dict[str, PretrainedTag]:
     """The registered tags by name, checked: each is a PretrainedTag under its own name, of a
     registered model and weight format, and a model has at most one default."""
-    from vitzoo.registry import PluginError, get_registry
+    from vitzoo.errors import PluginError
+    from vitzoo.registry import get_registry
 
     tables = get_registry().tables()
     defaults: dict[str, str] = {}

@@ -23,7 +23,8 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from vitzoo.config import ConfigError, ViTConfig, check_number
+from vitzoo.config import ViTConfig, check_number
+from vitzoo.errors import ConfigError
 from vitzoo.train.config import (
     DEVICES,
     OPTIMIZERS,

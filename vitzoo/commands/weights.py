@@ -9,8 +9,8 @@ import argparse
 import shutil
 from pathlib import Path
 
+from vitzoo.errors import CheckpointError
 from vitzoo.io import atomic_path, staged_directory
-from vitzoo.weights.checkpoint import CheckpointError
 from vitzoo.weights.files import is_saved, read_json_object
 from vitzoo.weights.layout import CONFIG_NAME, HUB_PREFIX
 

@@ -19,8 +19,8 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from vitzoo.config import ViTConfig
+from vitzoo.errors import PluginError
 from vitzoo.layers.init import xavier_uniform_blocks_
-from vitzoo.registry import PluginError
 
 
 def explicit_is_faster(q: torch.Tensor) -> bool:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from vitzoo.config import ConfigError, ViTConfig
+from vitzoo.config import ViTConfig
+from vitzoo.errors import ConfigError
 from vitzoo.layers.init import lecun_normal_
 
 

@@ -19,7 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vitzoo.config import ConfigError, ViTConfig
+from vitzoo.config import ViTConfig
+from vitzoo.errors import ConfigError
 
 POS_STD = 0.02  # official init: normal(stddev=0.02)
 

@@ -7,8 +7,9 @@
 See `vitzoo.train.config` for every knob and the recipes, `vitzoo.train.loop` for the loop itself.
 """
 
+from vitzoo.errors import TrainingDiverged
 from vitzoo.train.config import RECIPES, TrainConfig
-from vitzoo.train.loop import GlobalBatchSampler, TrainingDiverged, fit, fit_model
+from vitzoo.train.loop import GlobalBatchSampler, fit, fit_model
 from vitzoo.train.schedule import Schedule
 
 __all__ = ["RECIPES", "GlobalBatchSampler", "Schedule", "TrainConfig", "TrainingDiverged", "fit", "fit_model"]

@@ -24,7 +24,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from vitzoo.options import ConfigError, Options, check_number, check_numbers
+from vitzoo.errors import ConfigError
+from vitzoo.options import Options, check_number, check_numbers
 
 RECIPES: dict[str, dict[str, Any]] = {
     "paper-pretrain": dict(optimizer="adamw", lr=1e-3, batch_size=512, weight_decay=0.1, betas=(0.9, 0.999),

@@ -36,7 +36,8 @@ from torch.utils.data import DataLoader, Sampler
 
 import vitzoo
 from vitzoo import data as datasets
-from vitzoo.config import SHAPE_OPTIONS, ConfigError, shape_differences
+from vitzoo.config import SHAPE_OPTIONS, shape_differences
+from vitzoo.errors import ConfigError, TrainingDiverged
 from vitzoo.evaluate import (
     classification_sums,
     eval_loader,
@@ -53,18 +54,10 @@ from vitzoo.train.rundir import prepare_run_dir
 from vitzoo.train.schedule import Schedule
 from vitzoo.weights.files import CONFIG_NAME, read_config, save_pretrained
 
-
 # steps whose loss and gradient norm may wait on the device before they are read (and checked)
 MAX_UNREAD_STEPS = 100
 
 
-class TrainingDiverged(RuntimeError):
-    """The loss (or gradient norm) became NaN or infinite. `inputs` is True when the normalised images
-    themselves were not finite: the data or its mean/std, not the optimisation, is at fault."""
-
-    def __init__(self, message: str, inputs: bool = False) -> None:
-        super().__init__(message)
-        self.inputs = inputs
 
 
 def loss_fn(logits: torch.Tensor, targets: torch.Tensor, label_smoothing: float) -> torch.Tensor:

@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from vitzoo.options import ConfigError
+from vitzoo.errors import ConfigError
 from vitzoo.train import state
 from vitzoo.train.config import RESUMABLE_CHANGES, TrainConfig
 from vitzoo.weights.files import CONFIG_NAME

@@ -22,8 +22,9 @@ import numpy as np
 import torch
 from safetensors.torch import load_file
 
+from vitzoo.errors import CheckpointError
 from vitzoo.io import atomic_path, write_text
-from vitzoo.weights.checkpoint import CheckpointError, read_failed
+from vitzoo.weights.checkpoint import read_failed
 from vitzoo.weights.files import CONFIG_NAME, WEIGHTS_NAME, save_pretrained
 
 LATEST = "latest"

@@ -18,8 +18,9 @@ import importlib
 import warnings
 from typing import Any
 
+from vitzoo.errors import CheckpointError
 from vitzoo.weights import formats, layout
-from vitzoo.weights.checkpoint import Checkpoint, CheckpointError
+from vitzoo.weights.checkpoint import Checkpoint
 from vitzoo.weights.formats import SUPPORTED, WeightFormat
 
 # name -> the module it moved to

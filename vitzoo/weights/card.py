@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from vitzoo.config import ConfigError
+from vitzoo.errors import ConfigError
 from vitzoo.weights.layout import CONFIG_NAME, HUB_PREFIX, WEIGHTS_NAME
 
 OPTIONS = ("repo_id", "license", "tags", "dataset", "metrics", "description", "model_name")

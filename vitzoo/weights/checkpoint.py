@@ -14,15 +14,14 @@ from typing import Any
 
 import torch
 
-from vitzoo.config import ConfigError, ViTConfig
+from vitzoo.config import ViTConfig
+from vitzoo.errors import CheckpointError, ConfigError
 
 # Options a checkpoint may decide; the user may still override the numerics (act, norm_eps).
 USER_OVERRIDABLE = ("act", "norm_eps")
 HEAD_KEYS = ("head.",)
 
 
-class CheckpointError(ValueError):
-    """Weights that do not fit the model: every missing, unexpected and mis-shaped tensor is listed."""
 
 
 def read_failed(path: str | os.PathLike, exc: BaseException) -> CheckpointError:

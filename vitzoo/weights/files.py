@@ -10,10 +10,11 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from vitzoo.config import ConfigError, ViTConfig
+from vitzoo.config import ViTConfig
+from vitzoo.errors import CheckpointError, ConfigError
 from vitzoo.io import atomic_path, staged_directory, write_text
 from vitzoo.weights.card import render
-from vitzoo.weights.checkpoint import Checkpoint, CheckpointError, read_failed
+from vitzoo.weights.checkpoint import Checkpoint, read_failed
 from vitzoo.weights.formats import Metadata, WeightFormat
 from vitzoo.weights.layout import CARD_NAME, CONFIG_NAME, SAVED_FILES, WEIGHTS_NAME, square_side
 

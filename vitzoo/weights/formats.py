@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from vitzoo.registry import PluginError, get_registry
-from vitzoo.weights.checkpoint import Checkpoint, CheckpointError, converting
+from vitzoo.errors import CheckpointError, PluginError
+from vitzoo.registry import get_registry
+from vitzoo.weights.checkpoint import Checkpoint, converting
 
 # The JSON documents found beside the weights, by file name (config.json, preprocessor_config.json);
 # empty for a single file.

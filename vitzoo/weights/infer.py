@@ -13,7 +13,8 @@ import re
 from typing import Any
 
 from vitzoo.config import ViTConfig
-from vitzoo.weights.checkpoint import Checkpoint, CheckpointError
+from vitzoo.errors import CheckpointError
+from vitzoo.weights.checkpoint import Checkpoint
 
 # the official configs' heads where D / 64 is not the answer
 _HEADS = {192: 3, 384: 6, 1280: 16}

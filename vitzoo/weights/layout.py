@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from vitzoo.weights.checkpoint import CheckpointError
+from vitzoo.errors import CheckpointError
 
 HUB_PREFIX = "hf-hub:"  # a source `hf-hub:ORG/NAME[@REVISION]`
 

@@ -19,8 +19,9 @@ from safetensors.torch import load_file
 
 from vitzoo import hub
 from vitzoo.config import ViTConfig
+from vitzoo.errors import CheckpointError
 from vitzoo.weights import files, formats
-from vitzoo.weights.checkpoint import Checkpoint, CheckpointError, read_failed
+from vitzoo.weights.checkpoint import Checkpoint, read_failed
 from vitzoo.weights.formats import SUPPORTED
 from vitzoo.weights.layout import CONFIG_NAME, HUB_PREFIX, METADATA_FILES, WEIGHT_FILES, WEIGHTS_NAME
 

@@ -21,7 +21,8 @@ from typing import Any
 
 import torch
 
-from vitzoo.weights.checkpoint import Checkpoint, CheckpointError, take_head
+from vitzoo.errors import CheckpointError
+from vitzoo.weights.checkpoint import Checkpoint, take_head
 from vitzoo.weights.formats import Metadata, WeightFormat
 from vitzoo.weights.layout import CONFIG_NAME, PREPROCESSOR_NAME, square_grid
 

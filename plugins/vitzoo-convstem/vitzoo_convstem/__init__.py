@@ -27,7 +27,8 @@ import torch
 from torch import nn
 
 from vitzoo import hookimpl
-from vitzoo.config import ConfigError, ViTConfig
+from vitzoo.config import ViTConfig
+from vitzoo.errors import ConfigError
 
 __all__ = ["ConvStem", "stem_channels", "vitzoo_stems"]
 

@@ -25,7 +25,8 @@ import torch
 from torch import nn
 
 from vitzoo import hookimpl
-from vitzoo.config import ConfigError, ViTConfig
+from vitzoo.config import ViTConfig
+from vitzoo.errors import ConfigError
 
 __all__ = ["SinCosPosEmbed2d", "sincos_2d_table", "vitzoo_pos_embeds"]
 
