@@ -137,6 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.processes < 1:
         parser.error(f"--processes must be at least 1, not {args.processes}")
+    if args.keep_runs and "RANK" not in os.environ:  # before any rank starts: none may see a half-removed run
+        for name in args.only or DEFAULT_RUNS:
+            shutil.rmtree(args.out / "runs" / name, ignore_errors=True)
     if args.processes > 1 and "RANK" not in os.environ:
         return launch(args.processes, sys.argv[1:] if argv is None else argv)
     if args.threads:
@@ -148,8 +151,6 @@ def main(argv: list[str] | None = None) -> int:
         settings = dict(config, time_budget_min=args.minutes, device=args.device, data_dir=args.data_dir, quiet=args.quiet,
                         tensorboard=False)
         out = args.out / "runs" / name if args.keep_runs else None
-        if out is not None and out.exists() and is_main:
-            shutil.rmtree(out)
         summary = fit(TrainConfig(**settings, out=None if out is None else str(out)))
         if not is_main:
             continue
@@ -178,9 +179,8 @@ def main(argv: list[str] | None = None) -> int:
             **environment(args.device),  # device, torch, threads, CPU model, commit, date: as every benchmark
         }
         store.add(record)
-        store.runs.sort(key=lambda r: list(CONFIGS).index(r["name"]) if r["name"] in CONFIGS else len(CONFIGS))
-        store.save()
-        write_text(args.out / "README.md", markdown(store.runs))
+        order = sorted(store.runs, key=lambda r: list(CONFIGS).index(r["name"]) if r["name"] in CONFIGS else len(CONFIGS))
+        write_text(args.out / "README.md", markdown(order))
         print(f"{name}: test top-1 {record['test_top1']:.4f} after {record['train_seconds']:.0f} s "
               f"({record['epochs']:.2f} epochs, {record['images_per_s']:.0f} images/s)", flush=True)
     return 0

@@ -3,7 +3,9 @@ interruption, the environment a number was measured in, and a progress bar with 
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import fcntl
 import hashlib
 import json
 import multiprocessing
@@ -14,7 +16,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 from tqdm import tqdm
@@ -112,24 +114,43 @@ def environment(device: str) -> dict[str, Any]:
 
 
 class ResultStore:
-    """`results.json` of one ablation: {"runs": [...]}, rewritten atomically after every run."""
+    """`results.json` of one ablation: {"runs": [...]}, shared by every process that measures its runs.
+
+    Each `add` takes the store's lock (an flock on `results.json.lock`), reads what other processes added
+    meanwhile, merges the record in and writes the file atomically: two suites on one `--out`, or the
+    jobs of a cluster, each keep every result. `runs` is what the file held at the last read or add.
+    """
 
     def __init__(self, directory: Path) -> None:
         self.directory = Path(directory)
         self.path = self.directory / "results.json"
-        self.runs: list[dict[str, Any]] = []
-        if self.path.exists():
-            self.runs = json.loads(self.path.read_text())["runs"]
+        self.runs: list[dict[str, Any]] = self._read()
+
+    def _read(self) -> list[dict[str, Any]]:
+        return json.loads(self.path.read_text())["runs"] if self.path.exists() else []
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the store's lock (blocking): the only writer while it is held."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        with open(self.directory / "results.json.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def refresh(self) -> None:
+        """Read the results other processes have added since."""
+        self.runs = self._read()
 
     def get(self, key: str) -> dict[str, Any] | None:
         return next((r for r in self.runs if r["key"] == key), None)
 
     def add(self, record: dict[str, Any]) -> None:
-        self.runs = [r for r in self.runs if r["key"] != record["key"]] + [record]
-        self.save()
-
-    def save(self) -> None:
-        write_text(self.path, json.dumps({"runs": self.runs}, indent=1, sort_keys=True) + "\n")
+        with self.locked():
+            self.runs = [r for r in self._read() if r["key"] != record["key"]] + [record]
+            write_text(self.path, json.dumps({"runs": self.runs}, indent=1, sort_keys=True) + "\n")
 
 
 def _measured(measure: Callable[[Run], dict[str, Any]], run: Run, device: str, threads: int | None) -> dict[str, Any]:

@@ -1,0 +1,153 @@
+"""Runs as SLURM jobs, through submitit (the launcher ViT-family research codes use).
+
+Each run is one job of `nodes` x `gpus_per_node` tasks, one process per GPU (on the CPU: `nodes` x
+`processes_per_run` gloo processes). Every task calls `RunJob`, which trains the run into its folder
+under the results (RUN/train/, checkpoints included) and, on rank 0, adds the outcome to the
+ablation's results store under its lock: the store is complete whether or not anyone waits for the job.
+
+Preemption and time limits: SLURM signals the job (USR2, `signal_delay_s` before the limit; SIGTERM when
+preempted). The training loop takes either as a stop request, agrees on it across ranks, checkpoints
+and returns; rank 0 then has submitit requeue the job (`RunJob.checkpoint`), and the requeued job
+resumes from that checkpoint. A job that dies without warning (a node lost, kill -9) is submitted again
+by the next invocation of the suite, and resumes from the run's last periodic checkpoint.
+
+`submitit-local` runs the same code path with submitit's local executor on this machine: the tests
+use it, two gloo processes per run, one job preempted and requeued.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from benchmarks.launchers.assign import Assignment
+from vitzoo.io import write_text
+
+# the states in which a job still holds its place: not submitted again (sacct's names)
+LIVE_STATES = {"PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING", "SUSPENDED", "RESIZING",
+               "REQUEUE_HOLD", "REQUEUE_FED", "SIGNALING", "STAGE_OUT", "UNKNOWN"}
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    """What a job asks the cluster for (flags of `python -m benchmarks`); None: the cluster's default."""
+
+    partition: str | None = None
+    account: str | None = None
+    time_limit_min: float | None = None  # None: from the plan, with a margin
+    cpus_per_task: int | None = None
+    signal_delay_s: int = 120  # USR2 this long before the limit: time to checkpoint
+    max_requeues: int = 20  # time limits a run may reach (each resumes from its checkpoint)
+
+
+class Interrupted(Exception):
+    """The run stopped before its end (a signal) with a checkpoint written; it resumes when run again."""
+
+
+class RunJob:
+    """What every task of a run's job calls (submitit pickles it). Rank 0 stores the outcome."""
+
+    def __init__(self, measure: Callable[..., dict], run: Any, out: Path, store_dir: Path, device: str, threads: int,
+                 make_record: Callable[..., dict]) -> None:
+        self.measure, self.run, self.out, self.store_dir = measure, run, Path(out), Path(store_dir)
+        self.device, self.threads, self.make_record = device, threads, make_record
+
+    def __call__(self) -> dict | None:
+        import submitit
+        import torch
+
+        from benchmarks.suite import ResultStore
+
+        environment = submitit.helpers.TorchDistributedEnvironment()
+        if submitit.JobEnvironment().num_nodes == 1:  # one node: rendezvous on this host, whatever its name resolves to
+            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        environment.export(set_cuda_visible_devices=False)
+        torch.set_num_threads(self.threads)
+        requeue = signal.getsignal(submitit.JobEnvironment._usr_sig())  # submitit's: checkpoint, then requeue
+        start = time.perf_counter()
+        try:
+            outcome = self.measure(self.run, device=self.device, out=self.out)
+        except Interrupted:
+            if environment.rank == 0 and callable(requeue):
+                requeue(submitit.JobEnvironment._usr_sig(), None)  # exits this task; the job starts again
+            return None
+        if environment.rank != 0:
+            return None
+        ResultStore(self.store_dir).add(self.make_record(self.run, outcome, time.perf_counter() - start, self.device))
+        return outcome
+
+    def checkpoint(self, *args: Any, **kwargs: Any):
+        """Requeued as it is: the run's folder holds the checkpoint it resumes from."""
+        import submitit
+
+        return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
+
+
+def executor(assignment: Assignment, folder: Path, minutes: float, name: str, options: SlurmOptions):
+    """A submitit executor for jobs of this assignment: SLURM's, or the local one (submitit-local)."""
+    import submitit
+
+    per_node = assignment.processes_per_run // assignment.nodes
+    limit = options.time_limit_min or max(10.0, 1.5 * minutes)
+    if assignment.launcher == "submitit-local":
+        made = submitit.LocalExecutor(folder=str(folder), max_num_timeout=options.max_requeues)
+        made.update_parameters(timeout_min=limit, tasks_per_node=per_node, nodes=1,
+                               gpus_per_node=per_node if assignment.device == "cuda" else 0,
+                               signal_delay_s=options.signal_delay_s)
+        return made
+    made = submitit.SlurmExecutor(folder=str(folder), max_num_timeout=options.max_requeues)
+    made.update_parameters(job_name=name, nodes=assignment.nodes, ntasks_per_node=per_node,
+                           gpus_per_node=per_node if assignment.device == "cuda" else None,
+                           cpus_per_task=options.cpus_per_task or assignment.threads_per_process,
+                           time=int(limit + 0.5), signal_delay_s=options.signal_delay_s,
+                           **({"partition": options.partition} if options.partition else {}),
+                           **({"account": options.account} if options.account else {}))
+    return made
+
+
+# ---------------------------------------------------------------------------- jobs of a results folder
+def jobs_path(store_dir: Path) -> Path:
+    return Path(store_dir) / "jobs.json"
+
+
+def read_jobs(store_dir: Path) -> dict[str, dict]:
+    """run key -> {"job_id", "folder", "launcher", "submitted"}: the jobs submitted for the runs."""
+    path = jobs_path(store_dir)
+    return json.loads(path.read_text())["jobs"] if path.exists() else {}
+
+
+def write_jobs(store_dir: Path, jobs: dict[str, dict]) -> None:
+    write_text(jobs_path(store_dir), json.dumps({"jobs": jobs}, indent=1, sort_keys=True) + "\n")
+
+
+def job_state(entry: dict) -> str:
+    """The job's state now: SLURM's (sacct), or for a local job RUNNING while its controller lives."""
+    if entry["launcher"] == "submitit-local":
+        try:
+            os.kill(int(entry["job_id"]), 0)
+        except (OSError, ValueError):
+            return "FINISHED"
+        return "RUNNING"
+    import submitit
+
+    return submitit.SlurmJob(folder=entry["folder"], job_id=entry["job_id"]).state
+
+
+def job_failure(entry: dict) -> str | None:
+    """What a job that ended without a result says of its end (its error, or where its logs are)."""
+    folder = Path(entry["folder"])
+    logs = sorted(folder.glob(f"{entry['job_id']}_*_log.err")) + sorted(folder.glob(f"{entry['job_id']}_*_log.out"))
+    for log in logs:
+        text = log.read_text(errors="replace")
+        if "Traceback" in text:
+            return text[text.rindex("Traceback"):][-1500:] + f"\n(log: {log})"
+    return f"no result and no traceback; logs: {', '.join(map(str, logs)) or folder}" if logs else None
+
+
+__all__ = ["Interrupted", "LIVE_STATES", "RunJob", "SlurmOptions", "executor", "job_failure", "job_state", "read_jobs",
+           "write_jobs"]
