@@ -145,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     is_main = int(os.environ.get("RANK", "0")) == 0
-    store = ResultStore(args.out)  # the ablations' store: a run of the same name replaces the earlier one
+    # the ablations' store: a run of the same name replaces the earlier one; rows in the table's order
+    store = ResultStore(args.out, order=lambda r: list(CONFIGS).index(r["name"]) if r["name"] in CONFIGS else len(CONFIGS))
     for name in args.only or DEFAULT_RUNS:
         config = apply_overrides({**COMMON, **CONFIGS[name]}, args.set)
         settings = dict(config, time_budget_min=args.minutes, device=args.device, data_dir=args.data_dir, quiet=args.quiet,
@@ -179,8 +180,7 @@ def main(argv: list[str] | None = None) -> int:
             **environment(args.device),  # device, torch, threads, CPU model, commit, date: as every benchmark
         }
         store.add(record)
-        order = sorted(store.runs, key=lambda r: list(CONFIGS).index(r["name"]) if r["name"] in CONFIGS else len(CONFIGS))
-        write_text(args.out / "README.md", markdown(order))
+        write_text(args.out / "README.md", markdown(store.runs))
         print(f"{name}: test top-1 {record['test_top1']:.4f} after {record['train_seconds']:.0f} s "
               f"({record['epochs']:.2f} epochs, {record['images_per_s']:.0f} images/s)", flush=True)
     return 0

@@ -118,11 +118,13 @@ class ResultStore:
 
     Each `add` takes the store's lock (an flock on `results.json.lock`), reads what other processes added
     meanwhile, merges the record in and writes the file atomically: two suites on one `--out`, or the
-    jobs of a cluster, each keep every result. `runs` is what the file held at the last read or add.
+    jobs of a cluster, each keep every result. `runs` is what the file held at the last read or add;
+    `order`, if given, sorts the records as they are written (a key function of a record).
     """
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, order: Callable[[dict[str, Any]], Any] | None = None) -> None:
         self.directory = Path(directory)
+        self.order = order
         self.path = self.directory / "results.json"
         self.runs: list[dict[str, Any]] = self._read()
 
@@ -150,6 +152,8 @@ class ResultStore:
     def add(self, record: dict[str, Any]) -> None:
         with self.locked():
             self.runs = [r for r in self._read() if r["key"] != record["key"]] + [record]
+            if self.order is not None:
+                self.runs.sort(key=self.order)
             write_text(self.path, json.dumps({"runs": self.runs}, indent=1, sort_keys=True) + "\n")
 
 
