@@ -66,23 +66,31 @@ def loss_fn(logits: torch.Tensor, targets: torch.Tensor, label_smoothing: float)
 
 # ---------------------------------------------------------------------------- fit
 def fit(config: TrainConfig) -> dict[str, Any]:
-    """Train as `config` says; return the summary (also written to RUN/summary.json)."""
-    return fit_model(config)[1]
+    """Train as `config` says; return the summary (also written to RUN/summary.json).
 
+    The trained model itself (on its device, in eval mode) is the Trainer's, for a caller that needs it:
 
-def fit_model(config: TrainConfig) -> tuple[vitzoo.VisionTransformer, dict[str, Any]]:
-    """`fit`, also returning the trained model (on its device, in eval mode)."""
-    cfg = config.resolved()
-    return Trainer(cfg, distributed.setup(cfg.device)).run()
+        trainer = Trainer.from_config(config)
+        summary = trainer.run()
+        model = trainer.model
+    """
+    return Trainer.from_config(config).run()
 
 
 class Trainer:
     """One run of `fit`. `Trainer(cfg, env)` sets everything up (checks, data, model, optimizer,
-    schedule, resume); `run()` trains, evaluates, saves and returns (model, summary).
+    schedule, resume); `run()` trains, evaluates, saves and returns the summary; `model` is then the
+    trained model (the weights evaluated and saved).
 
     The state that moves is the attributes set in `_resume` (step, train_seconds, images_seen, best:
     what a checkpoint holds) and in `_start_loop` (what the loop reads, logs and decides on).
     """
+
+    @classmethod
+    def from_config(cls, config: TrainConfig) -> Trainer:
+        """The run of `config` (its recipe resolved) in this process (one of torchrun's, or alone)."""
+        cfg = config.resolved()
+        return cls(cfg, distributed.setup(cfg.device))
 
     # ------------------------------------------------------------------------ set-up
     def __init__(self, cfg: TrainConfig, env: distributed.Env) -> None:
@@ -171,17 +179,17 @@ class Trainer:
         self.say(f"resuming {self.run_dir} at step {self.step} from {self.resume_from.name}")
 
     def _distribute(self) -> None:
-        """`model` is what the loop calls (DDP, compiled); `raw_model` what is evaluated and saved."""
+        """`wrapped` is what the loop calls (`model` in DDP, compiled, as asked); `model` what is evaluated and saved."""
         if self.device.type == "cuda":
             torch.backends.cuda.matmul.allow_tf32 = True
             torch.backends.cudnn.allow_tf32 = True
-        self.raw_model = self.model
+        self.wrapped = self.model
         if self.env.distributed:
             device_ids = [self.device.index] if self.device.type == "cuda" else None
-            self.model = torch.nn.parallel.DistributedDataParallel(
-                self.model, device_ids=device_ids, broadcast_buffers=has_running_statistics(self.raw_model))
+            self.wrapped = torch.nn.parallel.DistributedDataParallel(
+                self.model, device_ids=device_ids, broadcast_buffers=has_running_statistics(self.model))
         if self.cfg.compile:
-            self.model = torch.compile(self.model)
+            self.wrapped = torch.compile(self.wrapped)
 
     def _make_loaders(self) -> None:
         """The loaders, made once: their workers are kept between epochs and evaluations (persistent_workers)."""
@@ -191,14 +199,14 @@ class Trainer:
         self.train_loader = DataLoader(self.train_set, batch_sampler=self.sampler, num_workers=cfg.num_workers,
                                        pin_memory=pin, persistent_workers=persistent,
                                        generator=torch.Generator().manual_seed(cfg.seed))
-        self.evaluation = Evaluation(self.raw_model, env, batch_size=max(self.micro, 256), num_workers=cfg.num_workers,
+        self.evaluation = Evaluation(self.model, env, batch_size=max(self.micro, 256), num_workers=cfg.num_workers,
                                      pin_memory=pin, persistent=persistent, autocast_dtype=self.amp_dtype)
 
     # ------------------------------------------------------------------------ the run
-    def run(self) -> tuple[vitzoo.VisionTransformer, dict[str, Any]]:
-        """Train, then (when finished) checkpoint and evaluate; save the model and summary.json."""
+    def run(self) -> dict[str, Any]:
+        """Train, then (when finished) checkpoint and evaluate; save the model and summary.json; return the summary."""
         cfg = self.cfg
-        self.say(f"training {cfg.model} ({vitzoo.count_params(self.raw_model):,} parameters) on {cfg.data}: "
+        self.say(f"training {cfg.model} ({vitzoo.count_params(self.model):,} parameters) on {cfg.data}: "
                  f"{len(self.train_set)} images, batch {cfg.batch_size} = {self.env.world_size} process(es) x {self.accum} x "
                  f"{self.micro}, " + (f"{self.total_steps} steps" if self.total_steps else f"{cfg.time_budget_min} min")
                  + f", {self.device}, recipe {cfg.recipe}")
@@ -216,9 +224,9 @@ class Trainer:
         cfg = self.cfg
         self._start_loop()
         batches = self.micro_batches(self.step)
-        normalize = datasets.Normalizer(self.raw_model.config.mean, self.raw_model.config.std,
-                                        self.raw_model.config.in_chans, self.device)
-        self.model.train()
+        normalize = datasets.Normalizer(self.model.config.mean, self.model.config.std,
+                                        self.model.config.in_chans, self.device)
+        self.wrapped.train()
         try:
             with stop_signals(self.flag):
                 while not self.finished():
@@ -297,9 +305,9 @@ class Trainer:
             if self.mixer is not None:
                 x, y = self.mixer(x, y)
             sync = i == self.accum - 1 or not env.distributed
-            with contextlib.nullcontext() if sync else self.model.no_sync():
+            with contextlib.nullcontext() if sync else self.wrapped.no_sync():
                 with autocast(device, self.amp_dtype):
-                    loss = loss_fn(self.model(x), y, cfg.label_smoothing)
+                    loss = loss_fn(self.wrapped(x), y, cfg.label_smoothing)
                 self.scaler.scale(loss / self.accum).backward()
             loss_sum += loss.detach()
         # the global batch's mean loss and its count of non-finite normalised inputs, all-reduced on the
@@ -307,7 +315,7 @@ class Trainer:
         shared = distributed.all_reduce(torch.stack([(loss_sum / self.accum).to(self.exact), bad_inputs.to(self.exact)]), env)
         mean_loss, inputs_bad = shared[0] / env.world_size, shared[1]
         self.scaler.unscale_(self.optimizer)
-        norm = torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), cfg.clip_grad or float("inf"))
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip_grad or float("inf"))
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
@@ -336,7 +344,7 @@ class Trainer:
         self.unread.clear()
         for s, (loss, norm, bad_inputs) in zip(steps, values):
             if not math.isfinite(loss) and bad_inputs:
-                config = self.raw_model.config
+                config = self.model.config
                 raise TrainingDiverged(f"the loss is {loss} at step {s} because the normalised images hold NaN or "
                                        f"infinite values (mean {list(config.mean)}, std {list(config.std)})", inputs=True)
             if not math.isfinite(loss):
@@ -383,7 +391,7 @@ class Trainer:
         # all-reduced sums, so all ranks agree
         if self.cfg.keep_best and (self.best["step"] is None or result["top1"] > self.best["val_top1"]):
             self.best.update(step=self.step, val_top1=result["top1"],
-                             weights={k: v.detach().to("cpu", copy=True) for k, v in self.raw_model.state_dict().items()})
+                             weights={k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()})
 
     def final_evaluation(self) -> tuple[dict[str, float], dict[str, float]]:
         """A finished run: the last checkpoint, then the (test, validation) scores of the final weights,
@@ -393,7 +401,7 @@ class Trainer:
         val_final = self.evaluation.measure(self.val_set) if self.val_set is not None else {}
         self.consider_best(val_final)  # the last step is an evaluation point too
         if self.cfg.keep_best and self.best["step"] != self.step:
-            self.raw_model.load_state_dict(self.best["weights"])  # test, few-shot and the saved model: the best weights
+            self.model.load_state_dict(self.best["weights"])  # test, few-shot and the saved model: the best weights
         final = self.evaluation.measure(self.test_set)
         line = scores("val", val_final, self.step) if self.val_set is not None else scores("eval", final, self.step)
         self.metrics.write(line, tensorboard=False)
@@ -415,11 +423,11 @@ class Trainer:
                       "scaler": self.scaler.state_dict(), "rng": rng}
             if self.cfg.keep_best:
                 saving["best"] = dict(self.best)
-            state.save(self.run_dir / "checkpoints", self.step, self.raw_model, saving, self.cfg.keep_checkpoints)
+            state.save(self.run_dir / "checkpoints", self.step, self.model, saving, self.cfg.keep_checkpoints)
         distributed.barrier(self.env)
 
     # ------------------------------------------------------------------------ summary
-    def finish(self, final: dict[str, float], val_final: dict[str, float]) -> tuple[vitzoo.VisionTransformer, dict[str, Any]]:
+    def finish(self, final: dict[str, float], val_final: dict[str, float]) -> dict[str, Any]:
         """Few-shot accuracy (every rank extracts a share of the features), the summary, and on rank 0
         the saved model and summary.json; a few-shot failure is raised once they are written."""
         cfg, run = self.cfg, self.run_dir
@@ -429,14 +437,14 @@ class Trainer:
                 fewshot = self.evaluation.fewshot(self.train_eval_set, self.test_set, cfg.fewshot, seed=cfg.seed)
             except Exception as exc:  # raised once the trained model and summary.json are written
                 fewshot_error = exc
-        self.raw_model.eval()
+        self.model.eval()
         summary = self.summary(final, val_final, fewshot)
         if fewshot_error is not None:
             summary["fewshot_error"] = f"{type(fewshot_error).__name__}: {fewshot_error}"
         if self.env.is_main and run is not None:
             if self.status == "finished" or not (run / CONFIG_NAME).exists():
                 card = {"dataset": cfg.data, "metrics": {"accuracy": final["top1"], "top5_accuracy": final["top5"]}} if final else None
-                save_pretrained(self.raw_model, run, extra={"data": cfg.data}, card=card)
+                save_pretrained(self.model, run, extra={"data": cfg.data}, card=card)
             write_text(run / "summary.json", json.dumps(summary, indent=2) + "\n")
         distributed.barrier(self.env)
         if fewshot_error is not None:
@@ -450,7 +458,7 @@ class Trainer:
         else:
             self.say(f"{self.status} at step {self.step}; checkpoint saved, continue with --resume"
                      + (f" (vitzoo train --resume {run})" if run else ""))
-        return self.raw_model, summary
+        return summary
 
     def summary(self, final: dict[str, float], val_final: dict[str, float], fewshot: dict) -> dict[str, Any]:
         """What summary.json says of the run."""
@@ -470,12 +478,12 @@ class Trainer:
             "wall_seconds": time.perf_counter() - self.wall_start,
             "images_per_s": self.images_seen / self.train_seconds if self.train_seconds else None,
             "images_seen": self.images_seen,
-            "params": vitzoo.count_params(self.raw_model),
+            "params": vitzoo.count_params(self.model),
             "world_size": self.env.world_size,
             "device": str(self.device),
             "precision": str(self.amp_dtype or torch.float32).replace("torch.", ""),
             "torch": torch.__version__,
-            "model_config": self.raw_model.config.to_dict(),
+            "model_config": self.model.config.to_dict(),
             "train_config": cfg.to_dict(),
             "run_dir": str(self.run_dir) if self.run_dir else None,
         }
@@ -487,4 +495,4 @@ class Trainer:
         return summary
 
 
-__all__ = ["Trainer", "fit", "fit_model", "loss_fn"]
+__all__ = ["Trainer", "fit", "loss_fn"]
