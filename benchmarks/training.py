@@ -1,7 +1,7 @@
 """Training runs of the ablations: how a run is measured (its scales: benchmarks/scales.py).
 
 A run's `config` holds every option: `model` (a zoo name), `options` (ViTConfig fields, the core
-issue's names) and `train` (TrainConfig fields). Measuring trains it with `vitzoo.train.fit_model`,
+issue's names) and `train` (TrainConfig fields). Measuring trains it with a `vitzoo.train.Trainer`,
 then reads test accuracy, the paper's 5-shot linear accuracy, the accuracy after each epoch, and the
 training compute in FLOPs (one image's forward and backward pass counted with torch.utils.flop_counter,
 times the images seen).
@@ -18,7 +18,7 @@ from typing import Any
 
 import vitzoo
 from benchmarks.suite import Run
-from vitzoo.train import TrainConfig, fit_model
+from vitzoo.train import TrainConfig, Trainer
 
 
 def training_flops(model: vitzoo.VisionTransformer, images_seen: int) -> float:
@@ -41,7 +41,9 @@ def train(run: Run, device: str) -> tuple[vitzoo.VisionTransformer, dict[str, An
         train = TrainConfig(model=config["model"], model_options=dict(config["options"]), seed=run.seed,
                             device=device, quiet=quiet, tensorboard=False, fewshot=(5,), out=out,
                             checkpoint_every=0, **config["train"])
-        model, summary = fit_model(train)
+        trainer = Trainer.from_config(train)
+        summary = trainer.run()
+        model = trainer.model
         history = [json.loads(line) for line in Path(out, "metrics.jsonl").read_text().splitlines()]
     steps_per_epoch = summary["step"] / summary["epochs"] if summary["epochs"] else 1.0
     # accuracy during training: on the test set, or on the validation split when the run holds one out

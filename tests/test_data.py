@@ -7,6 +7,8 @@ import pytest
 import torch
 
 from vitzoo import data
+from vitzoo.data import sources
+from vitzoo.errors import DataError
 from vitzoo.train import GlobalBatchSampler
 
 HAVE_FASHION = all((data.SYSTEM_FASHION_MNIST / f"{n}.gz").is_file() for n in data.FASHION_FILES)
@@ -20,7 +22,7 @@ def cache(tmp_path, monkeypatch):
 
 @pytest.mark.skipif(not HAVE_FASHION, reason="Debian package dataset-fashion-mnist not installed")
 def test_fashion_mnist_from_the_debian_package(cache):
-    data._tensor_split.cache_clear()  # read the files in this test, not from an earlier one
+    sources._tensor_split.cache_clear()  # read the files in this test, not from an earlier one
     train = data.load_split("fashion-mnist", "train")
     test = data.load_split("fashion-mnist", "test")
     assert len(train) == 60_000 and len(test) == 10_000
@@ -56,17 +58,17 @@ def test_fashion_mnist_from_a_data_dir(tmp_path, cache):
 
 
 def test_missing_and_malformed_data(tmp_path):
-    with pytest.raises(data.DataError, match="not a directory"):
+    with pytest.raises(DataError, match="not a directory"):
         data.check_data("fashion-mnist", tmp_path / "none")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(data.DataError, match="incomplete"):
+    with pytest.raises(DataError, match="incomplete"):
         data.check_data("fashion-mnist", tmp_path / "empty")
-    with pytest.raises(data.DataError, match="cifar-10-batches-py"):
+    with pytest.raises(DataError, match="cifar-10-batches-py"):
         data.check_data("cifar10", tmp_path / "empty")
     folder = tmp_path / "folder"
     (folder / "train" / "cat").mkdir(parents=True)
     (folder / "val" / "cat").mkdir(parents=True)
-    with pytest.raises(data.DataError, match="holds no images"):
+    with pytest.raises(DataError, match="holds no images"):
         data.check_data(str(folder), None)
 
 

@@ -7,7 +7,7 @@ from torch.overrides import TorchFunctionMode
 
 import vitzoo
 from vitzoo import evaluate, precision
-from vitzoo.train import TrainConfig, distributed, fit, loop, state
+from vitzoo.train import TrainConfig, build, distributed, evaluation, fit, loop, state
 
 TINY = dict(embed_dim=32, depth=2, num_heads=2, mlp_dim=64, img_size=28, patch_size=7)
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -140,9 +140,9 @@ def test_more_processes_than_gpus_is_an_error_at_start_naming_the_counts(monkeyp
 def test_auto_precision_is_bf16_only_on_gpus_that_have_it_natively(monkeypatch, native, expected):
     """precision=auto: bf16 where the GPU computes it natively (A100, H100), fp16 with the loss scaler
     where it only emulates it (T4, V100); float32 on the CPU."""
-    monkeypatch.setattr(loop, "native_bf16", lambda device: native)
-    assert loop.resolve_precision(tiny_config(precision="auto"), torch.device("cuda", 0)) == expected
-    assert loop.resolve_precision(tiny_config(precision="auto"), torch.device("cpu")) is None
+    monkeypatch.setattr(build, "native_bf16", lambda device: native)
+    assert build.resolve_precision(tiny_config(precision="auto"), torch.device("cuda", 0)) == expected
+    assert build.resolve_precision(tiny_config(precision="auto"), torch.device("cpu")) is None
 
 
 @CUDA
@@ -150,7 +150,7 @@ def test_native_bf16_asks_about_the_training_gpu_without_emulation():
     """The answer is torch's for the given GPU, emulation not counted."""
     device = torch.device("cuda", torch.cuda.device_count() - 1)
     with torch.cuda.device(device):
-        assert loop.native_bf16(device) == torch.cuda.is_bf16_supported(including_emulation=False)
+        assert build.native_bf16(device) == torch.cuda.is_bf16_supported(including_emulation=False)
 
 
 @CUDA
@@ -267,9 +267,9 @@ def test_per_step_values_stay_on_the_device_until_log_time(monkeypatch):
         counted.setdefault("training", reads.count - counted["before"])
         return real(*args, **kwargs)
 
-    real = loop.classification_sums
+    real = evaluation.classification_sums
     monkeypatch.setattr(loop, "Metrics", LoopStarts)
-    monkeypatch.setattr(loop, "classification_sums", first_evaluation)
+    monkeypatch.setattr(evaluation, "classification_sums", first_evaluation)
     with reads:
         summary = fit(tiny_config(steps=8, log_every=4))
     # 2 log points; in each of the 2 epochs, the sampler's order and the loader's seed (host tensors)
@@ -316,7 +316,7 @@ def test_loaders_are_made_once_with_persistent_workers(monkeypatch):
     """Over three epochs with evaluations, one training loader and one per evaluated dataset are made;
     with workers they persist between epochs and evaluations."""
     made = []
-    real_loader, real_eval_loader = loop.DataLoader, loop.eval_loader
+    real_loader, real_eval_loader = loop.DataLoader, evaluation.eval_loader
 
     def training_loader(*args, **kwargs):
         made.append(("train", kwargs.get("persistent_workers")))
@@ -328,7 +328,7 @@ def test_loaders_are_made_once_with_persistent_workers(monkeypatch):
         return loader
 
     monkeypatch.setattr(loop, "DataLoader", training_loader)
-    monkeypatch.setattr(loop, "eval_loader", evaluation_loader)
+    monkeypatch.setattr(evaluation, "eval_loader", evaluation_loader)
     summary = fit(tiny_config(steps=12, eval_every=4, num_workers=1))
     assert summary["status"] == "finished"
     assert made == [("train", True), ("eval", True)]
@@ -339,8 +339,8 @@ def test_ddp_broadcasts_buffers_only_for_running_statistics():
     forward pass. A model with BatchNorm running statistics (a plugin's stem, say) does need it."""
     relative = vitzoo.create("vit_ti16", **{**TINY, "pos_embed": "relative"})
     assert {name.rsplit(".", 1)[-1] for name, _ in relative.named_buffers()} == {"index"}
-    assert not loop.has_running_statistics(relative)
-    assert loop.has_running_statistics(torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4)))
+    assert not build.has_running_statistics(relative)
+    assert build.has_running_statistics(torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4)))
 
 
 # ---------------------------------------------------------------------------- the few-shot evaluation, sharded
@@ -371,14 +371,14 @@ def test_the_end_of_run_few_shot_evaluation_uses_the_loops_sharded_features(monk
     """Few-shot features come from the loop's sharing extractor with the configured workers; in one
     process that gives what the plain evaluation gives."""
     seen = {}
-    real = loop.fewshot_linear_accuracy
+    real = evaluation.fewshot_linear_accuracy
 
     def capture(model, train_set, test_set, shots, **kwargs):
         seen["features"] = kwargs.get("features")
         seen["plain"] = real(model, train_set, test_set, shots, draws=kwargs["draws"], seed=kwargs["seed"])
         return real(model, train_set, test_set, shots, **kwargs)
 
-    monkeypatch.setattr(loop, "fewshot_linear_accuracy", capture)
+    monkeypatch.setattr(evaluation, "fewshot_linear_accuracy", capture)
     summary = fit(tiny_config(fewshot=(1, 2)))
     assert seen["features"] is not None
     assert summary["fewshot"] == {str(k): v for k, v in seen["plain"].items()}

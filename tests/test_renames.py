@@ -10,7 +10,6 @@ import pytest
 @pytest.mark.parametrize("old, new, name", [
     ("vitzoo.models", "vitzoo.zoo", "MODELS"),
     ("vitzoo.inspect", "vitzoo.analysis", "mean_attention_distance"),
-    ("vitzoo.train.checkpoint", "vitzoo.train.state", "latest"),
 ])
 def test_an_old_module_name_answers_with_the_new_modules_object_and_warns(old, new, name):
     with pytest.warns(DeprecationWarning, match=rf"{old} is renamed {new}: use {new}\.{name}"):

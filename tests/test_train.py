@@ -19,6 +19,7 @@ from vitzoo.train import (
     Schedule,
     TrainConfig,
     TrainingDiverged,
+    build,
     fit,
     loop,
     state,
@@ -208,7 +209,7 @@ def test_paper_pretrain_optimizer():
     cfg = tiny_config().resolved()
     assert (cfg.optimizer, cfg.weight_decay, tuple(cfg.betas), cfg.clip_grad, cfg.schedule) == ("adamw", 0.1, (0.9, 0.999), 1.0, "linear")
     model = vitzoo.create("vit_ti16", **TINY, num_classes=10)
-    opt = loop.build_optimizer(cfg, model, torch.device("cpu"))
+    opt = build.build_optimizer(cfg, model, torch.device("cpu"))
     assert isinstance(opt, torch.optim.AdamW) and opt.defaults["betas"] == (0.9, 0.999)
     decayed = {id(p) for p in opt.param_groups[0]["params"]}
     named = dict(model.named_parameters())
@@ -223,7 +224,7 @@ def test_optimizer_is_fused_on_cpu_and_steps_like_the_reference(recipe):
     torch.manual_seed(0)
     fused_model = vitzoo.create("vit_ti16", **TINY, num_classes=10)
     plain_model = copy.deepcopy(fused_model)
-    fused = loop.build_optimizer(cfg, fused_model, torch.device("cpu"))
+    fused = build.build_optimizer(cfg, fused_model, torch.device("cpu"))
     assert fused.defaults["fused"] is True
     twin = dict(zip(map(id, fused_model.parameters()), plain_model.parameters()))
     plain = type(fused)([{**{k: v for k, v in g.items() if k != "fused"}, "params": [twin[id(p)] for p in g["params"]]}
@@ -244,7 +245,7 @@ def test_memory_options_reach_the_model():
     """--grad-checkpointing and --store-attention-probabilities trade memory and speed on the built model."""
     for stored in (False, True):
         cfg = tiny_config(grad_checkpointing=stored, store_attention_probabilities=stored)
-        model = loop.build_model(cfg, {**TINY, "num_classes": 10})
+        model = build.build_model(cfg, {**TINY, "num_classes": 10})
         assert model.encoder.grad_checkpointing == stored
         assert [block.attn.store_probabilities for block in model.encoder.blocks] == [stored] * 2
 
@@ -257,7 +258,7 @@ def test_paper_finetune_replaces_head_and_interpolates_pos_embed(tmp_path):
                       model_options=dict(img_size=56)).resolved()
     assert (cfg.optimizer, cfg.momentum, cfg.weight_decay, cfg.schedule, cfg.clip_grad, cfg.reset_head) == ("sgd", 0.9, 0.0, "cosine", 1.0, True)
     options = {"img_size": 56, "num_classes": 10}
-    model = loop.build_model(cfg, options)
+    model = build.build_model(cfg, options)
     assert model.config.img_size == (56, 56)
     assert model.head.fc.weight.abs().sum() == 0 and model.head.fc.bias.abs().sum() == 0
     pos_old = next(p for n, p in pre.named_parameters() if "pos" in n)[0]
@@ -265,7 +266,7 @@ def test_paper_finetune_replaces_head_and_interpolates_pos_embed(tmp_path):
     assert pos_new.shape[0] == 1 + 8 * 8
     torch.testing.assert_close(pos_new[1:], resample_grid(pos_old[1:], (4, 4), (8, 8)))
     torch.testing.assert_close(pos_new[:1], pos_old[:1])
-    opt = loop.build_optimizer(cfg, model, torch.device("cpu"))
+    opt = build.build_optimizer(cfg, model, torch.device("cpu"))
     assert isinstance(opt, torch.optim.SGD) and opt.defaults["momentum"] == 0.9
     assert all(g["weight_decay"] == 0.0 for g in opt.param_groups)
     summary = fit(tiny_config(tmp_path / "ft", recipe="paper-finetune", pretrained=str(tmp_path / "pre" / "run"),
@@ -338,17 +339,3 @@ def test_a_pretrained_directory_of_another_model_than_named_is_trained_with_a_wa
         cfg = tiny_config(tmp_path / "ft", model="vit_b16", pretrained=str(tmp_path / "pre" / "run"), steps=3, warmup=1)
         summary = fit(dataclasses.replace(cfg, model_options={}))  # B/16 as named, nothing of TINY
     assert summary["model_config"]["embed_dim"] == 32
-
-
-def test_the_old_module_name_of_the_training_state_still_works_with_a_deprecation_warning():
-    """vitzoo.train.checkpoint is now vitzoo.train.state (beside vitzoo.weights.checkpoint it misled);
-    code that imports the old name keeps working and is told the new one."""
-    from vitzoo.train import checkpoint as old
-
-    with pytest.warns(DeprecationWarning, match=r"renamed vitzoo.train.state: use vitzoo.train.state.latest"):
-        assert old.latest is state.latest
-    with pytest.warns(DeprecationWarning, match="vitzoo.train.state.save"):
-        from vitzoo.train.checkpoint import save
-    assert save is state.save
-    with pytest.raises(AttributeError):
-        old.no_such_name

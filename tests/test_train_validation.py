@@ -16,7 +16,7 @@ from torch.utils.data import Subset
 import vitzoo
 from vitzoo import data as datasets
 from vitzoo.cli import main
-from vitzoo.train import TrainConfig, fit, fit_model, loop
+from vitzoo.train import TrainConfig, Trainer, evaluation, fit, loop
 
 TINY = dict(embed_dim=32, depth=2, num_heads=2, mlp_dim=64, img_size=28, patch_size=7)
 REAL_LOSS = loop.loss_fn  # before any test wraps it
@@ -28,6 +28,13 @@ def tiny_config(tmp_path=None, **changes) -> TrainConfig:
                 tensorboard=False, device="cpu", out=str(tmp_path / "run") if tmp_path is not None else None)
     base.update(changes)
     return TrainConfig(**base)
+
+
+def fit_with_model(config: TrainConfig):
+    """A run's trained model and summary (the model is the Trainer's)."""
+    trainer = Trainer.from_config(config)
+    summary = trainer.run()
+    return trainer.model, summary
 
 
 def origin(dataset) -> list[int]:
@@ -47,13 +54,13 @@ def metric_lines(run: Path) -> list[dict]:
 def spy_evaluations(monkeypatch) -> list[int]:
     """Record the size of every dataset the training loop evaluates top-1 on."""
     sizes = []
-    real = loop.classification_sums
+    real = evaluation.classification_sums
 
     def spy(model, dataset, **kwargs):
         sizes.append(len(dataset))
         return real(model, dataset, **kwargs)
 
-    monkeypatch.setattr(loop, "classification_sums", spy)
+    monkeypatch.setattr(evaluation, "classification_sums", spy)
     return sizes
 
 
@@ -78,21 +85,21 @@ PEAKED = dict(steps=16, eval_every=2, schedule="constant", train_limit=256, fews
 # ---------------------------------------------------------------------------- the split
 def test_validation_split_is_fixed_disjoint_and_training_subsets_nest(monkeypatch):
     seen = {}
-    real_fewshot = loop.fewshot_linear_accuracy
+    real_fewshot = evaluation.fewshot_linear_accuracy
 
     def capture(model, train_set, test_set, shots, **kwargs):
         seen["fewshot_train"] = train_set
         return real_fewshot(model, train_set, test_set, shots, **kwargs)
 
-    monkeypatch.setattr(loop, "fewshot_linear_accuracy", capture)
-    real_sums = loop.classification_sums
+    monkeypatch.setattr(evaluation, "fewshot_linear_accuracy", capture)
+    real_sums = evaluation.classification_sums
 
     def capture_val(model, dataset, **kwargs):
         if len(dataset) == 300:
             seen["val"] = dataset
         return real_sums(model, dataset, **kwargs)
 
-    monkeypatch.setattr(loop, "classification_sums", capture_val)
+    monkeypatch.setattr(evaluation, "classification_sums", capture_val)
     runs = {}
     for seed, limit in ((0, 200), (1, 200), (0, 400)):
         fit(tiny_config(seed=seed, train_limit=limit, val_size=300, steps=1, warmup=0, fewshot=(1,)))
@@ -144,7 +151,7 @@ def test_validation_replaces_the_test_set_during_training(tmp_path, monkeypatch)
 
 def test_keep_best_evaluates_and_saves_the_weights_of_the_best_step(tmp_path, monkeypatch):
     poison_after(monkeypatch, 8)
-    model, best = fit_model(tiny_config(tmp_path / "best", keep_best=True, **PEAKED))
+    model, best = fit_with_model(tiny_config(tmp_path / "best", keep_best=True, **PEAKED))
     assert best["status"] == "finished" and best["step"] == 16
     assert best["best_step"] < 16 and best["best_val_top1"] > best["val_top1"] + 0.1, best
     vals = {r["step"]: r["val_top1"] for r in metric_lines(tmp_path / "best" / "run") if "val_top1" in r}
@@ -152,7 +159,7 @@ def test_keep_best_evaluates_and_saves_the_weights_of_the_best_step(tmp_path, mo
     assert best["best_step"] == min(s for s, v in vals.items() if v == max(vals.values()))  # ties: the earliest
     # the same run stopped at the best step: its final weights and test accuracy are the ones reported
     poison_after(monkeypatch, 8)
-    short_model, short = fit_model(tiny_config(tmp_path / "short", **{**PEAKED, "steps": best["best_step"]}))
+    short_model, short = fit_with_model(tiny_config(tmp_path / "short", **{**PEAKED, "steps": best["best_step"]}))
     assert best["test_top1"] == short["test_top1"] and best["fewshot"] == short["fewshot"]
     saved = vitzoo.from_pretrained(tmp_path / "best" / "run").state_dict()
     for name, tensor in short_model.state_dict().items():
@@ -165,17 +172,17 @@ def test_keep_best_evaluates_and_saves_the_weights_of_the_best_step(tmp_path, mo
 
 
 def test_keep_best_ties_keep_the_earliest(tmp_path, monkeypatch):
-    real = loop.classification_sums
+    real = evaluation.classification_sums
 
     def flat_validation(model, dataset, **kwargs):  # every validation point scores 50%
         if len(dataset) == 200:
             return torch.tensor([100.0, 180.0, 200.0, 200.0], dtype=torch.float64)
         return real(model, dataset, **kwargs)
 
-    monkeypatch.setattr(loop, "classification_sums", flat_validation)
-    model, summary = fit_model(tiny_config(tmp_path / "tie", keep_best=True, eval_every=2, steps=6, schedule="constant", warmup=1))
+    monkeypatch.setattr(evaluation, "classification_sums", flat_validation)
+    model, summary = fit_with_model(tiny_config(tmp_path / "tie", keep_best=True, eval_every=2, steps=6, schedule="constant", warmup=1))
     assert summary["best_step"] == 2 and summary["best_val_top1"] == summary["val_top1"] == 0.5
-    short_model, _ = fit_model(tiny_config(tmp_path / "short", eval_every=2, steps=2, schedule="constant", warmup=1))
+    short_model, _ = fit_with_model(tiny_config(tmp_path / "short", eval_every=2, steps=2, schedule="constant", warmup=1))
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), short_model.state_dict().values()))
 
 

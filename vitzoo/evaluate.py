@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from vitzoo.data import Normalizer
+from vitzoo.data.normalization import Normalizer
 from vitzoo.precision import autocast, sum_dtype
 
 FEWSHOT_L2_REG = 2.0**10

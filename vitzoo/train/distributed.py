@@ -136,9 +136,20 @@ def gather_strided(part: torch.Tensor, total: int, env: Env) -> torch.Tensor:
     return whole
 
 
+def gather_objects(value: Any, env: Env) -> list:
+    """Every rank's `value`, in rank order, on every rank: a pickled collective, for small objects the
+    host holds (each rank's random states, in a checkpoint); a one-item list for one process."""
+    if not env.distributed:
+        return [value]
+    values: list = [None] * env.world_size
+    dist.all_gather_object(values, value)
+    return values
+
+
 def barrier(env: Env) -> None:
     if env.distributed:
         dist.barrier()
 
 
-__all__ = ["Env", "all_reduce", "barrier", "gather_strided", "host_max", "own_gpu", "pick_device", "setup"]
+__all__ = ["Env", "all_reduce", "barrier", "gather_objects", "gather_strided", "host_max", "own_gpu", "pick_device",
+           "setup"]

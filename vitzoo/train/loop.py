@@ -1,18 +1,18 @@
 """`fit(TrainConfig)`: the training loop, top to bottom, as a `Trainer`.
 
 1. set-up (`Trainer.__init__`): check everything cheap (data, run directory, batch arithmetic) before
-   any work; build data, model, optimizer, schedule; resume from the last checkpoint if asked;
+   any work; build data, model, optimizer, schedule (vitzoo.train.build); resume from the last
+   checkpoint if asked;
 2. `train`: each `train_step` accumulates gradients over micro-batches, agrees across processes on the
    loss, clips and steps; the steps' losses stay on the device until logging, evaluating or
    checkpointing needs them (`read_steps`), which stops on a non-finite one; SIGINT / SIGTERM end the
    loop with a checkpoint;
 3. `final_evaluation`, then `finish`: few-shot accuracy, the saved model (save_pretrained) and
-   summary.json. `Metrics` writes every line of metrics.jsonl.
+   summary.json. `Metrics` writes every line of metrics.jsonl; `Evaluation` measures the model, each
+   process a share of the images.
 
-The global batch is `batch_size` whatever the number of processes: each optimizer step consumes one
-global batch of the epoch's permutation, split into `world_size` equal shares, each share into
-micro-batches (gradient accumulation). One process with accumulation and N processes compute the
-same mean gradient, up to float rounding.
+The global batch is `batch_size` whatever the number of processes (vitzoo.train.sampler): one process
+with accumulation and N processes compute the same mean gradient, up to float rounding.
 """
 
 from __future__ import annotations
@@ -20,44 +20,43 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
 import signal
 import sys
-import threading
 import time
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch.utils.data import DataLoader, Sampler
+from torch.utils.data import DataLoader
 
 import vitzoo
 from vitzoo import data as datasets
-from vitzoo.config import SHAPE_OPTIONS, shape_differences
 from vitzoo.errors import ConfigError, TrainingDiverged
-from vitzoo.evaluate import (
-    classification_sums,
-    eval_loader,
-    extract_features,
-    fewshot_linear_accuracy,
-    metrics_from_sums,
-)
 from vitzoo.io import write_text
 from vitzoo.precision import autocast, sum_dtype
 from vitzoo.train import distributed, state
+from vitzoo.train.build import (
+    base_config,
+    build_model,
+    build_optimizer,
+    has_running_statistics,
+    load_splits,
+    model_options,
+    resolve_precision,
+)
 from vitzoo.train.config import TrainConfig
-from vitzoo.train.metrics import Metrics
+from vitzoo.train.evaluation import Evaluation
+from vitzoo.train.metrics import Metrics, scores
 from vitzoo.train.rundir import prepare_run_dir
+from vitzoo.train.sampler import GlobalBatchSampler
 from vitzoo.train.schedule import Schedule
-from vitzoo.weights.files import CONFIG_NAME, read_config, save_pretrained
+from vitzoo.train.signals import stop_signals
+from vitzoo.weights.files import CONFIG_NAME, save_pretrained
 
 # steps whose loss and gradient norm may wait on the device before they are read (and checked)
 MAX_UNREAD_STEPS = 100
-
-
 
 
 def loss_fn(logits: torch.Tensor, targets: torch.Tensor, label_smoothing: float) -> torch.Tensor:
@@ -65,189 +64,33 @@ def loss_fn(logits: torch.Tensor, targets: torch.Tensor, label_smoothing: float)
     return F.cross_entropy(logits.float(), targets, label_smoothing=label_smoothing)
 
 
-class GlobalBatchSampler(Sampler):
-    """Micro-batches of keys (epoch, index) for one process.
-
-    Epoch e's order is a permutation seeded by (seed, e), cut into global batches of `global_batch`
-    (an incomplete last batch is dropped). Process `rank` takes the rank-th of `world_size` equal
-    contiguous shares of each global batch, in micro-batches of `micro_batch`. The global batches do
-    not depend on the world size, and `start_step` skips the steps already done (resume).
-    """
-
-    def __init__(self, size: int, global_batch: int, micro_batch: int, rank: int, world_size: int, seed: int,
-                 epoch: int, start_step: int = 0) -> None:
-        self.size, self.global_batch, self.micro_batch = size, global_batch, micro_batch
-        self.rank, self.world_size, self.seed, self.epoch, self.start_step = rank, world_size, seed, epoch, start_step
-        self.steps = size // global_batch
-
-    def set_epoch(self, epoch: int, start_step: int = 0) -> None:
-        """Continue with this epoch's order from `start_step` (one loader, its workers kept, serves every epoch)."""
-        self.epoch, self.start_step = epoch, start_step
-
-    def __len__(self) -> int:
-        return (self.steps - self.start_step) * (self.global_batch // self.world_size // self.micro_batch)
-
-    def __iter__(self) -> Iterator[list[tuple[int, int]]]:
-        g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
-        order = torch.randperm(self.size, generator=g).tolist()
-        share = self.global_batch // self.world_size
-        for step in range(self.start_step, self.steps):
-            start = step * self.global_batch + self.rank * share
-            mine = order[start : start + share]
-            for i in range(0, share, self.micro_batch):
-                yield [(self.epoch, index) for index in mine[i : i + self.micro_batch]]
-
-
-# ---------------------------------------------------------------------------- building
-def model_options(cfg: TrainConfig, info: datasets.DataInfo, base: vitzoo.ViTConfig) -> dict[str, Any]:
-    """Options for vitzoo.create / from_pretrained: the user's, plus what the dataset decides.
-
-    The classes always come from the dataset. A model trained from scratch takes the dataset's
-    channels and normalisation (recorded in its config); a pretrained one keeps its own.
-    """
-    options = dict(cfg.model_options)
-    if options.get("num_classes", info.num_classes) != info.num_classes:
-        raise ConfigError(f"num_classes={options['num_classes']} but {cfg.data} has {info.num_classes} classes")
-    options["num_classes"] = info.num_classes
-    if not cfg.pretrained:
-        in_chans = options.setdefault("in_chans", info.in_chans)
-        for key in ("mean", "std"):
-            value = getattr(info, key)
-            options.setdefault(key, tuple(value) * in_chans if len(value) == 1 else tuple(value))
-    return options
-
-
-def base_config(cfg: TrainConfig) -> vitzoo.ViTConfig:
-    """The model's config before the dataset's options (for its resolution and channels)."""
-    if cfg.pretrained and os.path.isdir(cfg.pretrained):
-        config = read_config(Path(cfg.pretrained) / CONFIG_NAME)
-        differ = []
-        if cfg.model in vitzoo.list_models():  # the named model with the shape options given with it
-            named = vitzoo.get_config(cfg.model, **{k: v for k, v in cfg.model_options.items() if k in SHAPE_OPTIONS})
-            differ = shape_differences(config, named)
-        if differ:  # the saved model decides; the name is then only a label, which may surprise
-            warnings.warn(f"--pretrained {cfg.pretrained} holds another model than {cfg.model}: {', '.join(differ)}; "
-                          "training the saved model", stacklevel=2)
-    else:
-        config = vitzoo.get_config(cfg.model)
-    options = {k: v for k, v in cfg.model_options.items() if k not in ("num_classes",)}
-    return config.replace(**options) if options else config
-
-
-def build_model(cfg: TrainConfig, options: dict[str, Any]) -> vitzoo.VisionTransformer:
-    if cfg.pretrained:
-        if not os.path.exists(cfg.pretrained):
-            raise FileNotFoundError(f"--pretrained {cfg.pretrained}: no such file or directory")
-        if os.path.isdir(cfg.pretrained):
-            model = vitzoo.from_pretrained(cfg.pretrained, **options)  # new img_size: pos-embed resampled
-        else:
-            model = vitzoo.create(cfg.model, pretrained=cfg.pretrained, **options)
-    else:
-        model = vitzoo.create(cfg.model, **options)
-    if cfg.reset_head:
-        model.reset_classifier(options["num_classes"], head="linear")  # zero-initialised
-    if cfg.grad_checkpointing:
-        model.set_grad_checkpointing(True)
-    if cfg.store_attention_probabilities:
-        model.set_attention_probabilities_stored(True)
-    return model
-
-
-def build_optimizer(cfg: TrainConfig, model: torch.nn.Module, device: torch.device) -> torch.optim.Optimizer:
-    """Weight decay on matrices only: not on biases, norms, the class token or position embeddings."""
-    skip = model.no_weight_decay()
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        if p.requires_grad:
-            (no_decay if p.ndim <= 1 or name in skip else decay).append(p)
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    # the fused kernels update every parameter in one pass over memory (CUDA and CPU have them); the
-    # default for-loop over parameters re-reads the optimizer state several times per step
-    fused = {"fused": True} if device.type in ("cuda", "cpu") else {}
-    if cfg.optimizer == "adamw":
-        return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), **fused)
-    return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, **fused)
-
-
-def native_bf16(device: torch.device) -> bool:
-    """Whether the GPU computes in bfloat16 natively: T4s and V100s only emulate it, slowly."""
-    with torch.cuda.device(device):
-        return torch.cuda.is_bf16_supported(including_emulation=False)
-
-
-def has_running_statistics(model: torch.nn.Module) -> bool:
-    """Whether the model has buffers that training changes (BatchNorm's running statistics), which DDP
-    must broadcast from rank 0 every forward pass. vitzoo's own buffers are constant (the relative
-    position index, made from the grid alike on every rank): broadcasting them would only cost time."""
-    return any(getattr(m, "running_mean", None) is not None for m in model.modules())
-
-
-def resolve_precision(cfg: TrainConfig, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype, or None for float32. `auto`: bf16 on a GPU that has it natively, else
-    fp16 (with the loss scaler) on CUDA; fp32 elsewhere."""
-    precision = cfg.precision
-    if precision == "auto":
-        precision = ("bf16" if native_bf16(device) else "fp16") if device.type == "cuda" else "fp32"
-    if precision == "fp16" and device.type != "cuda":
-        raise ConfigError("--precision fp16 needs CUDA (use bf16 or fp32)")
-    return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
-
-
-def gather_rng(env: distributed.Env) -> list[dict]:
-    mine = state.rng_state(env.device)
-    if not env.distributed:
-        return [mine]
-    states: list = [None] * env.world_size
-    torch.distributed.all_gather_object(states, mine)
-    return states
-
-
-@contextlib.contextmanager
-def stop_signals(flag: dict):
-    """SIGINT / SIGTERM set flag["signal"]; the loop then checkpoints and returns. A second signal
-    stops at once."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        if flag.get("signal"):
-            raise KeyboardInterrupt
-        flag["signal"] = signum
-
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
-
-
 # ---------------------------------------------------------------------------- fit
 def fit(config: TrainConfig) -> dict[str, Any]:
-    """Train as `config` says; return the summary (also written to RUN/summary.json)."""
-    return fit_model(config)[1]
+    """Train as `config` says; return the summary (also written to RUN/summary.json).
 
+    The trained model itself (on its device, in eval mode) is the Trainer's, for a caller that needs it:
 
-def fit_model(config: TrainConfig) -> tuple[vitzoo.VisionTransformer, dict[str, Any]]:
-    """`fit`, also returning the trained model (on its device, in eval mode)."""
-    cfg = config.resolved()
-    return Trainer(cfg, distributed.setup(cfg.device)).run()
-
-
-def scores(prefix: str, result: dict[str, float], step: int) -> dict[str, Any]:
-    """A metrics line of an evaluation: {"step", "<prefix>_top1", "<prefix>_top5", "<prefix>_loss"}."""
-    return {"step": step, f"{prefix}_top1": result["top1"], f"{prefix}_top5": result["top5"],
-            f"{prefix}_loss": result["loss"]}
+        trainer = Trainer.from_config(config)
+        summary = trainer.run()
+        model = trainer.model
+    """
+    return Trainer.from_config(config).run()
 
 
 class Trainer:
     """One run of `fit`. `Trainer(cfg, env)` sets everything up (checks, data, model, optimizer,
-    schedule, resume); `run()` trains, evaluates, saves and returns (model, summary).
+    schedule, resume); `run()` trains, evaluates, saves and returns the summary; `model` is then the
+    trained model (the weights evaluated and saved).
 
     The state that moves is the attributes set in `_resume` (step, train_seconds, images_seen, best:
     what a checkpoint holds) and in `_start_loop` (what the loop reads, logs and decides on).
     """
+
+    @classmethod
+    def from_config(cls, config: TrainConfig) -> Trainer:
+        """The run of `config` (its recipe resolved) in this process (one of torchrun's, or alone)."""
+        cfg = config.resolved()
+        return cls(cfg, distributed.setup(cfg.device))
 
     # ------------------------------------------------------------------------ set-up
     def __init__(self, cfg: TrainConfig, env: distributed.Env) -> None:
@@ -268,7 +111,7 @@ class Trainer:
         self.exact = sum_dtype(self.device)  # of the loss and clock reductions
         base = base_config(cfg)
 
-        train_raw, val_raw, test_raw, info = self._load_data(base)
+        train_raw, val_raw, test_raw, info = load_splits(cfg, base)
         torch.manual_seed(cfg.seed)  # the same initial weights on every process
         self.model = build_model(cfg, model_options(cfg, info, base)).to(self.device)
         self._make_datasets(train_raw, val_raw, test_raw, info.num_classes)
@@ -285,23 +128,6 @@ class Trainer:
     def say(self, message: str) -> None:
         if self.verbose:
             print(message, file=sys.stderr, flush=True)
-
-    def _load_data(self, base: vitzoo.ViTConfig):
-        """The raw train, validation (or None) and test splits, cut to their limits, and the dataset's info."""
-        cfg = self.cfg
-        train_raw = datasets.load_split(cfg.data, "train", cfg.data_dir, img_size=base.img_size, in_chans=base.in_chans, seed=cfg.seed)
-        test_raw = datasets.load_split(cfg.data, "test", cfg.data_dir, img_size=base.img_size, in_chans=base.in_chans, seed=cfg.seed)
-        info = datasets.data_info(cfg.data, train_raw, base.in_chans)
-        if cfg.val_size and len(train_raw) - cfg.val_size < cfg.batch_size:
-            raise ConfigError(f"val_size={cfg.val_size} leaves {max(0, len(train_raw) - cfg.val_size)} of the {len(train_raw)} "
-                              f"training images, fewer than one batch ({cfg.batch_size}); lower --val-size or --batch-size")
-        # held out before train_limit, so that the training subsets of one seed are nested and never validate
-        train_raw, val_raw = datasets.split_validation(train_raw, cfg.val_size)
-        train_raw = datasets.subset(train_raw, cfg.train_limit, cfg.seed)
-        if val_raw is not None and cfg.train_limit and cfg.train_limit > len(train_raw):
-            warnings.warn(f"train_limit={cfg.train_limit} is more than the {len(train_raw)} training images left beside the "
-                          f"validation split (val_size={cfg.val_size}): training on all {len(train_raw)}", stacklevel=3)
-        return train_raw, val_raw, datasets.subset(test_raw, cfg.test_limit, cfg.seed), info
 
     def _make_datasets(self, train_raw, val_raw, test_raw, num_classes: int) -> None:
         """The splits at the model's resolution: augmented for training, plain for evaluation."""
@@ -353,34 +179,34 @@ class Trainer:
         self.say(f"resuming {self.run_dir} at step {self.step} from {self.resume_from.name}")
 
     def _distribute(self) -> None:
-        """`model` is what the loop calls (DDP, compiled); `raw_model` what is evaluated and saved."""
+        """`wrapped` is what the loop calls (`model` in DDP, compiled, as asked); `model` what is evaluated and saved."""
         if self.device.type == "cuda":
             torch.backends.cuda.matmul.allow_tf32 = True
             torch.backends.cudnn.allow_tf32 = True
-        self.raw_model = self.model
+        self.wrapped = self.model
         if self.env.distributed:
             device_ids = [self.device.index] if self.device.type == "cuda" else None
-            self.model = torch.nn.parallel.DistributedDataParallel(
-                self.model, device_ids=device_ids, broadcast_buffers=has_running_statistics(self.raw_model))
+            self.wrapped = torch.nn.parallel.DistributedDataParallel(
+                self.model, device_ids=device_ids, broadcast_buffers=has_running_statistics(self.model))
         if self.cfg.compile:
-            self.model = torch.compile(self.model)
+            self.wrapped = torch.compile(self.wrapped)
 
     def _make_loaders(self) -> None:
         """The loaders, made once: their workers are kept between epochs and evaluations (persistent_workers)."""
         cfg, env = self.cfg, self.env
-        self.pin, self.persistent = self.device.type == "cuda", cfg.num_workers > 0
+        pin, persistent = self.device.type == "cuda", cfg.num_workers > 0
         self.sampler = GlobalBatchSampler(len(self.train_set), cfg.batch_size, self.micro, env.rank, env.world_size, cfg.seed, 0)
         self.train_loader = DataLoader(self.train_set, batch_sampler=self.sampler, num_workers=cfg.num_workers,
-                                       pin_memory=self.pin, persistent_workers=self.persistent,
+                                       pin_memory=pin, persistent_workers=persistent,
                                        generator=torch.Generator().manual_seed(cfg.seed))
-        self.eval_batch = max(self.micro, 256)
-        self.eval_loaders: dict[int, DataLoader] = {}
+        self.evaluation = Evaluation(self.model, env, batch_size=max(self.micro, 256), num_workers=cfg.num_workers,
+                                     pin_memory=pin, persistent=persistent, autocast_dtype=self.amp_dtype)
 
     # ------------------------------------------------------------------------ the run
-    def run(self) -> tuple[vitzoo.VisionTransformer, dict[str, Any]]:
-        """Train, then (when finished) checkpoint and evaluate; save the model and summary.json."""
+    def run(self) -> dict[str, Any]:
+        """Train, then (when finished) checkpoint and evaluate; save the model and summary.json; return the summary."""
         cfg = self.cfg
-        self.say(f"training {cfg.model} ({vitzoo.count_params(self.raw_model):,} parameters) on {cfg.data}: "
+        self.say(f"training {cfg.model} ({vitzoo.count_params(self.model):,} parameters) on {cfg.data}: "
                  f"{len(self.train_set)} images, batch {cfg.batch_size} = {self.env.world_size} process(es) x {self.accum} x "
                  f"{self.micro}, " + (f"{self.total_steps} steps" if self.total_steps else f"{cfg.time_budget_min} min")
                  + f", {self.device}, recipe {cfg.recipe}")
@@ -398,9 +224,9 @@ class Trainer:
         cfg = self.cfg
         self._start_loop()
         batches = self.micro_batches(self.step)
-        normalize = datasets.Normalizer(self.raw_model.config.mean, self.raw_model.config.std,
-                                        self.raw_model.config.in_chans, self.device)
-        self.model.train()
+        normalize = datasets.Normalizer(self.model.config.mean, self.model.config.std,
+                                        self.model.config.in_chans, self.device)
+        self.wrapped.train()
         try:
             with stop_signals(self.flag):
                 while not self.finished():
@@ -479,9 +305,9 @@ class Trainer:
             if self.mixer is not None:
                 x, y = self.mixer(x, y)
             sync = i == self.accum - 1 or not env.distributed
-            with contextlib.nullcontext() if sync else self.model.no_sync():
+            with contextlib.nullcontext() if sync else self.wrapped.no_sync():
                 with autocast(device, self.amp_dtype):
-                    loss = loss_fn(self.model(x), y, cfg.label_smoothing)
+                    loss = loss_fn(self.wrapped(x), y, cfg.label_smoothing)
                 self.scaler.scale(loss / self.accum).backward()
             loss_sum += loss.detach()
         # the global batch's mean loss and its count of non-finite normalised inputs, all-reduced on the
@@ -489,7 +315,7 @@ class Trainer:
         shared = distributed.all_reduce(torch.stack([(loss_sum / self.accum).to(self.exact), bad_inputs.to(self.exact)]), env)
         mean_loss, inputs_bad = shared[0] / env.world_size, shared[1]
         self.scaler.unscale_(self.optimizer)
-        norm = torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), cfg.clip_grad or float("inf"))
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip_grad or float("inf"))
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
@@ -518,7 +344,7 @@ class Trainer:
         self.unread.clear()
         for s, (loss, norm, bad_inputs) in zip(steps, values):
             if not math.isfinite(loss) and bad_inputs:
-                config = self.raw_model.config
+                config = self.model.config
                 raise TrainingDiverged(f"the loss is {loss} at step {s} because the normalised images hold NaN or "
                                        f"infinite values (mean {list(config.mean)}, std {list(config.std)})", inputs=True)
             if not math.isfinite(loss):
@@ -549,26 +375,14 @@ class Trainer:
         return TrainingDiverged(f"training stopped: {exc}; {where}. {advice}", inputs=exc.inputs)
 
     # ------------------------------------------------------------------------ evaluation
-    def evaluate(self, dataset=None) -> dict[str, float]:
-        """Top-1, top-5 and loss on `dataset` (the test set by default), each rank a share."""
-        dataset = self.test_set if dataset is None else dataset
-        indices = range(self.env.rank, len(dataset), self.env.world_size)
-        if id(dataset) not in self.eval_loaders:
-            self.eval_loaders[id(dataset)] = eval_loader(dataset, indices, batch_size=self.eval_batch,
-                                                         num_workers=self.cfg.num_workers, pin_memory=self.pin,
-                                                         persistent=self.persistent)
-        sums = classification_sums(self.raw_model, dataset, autocast_dtype=self.amp_dtype,
-                                   loader=self.eval_loaders[id(dataset)])  # the loader says which images, how batched
-        return metrics_from_sums(distributed.all_reduce(sums, self.env))
-
     def evaluate_during_training(self) -> None:
         """On the validation set when there is one (never the test set: it must not choose anything)."""
         if self.val_set is not None:
-            self.last_eval = self.evaluate(self.val_set)
+            self.last_eval = self.evaluation.measure(self.val_set)
             self.metrics.write(scores("val", self.last_eval, self.step))
             self.consider_best(self.last_eval)
         else:
-            self.last_eval = self.evaluate()
+            self.last_eval = self.evaluation.measure(self.test_set)
             self.metrics.write(scores("eval", self.last_eval, self.step))
         self.log_time = time.perf_counter()
 
@@ -577,18 +391,18 @@ class Trainer:
         # all-reduced sums, so all ranks agree
         if self.cfg.keep_best and (self.best["step"] is None or result["top1"] > self.best["val_top1"]):
             self.best.update(step=self.step, val_top1=result["top1"],
-                             weights={k: v.detach().to("cpu", copy=True) for k, v in self.raw_model.state_dict().items()})
+                             weights={k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()})
 
     def final_evaluation(self) -> tuple[dict[str, float], dict[str, float]]:
         """A finished run: the last checkpoint, then the (test, validation) scores of the final weights,
         the best ones with keep_best. The test set is measured once, reported in summary.json only."""
         if self.run_dir is not None and self.last_checkpoint != self.step:
             self.save_checkpoint()
-        val_final = self.evaluate(self.val_set) if self.val_set is not None else {}
+        val_final = self.evaluation.measure(self.val_set) if self.val_set is not None else {}
         self.consider_best(val_final)  # the last step is an evaluation point too
         if self.cfg.keep_best and self.best["step"] != self.step:
-            self.raw_model.load_state_dict(self.best["weights"])  # test, few-shot and the saved model: the best weights
-        final = self.evaluate()
+            self.model.load_state_dict(self.best["weights"])  # test, few-shot and the saved model: the best weights
+        final = self.evaluation.measure(self.test_set)
         line = scores("val", val_final, self.step) if self.val_set is not None else scores("eval", final, self.step)
         self.metrics.write(line, tensorboard=False)
         return final, val_final
@@ -597,22 +411,10 @@ class Trainer:
         """A stopped run: the last evaluation stands for the test scores (a validation score is no test accuracy)."""
         return (self.last_eval if self.val_set is None else {}), {}
 
-    def fewshot_features(self, dataset, indices) -> tuple[torch.Tensor, torch.Tensor]:
-        """Features of `indices` (None: all of `dataset`): each rank extracts every world_size-th image,
-        every rank gets all of them, in order."""
-        env = self.env
-        indices = list(range(len(dataset))) if indices is None else list(indices)
-        mine = indices[env.rank :: env.world_size]
-        # a rank with no image of its own passes one through anyway, to learn the features' width
-        features, labels = extract_features(self.raw_model, dataset, mine or indices[:1], batch_size=self.eval_batch,
-                                            num_workers=self.cfg.num_workers)
-        features, labels = features[: len(mine)], labels[: len(mine)]
-        return (distributed.gather_strided(features, len(indices), env), distributed.gather_strided(labels, len(indices), env))
-
     # ------------------------------------------------------------------------ checkpoint
     def save_checkpoint(self) -> None:
         """Every rank's random state; rank 0 writes, then every rank waits for it."""
-        rng = gather_rng(self.env)
+        rng = distributed.gather_objects(state.rng_state(self.env.device), self.env)
         if self.env.is_main and self.run_dir is not None:
             saving = {"step": self.step, "epoch": self.step // self.steps_per_epoch,
                       "batch_in_epoch": self.step % self.steps_per_epoch, "train_seconds": self.train_seconds,
@@ -621,29 +423,28 @@ class Trainer:
                       "scaler": self.scaler.state_dict(), "rng": rng}
             if self.cfg.keep_best:
                 saving["best"] = dict(self.best)
-            state.save(self.run_dir / "checkpoints", self.step, self.raw_model, saving, self.cfg.keep_checkpoints)
+            state.save(self.run_dir / "checkpoints", self.step, self.model, saving, self.cfg.keep_checkpoints)
         distributed.barrier(self.env)
 
     # ------------------------------------------------------------------------ summary
-    def finish(self, final: dict[str, float], val_final: dict[str, float]) -> tuple[vitzoo.VisionTransformer, dict[str, Any]]:
+    def finish(self, final: dict[str, float], val_final: dict[str, float]) -> dict[str, Any]:
         """Few-shot accuracy (every rank extracts a share of the features), the summary, and on rank 0
         the saved model and summary.json; a few-shot failure is raised once they are written."""
         cfg, run = self.cfg, self.run_dir
         fewshot, fewshot_error = {}, None
         if cfg.fewshot and self.status == "finished":
             try:
-                fewshot = fewshot_linear_accuracy(self.raw_model, self.train_eval_set, self.test_set, cfg.fewshot, draws=5,
-                                                  seed=cfg.seed, features=self.fewshot_features)
+                fewshot = self.evaluation.fewshot(self.train_eval_set, self.test_set, cfg.fewshot, seed=cfg.seed)
             except Exception as exc:  # raised once the trained model and summary.json are written
                 fewshot_error = exc
-        self.raw_model.eval()
+        self.model.eval()
         summary = self.summary(final, val_final, fewshot)
         if fewshot_error is not None:
             summary["fewshot_error"] = f"{type(fewshot_error).__name__}: {fewshot_error}"
         if self.env.is_main and run is not None:
             if self.status == "finished" or not (run / CONFIG_NAME).exists():
                 card = {"dataset": cfg.data, "metrics": {"accuracy": final["top1"], "top5_accuracy": final["top5"]}} if final else None
-                save_pretrained(self.raw_model, run, extra={"data": cfg.data}, card=card)
+                save_pretrained(self.model, run, extra={"data": cfg.data}, card=card)
             write_text(run / "summary.json", json.dumps(summary, indent=2) + "\n")
         distributed.barrier(self.env)
         if fewshot_error is not None:
@@ -657,7 +458,7 @@ class Trainer:
         else:
             self.say(f"{self.status} at step {self.step}; checkpoint saved, continue with --resume"
                      + (f" (vitzoo train --resume {run})" if run else ""))
-        return self.raw_model, summary
+        return summary
 
     def summary(self, final: dict[str, float], val_final: dict[str, float], fewshot: dict) -> dict[str, Any]:
         """What summary.json says of the run."""
@@ -677,12 +478,12 @@ class Trainer:
             "wall_seconds": time.perf_counter() - self.wall_start,
             "images_per_s": self.images_seen / self.train_seconds if self.train_seconds else None,
             "images_seen": self.images_seen,
-            "params": vitzoo.count_params(self.raw_model),
+            "params": vitzoo.count_params(self.model),
             "world_size": self.env.world_size,
             "device": str(self.device),
             "precision": str(self.amp_dtype or torch.float32).replace("torch.", ""),
             "torch": torch.__version__,
-            "model_config": self.raw_model.config.to_dict(),
+            "model_config": self.model.config.to_dict(),
             "train_config": cfg.to_dict(),
             "run_dir": str(self.run_dir) if self.run_dir else None,
         }
@@ -694,4 +495,4 @@ class Trainer:
         return summary
 
 
-__all__ = ["GlobalBatchSampler", "Trainer", "TrainingDiverged", "fit", "fit_model", "loss_fn"]
+__all__ = ["Trainer", "fit", "loss_fn"]

@@ -61,4 +61,10 @@ class Metrics:
             self.tb.close()
 
 
-__all__ = ["Metrics"]
+def scores(prefix: str, result: dict[str, float], step: int) -> dict[str, Any]:
+    """A metrics line of an evaluation: {"step", "<prefix>_top1", "<prefix>_top5", "<prefix>_loss"}."""
+    return {"step": step, f"{prefix}_top1": result["top1"], f"{prefix}_top5": result["top5"],
+            f"{prefix}_loss": result["loss"]}
+
+
+__all__ = ["Metrics", "scores"]

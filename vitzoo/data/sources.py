@@ -1,8 +1,9 @@
-"""Datasets for training and evaluation, all read through torchvision.
+"""Where images come from: the named datasets, image folders and synthetic images, read through torchvision,
+and the splits cut from them (validation, subsets).
 
-Every dataset here yields `(image, label)` with `image` a uint8 tensor (C, H, W) of the model's
-resolution; conversion to float and normalisation with the model's `mean`/`std` happen on the device,
-batched (`normalize`). The names:
+Every dataset here yields `(image, label)` with `image` a uint8 tensor (C, H, W), at the dataset's own
+resolution (vitzoo.data.augment resizes it to the model's, vitzoo.data.normalization makes it floats on
+the device). The names:
 
 - `fashion-mnist`: 28x28 gray, 10 classes, read by `torchvision.datasets.FashionMNIST` from the Debian
   package `dataset-fashion-mnist` (/usr/share/datasets/fashion-mnist) or `--data-dir` (a folder with
@@ -13,10 +14,6 @@ batched (`normalize`). The names:
 - a directory: `ImageFolder` layout, `DIR/train/<class>/*.jpg` and `DIR/val/<class>/...` (or `test/`).
 - `synthetic`: random images with a class-dependent pattern (learnable), generated on the fly from a
   seed; for tests and speed runs.
-
-Augmentation (training only) is torchvision.transforms.v2, applied per sample; its randomness is a
-function of (seed, epoch, sample index), so it does not depend on the number of loader workers and a
-resumed run sees the same images as an uninterrupted one. MixUp / CutMix act on batches (`batch_mixer`).
 """
 
 from __future__ import annotations
@@ -26,10 +23,8 @@ import gzip
 import hashlib
 import os
 import shutil
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch.utils.data import Dataset
@@ -320,142 +315,19 @@ def subset(dataset: Dataset, limit: int | None, seed: int = 0) -> Dataset:
     return sub
 
 
-# ---------------------------------------------------------------------------- transforms
-@dataclass(frozen=True)
-class Augment:
-    """Training augmentation (all off by default)."""
-
-    random_resized_crop: float = 0.0  # > 0: RandomResizedCrop with scale (this, 1)
-    crop_padding: int = 0  # > 0: RandomCrop of the image size after zero padding by this many pixels
-    hflip: bool = False
-    randaugment: int = 0  # > 0: RandAugment(num_ops=2, magnitude=this)
-    mixup: float = 0.0  # MixUp alpha (batch level)
-    cutmix: float = 0.0  # CutMix alpha (batch level)
-
-
-def build_transform(img_size: tuple[int, int], augment: Augment | None) -> Callable[[torch.Tensor], torch.Tensor]:
-    """uint8 (C, H, W) -> uint8 (C, *img_size); `augment=None` for evaluation."""
-    from torchvision.transforms import v2
-
-    ops: list[Any] = []
-    if augment is not None and augment.random_resized_crop > 0:
-        ops.append(v2.RandomResizedCrop(img_size, scale=(augment.random_resized_crop, 1.0), antialias=True))
-    else:
-        ops.append(_Resize(img_size))
-    if augment is not None:
-        if augment.crop_padding:
-            ops.append(v2.RandomCrop(img_size, padding=augment.crop_padding))
-        if augment.hflip:
-            ops.append(v2.RandomHorizontalFlip())
-        if augment.randaugment:
-            ops.append(v2.RandAugment(num_ops=2, magnitude=augment.randaugment))
-    return v2.Compose(ops)
-
-
-class _Resize(torch.nn.Module):
-    """v2.Resize that is a no-op when the image already has the size."""
-
-    def __init__(self, size: tuple[int, int]) -> None:
-        super().__init__()
-        from torchvision.transforms import v2
-
-        self.size = tuple(size)
-        self.resize = v2.Resize(self.size, antialias=True)
-
-    def forward(self, image: torch.Tensor) -> torch.Tensor:
-        return image if tuple(image.shape[-2:]) == self.size else self.resize(image)
-
-
-def batch_mixer(augment: Augment, num_classes: int):
-    """MixUp and/or CutMix on (images, labels) batches (one of them chosen per batch), or None."""
-    from torchvision.transforms import v2
-
-    mixers = []
-    if augment.mixup > 0:
-        mixers.append(v2.MixUp(alpha=augment.mixup, num_classes=num_classes))
-    if augment.cutmix > 0:
-        mixers.append(v2.CutMix(alpha=augment.cutmix, num_classes=num_classes))
-    if not mixers:
-        return None
-    return mixers[0] if len(mixers) == 1 else v2.RandomChoice(mixers)
-
-
-class Transformed(Dataset):
-    """A raw dataset with a per-sample transform.
-
-    Indexed by an int (no randomness involved: evaluation) or by a key `(epoch, index)` from the
-    training sampler: the global torch RNG is then seeded from (seed, epoch, index) for the transform
-    and restored afterwards, so augmentation is reproducible whatever the worker count or resume point.
-    """
-
-    def __init__(self, base: Dataset, transform: Callable, seed: int = 0) -> None:
-        self.base, self.transform, self.seed = base, transform, seed
-        self.targets = base.targets
-
-    def __len__(self) -> int:
-        return len(self.base)
-
-    def __getitem__(self, key) -> tuple[torch.Tensor, int]:
-        if isinstance(key, tuple):
-            epoch, index = key
-            image, label = self.base[index]
-            state = torch.get_rng_state()
-            torch.default_generator.manual_seed(hash((self.seed, epoch, index)) % (2**63))
-            try:
-                image = self.transform(image)
-            finally:
-                torch.set_rng_state(state)
-            return image, label
-        image, label = self.base[key]
-        return self.transform(image), label
-
-
-class Normalizer:
-    """uint8 (B, C, H, W) on `device` -> normalised float; gray becomes `in_chans` channels.
-
-    The mean and std tensors are made once: made per batch, each would be a copy from the host that
-    waits for the device (and for the batch's non_blocking copy before it)."""
-
-    def __init__(self, mean, std, in_chans: int, device: torch.device | str, dtype: torch.dtype = torch.float32) -> None:
-        self.in_chans, self.dtype = in_chans, dtype
-        self.mean = torch.tensor(mean, device=device, dtype=dtype).view(1, -1, 1, 1)
-        self.std = torch.tensor(std, device=device, dtype=dtype).view(1, -1, 1, 1)
-
-    def __call__(self, images: torch.Tensor) -> torch.Tensor:
-        x = images.to(self.dtype).div_(255)
-        if x.shape[1] != self.in_chans:
-            if x.shape[1] == 1:
-                x = x.expand(-1, self.in_chans, -1, -1)
-            elif self.in_chans == 1:
-                x = x.mean(dim=1, keepdim=True)
-            else:
-                raise DataError(f"images have {x.shape[1]} channels but the model takes in_chans={self.in_chans}")
-        return (x - self.mean) / self.std
-
-
-def normalize(images: torch.Tensor, mean, std, in_chans: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """uint8 (B, C, H, W) on any device -> normalised float (one batch; a loop makes a `Normalizer` once)."""
-    return Normalizer(mean, std, in_chans, images.device, dtype)(images)
-
-
 __all__ = [
+    "FASHION_FILES",
     "STATS",
+    "SYSTEM_FASHION_MNIST",
     "VALIDATION_SEED",
-    "Augment",
-    "DataError",
     "DataInfo",
     "FolderImages",
-    "Normalizer",
     "SyntheticImages",
     "TensorImages",
-    "Transformed",
-    "batch_mixer",
-    "build_transform",
     "cache_dir",
     "check_data",
     "data_info",
     "load_split",
-    "normalize",
     "split_validation",
     "subset",
 ]

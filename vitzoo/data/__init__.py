@@ -1,0 +1,54 @@
+"""Data for training and evaluation, all read through torchvision, in three steps:
+
+- `sources`: where images come from (fashion-mnist, cifar10/100, an ImageFolder tree, synthetic), the
+  dataset's facts (`data_info`) and the splits cut from it (`split_validation`, `subset`); every
+  dataset yields `(uint8 image (C, H, W), label)`;
+- `augment`: per-sample resizing and augmentation, reproducible from (seed, epoch, index)
+  (`Transformed`), and batch-level MixUp / CutMix (`batch_mixer`);
+- `normalization`: uint8 batches on the device -> normalised floats with the model's mean and std.
+
+    from vitzoo import data
+    train = data.Transformed(data.load_split("synthetic", "train"), data.build_transform((28, 28), None))
+"""
+
+from vitzoo.data.augment import Augment, Transformed, batch_mixer, build_transform
+from vitzoo.data.normalization import Normalizer, normalize
+from vitzoo.data.sources import (
+    FASHION_FILES,
+    STATS,
+    SYSTEM_FASHION_MNIST,
+    VALIDATION_SEED,
+    DataInfo,
+    FolderImages,
+    SyntheticImages,
+    TensorImages,
+    cache_dir,
+    check_data,
+    data_info,
+    load_split,
+    split_validation,
+    subset,
+)
+
+__all__ = [
+    "FASHION_FILES",
+    "STATS",
+    "SYSTEM_FASHION_MNIST",
+    "VALIDATION_SEED",
+    "Augment",
+    "DataInfo",
+    "FolderImages",
+    "Normalizer",
+    "SyntheticImages",
+    "TensorImages",
+    "Transformed",
+    "batch_mixer",
+    "build_transform",
+    "cache_dir",
+    "check_data",
+    "data_info",
+    "load_split",
+    "normalize",
+    "split_validation",
+    "subset",
+]

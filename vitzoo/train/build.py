@@ -1,0 +1,139 @@
+"""What a run is built from, by its TrainConfig: the data splits (validation held out, limits applied),
+the model (named, or pretrained, with the dataset's classes, channels and normalisation), the
+optimizer (weight decay on matrices only) and the numeric precision (the autocast dtype).
+
+`Trainer` calls these in its set-up; each is a function of the config (and the dataset's facts, the
+model or the device), so that a test or a script builds what a run would, without running it.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset
+
+import vitzoo
+from vitzoo import data as datasets
+from vitzoo.config import SHAPE_OPTIONS, shape_differences
+from vitzoo.errors import ConfigError
+from vitzoo.train.config import TrainConfig
+from vitzoo.weights.files import CONFIG_NAME, read_config
+
+
+def model_options(cfg: TrainConfig, info: datasets.DataInfo, base: vitzoo.ViTConfig) -> dict[str, Any]:
+    """Options for vitzoo.create / from_pretrained: the user's, plus what the dataset decides.
+
+    The classes always come from the dataset. A model trained from scratch takes the dataset's
+    channels and normalisation (recorded in its config); a pretrained one keeps its own.
+    """
+    options = dict(cfg.model_options)
+    if options.get("num_classes", info.num_classes) != info.num_classes:
+        raise ConfigError(f"num_classes={options['num_classes']} but {cfg.data} has {info.num_classes} classes")
+    options["num_classes"] = info.num_classes
+    if not cfg.pretrained:
+        in_chans = options.setdefault("in_chans", info.in_chans)
+        for key in ("mean", "std"):
+            value = getattr(info, key)
+            options.setdefault(key, tuple(value) * in_chans if len(value) == 1 else tuple(value))
+    return options
+
+
+def base_config(cfg: TrainConfig) -> vitzoo.ViTConfig:
+    """The model's config before the dataset's options (for its resolution and channels)."""
+    if cfg.pretrained and os.path.isdir(cfg.pretrained):
+        config = read_config(Path(cfg.pretrained) / CONFIG_NAME)
+        differ = []
+        if cfg.model in vitzoo.list_models():  # the named model with the shape options given with it
+            named = vitzoo.get_config(cfg.model, **{k: v for k, v in cfg.model_options.items() if k in SHAPE_OPTIONS})
+            differ = shape_differences(config, named)
+        if differ:  # the saved model decides; the name is then only a label, which may surprise
+            warnings.warn(f"--pretrained {cfg.pretrained} holds another model than {cfg.model}: {', '.join(differ)}; "
+                          "training the saved model", stacklevel=2)
+    else:
+        config = vitzoo.get_config(cfg.model)
+    options = {k: v for k, v in cfg.model_options.items() if k not in ("num_classes",)}
+    return config.replace(**options) if options else config
+
+
+def load_splits(cfg: TrainConfig, base: vitzoo.ViTConfig) -> tuple[Dataset, Dataset | None, Dataset, datasets.DataInfo]:
+    """The raw train, validation (or None) and test splits, cut to their limits, and the dataset's info."""
+    train_raw = datasets.load_split(cfg.data, "train", cfg.data_dir, img_size=base.img_size, in_chans=base.in_chans, seed=cfg.seed)
+    test_raw = datasets.load_split(cfg.data, "test", cfg.data_dir, img_size=base.img_size, in_chans=base.in_chans, seed=cfg.seed)
+    info = datasets.data_info(cfg.data, train_raw, base.in_chans)
+    if cfg.val_size and len(train_raw) - cfg.val_size < cfg.batch_size:
+        raise ConfigError(f"val_size={cfg.val_size} leaves {max(0, len(train_raw) - cfg.val_size)} of the {len(train_raw)} "
+                          f"training images, fewer than one batch ({cfg.batch_size}); lower --val-size or --batch-size")
+    # held out before train_limit, so that the training subsets of one seed are nested and never validate
+    train_raw, val_raw = datasets.split_validation(train_raw, cfg.val_size)
+    train_raw = datasets.subset(train_raw, cfg.train_limit, cfg.seed)
+    if val_raw is not None and cfg.train_limit and cfg.train_limit > len(train_raw):
+        warnings.warn(f"train_limit={cfg.train_limit} is more than the {len(train_raw)} training images left beside the "
+                      f"validation split (val_size={cfg.val_size}): training on all {len(train_raw)}", stacklevel=3)
+    return train_raw, val_raw, datasets.subset(test_raw, cfg.test_limit, cfg.seed), info
+
+
+def build_model(cfg: TrainConfig, options: dict[str, Any]) -> vitzoo.VisionTransformer:
+    if cfg.pretrained:
+        if not os.path.exists(cfg.pretrained):
+            raise FileNotFoundError(f"--pretrained {cfg.pretrained}: no such file or directory")
+        if os.path.isdir(cfg.pretrained):
+            model = vitzoo.from_pretrained(cfg.pretrained, **options)  # new img_size: pos-embed resampled
+        else:
+            model = vitzoo.create(cfg.model, pretrained=cfg.pretrained, **options)
+    else:
+        model = vitzoo.create(cfg.model, **options)
+    if cfg.reset_head:
+        model.reset_classifier(options["num_classes"], head="linear")  # zero-initialised
+    if cfg.grad_checkpointing:
+        model.set_grad_checkpointing(True)
+    if cfg.store_attention_probabilities:
+        model.set_attention_probabilities_stored(True)
+    return model
+
+
+def build_optimizer(cfg: TrainConfig, model: torch.nn.Module, device: torch.device) -> torch.optim.Optimizer:
+    """Weight decay on matrices only: not on biases, norms, the class token or position embeddings."""
+    skip = model.no_weight_decay()
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            (no_decay if p.ndim <= 1 or name in skip else decay).append(p)
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    # the fused kernels update every parameter in one pass over memory (CUDA and CPU have them); the
+    # default for-loop over parameters re-reads the optimizer state several times per step
+    fused = {"fused": True} if device.type in ("cuda", "cpu") else {}
+    if cfg.optimizer == "adamw":
+        return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), **fused)
+    return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, **fused)
+
+
+def native_bf16(device: torch.device) -> bool:
+    """Whether the GPU computes in bfloat16 natively: T4s and V100s only emulate it, slowly."""
+    with torch.cuda.device(device):
+        return torch.cuda.is_bf16_supported(including_emulation=False)
+
+
+def has_running_statistics(model: torch.nn.Module) -> bool:
+    """Whether the model has buffers that training changes (BatchNorm's running statistics), which DDP
+    must broadcast from rank 0 every forward pass. vitzoo's own buffers are constant (the relative
+    position index, made from the grid alike on every rank): broadcasting them would only cost time."""
+    return any(getattr(m, "running_mean", None) is not None for m in model.modules())
+
+
+def resolve_precision(cfg: TrainConfig, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype, or None for float32. `auto`: bf16 on a GPU that has it natively, else
+    fp16 (with the loss scaler) on CUDA; fp32 elsewhere."""
+    precision = cfg.precision
+    if precision == "auto":
+        precision = ("bf16" if native_bf16(device) else "fp16") if device.type == "cuda" else "fp32"
+    if precision == "fp16" and device.type != "cuda":
+        raise ConfigError("--precision fp16 needs CUDA (use bf16 or fp32)")
+    return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+
+
+__all__ = ["base_config", "build_model", "build_optimizer", "has_running_statistics", "load_splits", "model_options",
+           "native_bf16", "resolve_precision"]
