@@ -338,17 +338,3 @@ def test_a_pretrained_directory_of_another_model_than_named_is_trained_with_a_wa
         cfg = tiny_config(tmp_path / "ft", model="vit_b16", pretrained=str(tmp_path / "pre" / "run"), steps=3, warmup=1)
         summary = fit(dataclasses.replace(cfg, model_options={}))  # B/16 as named, nothing of TINY
     assert summary["model_config"]["embed_dim"] == 32
-
-
-def test_the_old_module_name_of_the_training_state_still_works_with_a_deprecation_warning():
-    """vitzoo.train.checkpoint is now vitzoo.train.state (beside vitzoo.weights.checkpoint it misled);
-    code that imports the old name keeps working and is told the new one."""
-    from vitzoo.train import checkpoint as old
-
-    with pytest.warns(DeprecationWarning, match=r"renamed vitzoo.train.state: use vitzoo.train.state.latest"):
-        assert old.latest is state.latest
-    with pytest.warns(DeprecationWarning, match="vitzoo.train.state.save"):
-        from vitzoo.train.checkpoint import save
-    assert save is state.save
-    with pytest.raises(AttributeError):
-        old.no_such_name

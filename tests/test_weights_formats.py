@@ -307,13 +307,6 @@ def test_weights_two_formats_recognise_are_an_error_naming_both(tmp_path, plugin
         read_checkpoint(path)
 
 
-def test_the_old_import_path_still_works_with_a_deprecation_warning():
-    """`from vitzoo.weights import read_checkpoint` (the path before vitzoo.weights.sources) still works."""
-    with pytest.warns(DeprecationWarning, match="moved to vitzoo.weights.sources.read_checkpoint"):
-        from vitzoo.weights import read_checkpoint as old
-    assert old is read_checkpoint
-
-
 class MisnamedPlugin:
     @vitzoo.hookimpl
     def vitzoo_weight_formats(self):

@@ -58,17 +58,4 @@ from .model import ErrorAnswer, RepoKey, git_blob_sha1
 from .server import HubServer
 from .store import HubStore
 
-
-
-def __getattr__(name: str):
-    # the server's error was called HubError, the name of the client's (vitzoo.hub.HubError)
-    if name == "HubError":
-        import warnings
-
-        warnings.warn("vitzoo.testing.hubserver.HubError is now ErrorAnswer (vitzoo.hub.HubError is the "
-                      "client's error)", DeprecationWarning, stacklevel=2)
-        return ErrorAnswer
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 __all__ = ["LFS_SIZE_THRESHOLD", "ErrorAnswer", "HubServer", "HubStore", "RepoKey", "git_blob_sha1", "main"]
