@@ -32,8 +32,7 @@ from vitzoo.pretrained import load_pretrained, load_tag
 from vitzoo.registry import COMPONENT_KINDS, get_registry
 from vitzoo.tags import PretrainedTag, list_pretrained
 from vitzoo.transforms import transforms_for
-
-__version__ = "0.1.0"
+from vitzoo.version import __version__ as __version__  # the release, kept in a leaf that any module may read
 
 
 def list_models(pattern: str = "*") -> list[str]:

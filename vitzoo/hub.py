@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from vitzoo.errors import HubError
+from vitzoo.version import __version__
 from vitzoo.weights.files import read_config, save_pretrained
 from vitzoo.weights.layout import CONFIG_NAME, HUB_FILES, HUB_PREFIX, SAVED_FILES, WEIGHT_FILES, WEIGHTS_NAME
 
@@ -319,11 +320,8 @@ def download(
     offline = local_files_only or _offline()
     _bounded_session()
     common: dict[str, Any] = dict(repo_type="model", token=token, cache_dir=cache_dir, endpoint=endpoint,
-                                  local_files_only=offline, library_name="vitzoo")
+                                  local_files_only=offline, library_name="vitzoo", library_version=__version__)
     try:
-        from vitzoo import __version__
-
-        common["library_version"] = __version__
         folder = Path(snapshot_download(repo_id, revision=revision, allow_patterns=[*HUB_FILES, WEIGHT_FILES[0]], **common))
         if not (folder / WEIGHT_FILES[0]).exists():
             # no safetensors in this repo: the same commit's pytorch_model.bin, if it has one

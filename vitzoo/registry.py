@@ -20,8 +20,8 @@ from typing import Any
 import pluggy
 
 from vitzoo import hookspecs
-from vitzoo.config import closest
 from vitzoo.errors import ConfigError, PluginError
+from vitzoo.options import closest
 
 PROJECT = "vitzoo"
 ENTRY_POINT_GROUP = "vitzoo"

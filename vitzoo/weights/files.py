@@ -13,6 +13,7 @@ from safetensors.torch import save_file
 from vitzoo.config import ViTConfig
 from vitzoo.errors import CheckpointError, ConfigError
 from vitzoo.io import atomic_path, staged_directory, write_text
+from vitzoo.version import __version__
 from vitzoo.weights.card import render
 from vitzoo.weights.checkpoint import Checkpoint, read_failed
 from vitzoo.weights.formats import Metadata, WeightFormat
@@ -45,8 +46,6 @@ def save_state_dict(state_dict: dict[str, torch.Tensor], path: str | os.PathLike
 
 
 def config_document(config: ViTConfig, extra: dict | None = None) -> dict:
-    from vitzoo import __version__
-
     return {"format": FORMAT, "format_version": FORMAT_VERSION, "vitzoo_version": __version__,
             "model": config.to_dict(), **(extra or {})}
 
