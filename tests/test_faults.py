@@ -54,7 +54,7 @@ def test_a_failed_save_over_an_earlier_save_leaves_it_whole(tmp_path):
 def test_a_failed_write_during_a_save_leaves_the_earlier_save_whole(tmp_path, monkeypatch):
     """A failure while the files are written (a full disk, a kill) leaves the earlier save whole: the
     new files are written beside the directory and only then put in place together."""
-    from vitzoo.weights import files
+    from vitzoo.weights import native
 
     first = tiny(0)
     first.save_pretrained(tmp_path / "saved")
@@ -63,7 +63,7 @@ def test_a_failed_write_during_a_save_leaves_the_earlier_save_whole(tmp_path, mo
     def disk_full(path, text):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(files, "write_text", disk_full)
+    monkeypatch.setattr(native, "write_text", disk_full)
     with pytest.raises(OSError, match="No space"):
         tiny(1).save_pretrained(tmp_path / "saved")
     assert snapshot(tmp_path) == before

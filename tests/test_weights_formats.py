@@ -247,7 +247,7 @@ class BackboneFormat(vitzoo.weights.WeightFormat):
     def convert(self, state_dict, metadata):
         weights = {k.removeprefix("backbone."): v for k, v in state_dict.items()}
         side = vitzoo.weights.layout.square_side(weights["encoder.pos_embed.weight"].shape[1] - 1)
-        return vitzoo.weights.Checkpoint(format=self.name, state_dict=weights, grid=(side, side))
+        return vitzoo.weights.ConvertedWeights(format=self.name, state_dict=weights, grid=(side, side))
 
     def hints(self, metadata):
         return {"mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5)}
@@ -314,7 +314,7 @@ class MisnamedPlugin:
 
 
 def test_a_format_registered_under_another_name_is_an_error(tmp_path, plugin, tiny):
-    """The registered name is the one checkpoints carry (`Checkpoint.format`): they must agree."""
+    """The registered name is the one checkpoints carry (`ConvertedWeights.format`): they must agree."""
     from vitzoo.errors import PluginError
 
     plugin(MisnamedPlugin())

@@ -23,8 +23,8 @@ from typing import Any
 
 from vitzoo.errors import HubError
 from vitzoo.version import __version__
-from vitzoo.weights.files import read_config, save_pretrained
 from vitzoo.weights.layout import CONFIG_NAME, HUB_FILES, HUB_PREFIX, SAVED_FILES, WEIGHT_FILES, WEIGHTS_NAME
+from vitzoo.weights.native import read_config, save_pretrained
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 

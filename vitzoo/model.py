@@ -22,7 +22,7 @@ from vitzoo.config import ViTConfig
 from vitzoo.errors import ConfigError, InputError, PluginError
 from vitzoo.layers.encoder import Encoder
 from vitzoo.registry import COMPONENT_KINDS, get_registry
-from vitzoo.weights import files
+from vitzoo.weights import native
 
 
 class VisionTransformer(nn.Module):
@@ -178,7 +178,7 @@ class VisionTransformer(nn.Module):
     def save_pretrained(self, directory, card: dict | None = None) -> None:
         """Write config.json, model.safetensors and a README.md model card into `directory`,
         atomically; `card` may give dataset, metrics, license, tags (see vitzoo.weights.card)."""
-        files.save_pretrained(self, directory, card=card)
+        native.save_pretrained(self, directory, card=card)
 
     def push_to_hub(self, repo_id: str, token: str | None = None, private: bool = False, revision: str | None = None,
                     commit_message: str = "Upload vitzoo model", **kwargs) -> str:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from vitzoo.errors import CheckpointError
 from vitzoo.io import atomic_path, staged_directory
-from vitzoo.weights.files import is_saved, read_json_object
 from vitzoo.weights.layout import CONFIG_NAME, HUB_PREFIX
+from vitzoo.weights.native import is_saved, read_json_object
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -52,7 +52,8 @@ from vitzoo.train.config import TrainConfig
 from vitzoo.train.metrics import Metrics
 from vitzoo.train.rundir import prepare_run_dir
 from vitzoo.train.schedule import Schedule
-from vitzoo.weights.files import CONFIG_NAME, read_config, save_pretrained
+from vitzoo.weights.layout import CONFIG_NAME
+from vitzoo.weights.native import read_config, save_pretrained
 
 # steps whose loss and gradient norm may wait on the device before they are read (and checked)
 MAX_UNREAD_STEPS = 100

@@ -22,7 +22,7 @@ import torch
 
 from vitzoo.config import HYBRID_NUMERICS, INTERPOLATIONS
 from vitzoo.errors import CheckpointError
-from vitzoo.weights.checkpoint import Checkpoint, take_head
+from vitzoo.weights.converted import ConvertedWeights, take_head
 from vitzoo.weights.formats import Metadata, WeightFormat
 from vitzoo.weights.layout import CONFIG_NAME, square_grid
 
@@ -43,8 +43,8 @@ class TimmFormat(WeightFormat):
         keys = set(keys)
         return "patch_embed.proj.weight" in keys and ("pos_embed" in keys or "blocks.0.attn.qkv.weight" in keys)
 
-    def convert(self, state_dict: dict[str, torch.Tensor], metadata: Metadata) -> Checkpoint:
-        """timm names -> a vitzoo `Checkpoint`. Unknown keys are kept under their own names, so the strict
+    def convert(self, state_dict: dict[str, torch.Tensor], metadata: Metadata) -> ConvertedWeights:
+        """timm names -> a vitzoo `ConvertedWeights`. Unknown keys are kept under their own names, so the strict
         loader reports them."""
         params = dict(state_dict)
         out: dict[str, torch.Tensor] = {}
@@ -94,7 +94,7 @@ class TimmFormat(WeightFormat):
 
         take_head(params, out, config, pre_logits="pre_logits.fc", classifier="head")
         out.update(params)  # anything left over is reported by the strict loader
-        return Checkpoint(format=FORMAT, state_dict=out, config=config, grid=grid)
+        return ConvertedWeights(format=FORMAT, state_dict=out, config=config, grid=grid)
 
     def hints(self, metadata: Metadata) -> dict[str, Any]:
         """Image size, normalisation and crop from a timm Hub repo's config.json (`pretrained_cfg`)."""
