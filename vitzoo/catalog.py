@@ -18,7 +18,7 @@ from __future__ import annotations
 import fnmatch
 
 from vitzoo.errors import ConfigError, PluginError
-from vitzoo.hub import check_revision
+from vitzoo.hub.transport import check_revision
 from vitzoo.options import closest
 from vitzoo.registry import get_registry
 from vitzoo.tags import REVISION_SEPARATOR, SEPARATOR, PretrainedTag

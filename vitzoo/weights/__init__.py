@@ -6,6 +6,7 @@
     native       vitzoo's own format: save_pretrained's directory, and a bare vitzoo state dict
     official, timm, torchvision, transformers   the foreign formats, one module each
     card         the model card README.md that save_pretrained writes
+    publish      pushing save_pretrained's directory (or a model, saved first) to the Hub
     sources      reading a file, directory or Hub repo into `ConvertedWeights`, by the registered
                  format that recognises them
     infer        the model a state dict describes

@@ -19,9 +19,9 @@ import numpy as np
 import torch
 from safetensors.torch import load_file
 
-from vitzoo import hub
 from vitzoo.config import ViTConfig
 from vitzoo.errors import CheckpointError, PluginError
+from vitzoo.hub import cache, transport
 from vitzoo.registry import get_registry
 from vitzoo.weights import native
 from vitzoo.weights.converted import ConvertedWeights, converting, read_failed
@@ -186,13 +186,14 @@ def open_directory(directory: str | os.PathLike) -> Source:
 
 # ---------------------------------------------------------------------------------------- any source
 def open_hub(source: str, **hub_options: Any) -> Source:
-    """A Hub repo, downloaded through the Hugging Face cache (`hub_options` go to `hub.download`); a
-    cached file that no longer matches the Hub's hash is removed, so the next call fetches it again."""
-    directory = hub.download(source, **hub_options)
+    """A Hub repo, downloaded through the Hugging Face cache (`hub_options` go to
+    `vitzoo.hub.transport.download`); a cached file that no longer matches the Hub's hash is removed,
+    so the next call fetches it again."""
+    directory = transport.download(source, **hub_options)
     try:
         opened = open_directory(directory)
     except CheckpointError as exc:
-        damaged = hub.evict_damaged(directory)
+        damaged = cache.evict_damaged(directory)
         if damaged:
             raise CheckpointError(
                 f"{exc}\nThe cached {', '.join(damaged)} no longer match(es) the Hub's hash (damaged on disk) "
