@@ -46,10 +46,11 @@ Behaviour worth knowing:
 - Not implemented: Xet storage (``xet-*-token`` endpoints answer 501), LFS downloads through the batch
   API, pagination (every listing is one page), ``expand=`` extra properties, ``.gitignore``.
 
-Modules, from the bottom up: `model` (repo keys, commits, errors, path rules), `lfs` (upload-mode rule,
-signed upload URLs, batch answers), `store` (`HubStore`: repos on disk), `documents` (the JSON answers
-and the NDJSON commit payload), `transport` (HTTP plumbing), `handler` (routing and endpoints), `server`
-(`HubServer`) and `cli` (`main`, behind ``python -m``).
+Modules, from the bottom up: `model` (repo keys, commits, errors, path rules), `store` (`HubStore`:
+repos on disk, a new one with the Hub's .gitattributes), `lfs` (upload-mode rule, signed upload URLs,
+batch answers), `documents` (the JSON answers and the NDJSON commit payload), `transport` (HTTP
+plumbing and the threaded server), `handler` (routing and endpoints), `server` (`HubServer`) and
+`cli` (`main`, behind ``python -m``).
 """
 
 from .cli import main
