@@ -93,6 +93,17 @@ def test_activations_and_resnet_numerics_are_checked_against_the_tables_the_laye
         ViTConfig(act="relu")
 
 
+def test_the_config_names_exactly_the_activations_and_resnet_numerics_the_layers_have():
+    """The plain-data config holds the names, the layers what each name means: the two lists agree."""
+    from vitzoo import config
+    from vitzoo.layers.activations import ACTIVATIONS
+    from vitzoo.layers.resnet import NUMERICS
+
+    assert tuple(ACTIVATIONS) == config.ACTIVATIONS
+    assert tuple(NUMERICS) == config.RESNET_NUMERICS
+    assert config.HYBRID_NUMERICS["resnet_numerics"] in NUMERICS
+
+
 # ---------------------------------------------------------------------------- one base, one error
 def test_both_configs_round_trip_through_json_text():
     model = vitzoo.get_config("vit_ti16", img_size=(32, 48))

@@ -54,7 +54,7 @@ def test_a_failed_save_over_an_earlier_save_leaves_it_whole(tmp_path):
 def test_a_failed_write_during_a_save_leaves_the_earlier_save_whole(tmp_path, monkeypatch):
     """A failure while the files are written (a full disk, a kill) leaves the earlier save whole: the
     new files are written beside the directory and only then put in place together."""
-    from vitzoo.weights import files
+    from vitzoo.weights import native
 
     first = tiny(0)
     first.save_pretrained(tmp_path / "saved")
@@ -63,7 +63,7 @@ def test_a_failed_write_during_a_save_leaves_the_earlier_save_whole(tmp_path, mo
     def disk_full(path, text):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(files, "write_text", disk_full)
+    monkeypatch.setattr(native, "write_text", disk_full)
     with pytest.raises(OSError, match="No space"):
         tiny(1).save_pretrained(tmp_path / "saved")
     assert snapshot(tmp_path) == before
@@ -209,7 +209,7 @@ GOOD_REVISIONS = ["main", "v1.0", "refs/pr/1", "feature/x-1", "a" * 40, "release
 @pytest.mark.parametrize("revision", GOOD_REVISIONS)
 def test_revisions_git_accepts_are_accepted(revision):
     """Branch, tag, pull-request and commit names that git accepts are revisions."""
-    from vitzoo.hub import check_revision, parse
+    from vitzoo.hub.transport import check_revision, parse
 
     assert check_revision(revision) == revision
     assert parse(f"hf-hub:org/name@{revision}") == ("org/name", revision)
@@ -222,7 +222,7 @@ def test_a_revision_git_refuses_is_refused_before_anything_is_sent(hermetic_hub,
     is a HubError naming it, whether it comes after the @ of a reference or as `revision=`, on pull
     and on push, before any request: nothing is written into the cache or beside it."""
     from vitzoo.errors import HubError
-    from vitzoo.hub import download
+    from vitzoo.hub.transport import download
 
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens: a request would fail otherwise
     if revision:

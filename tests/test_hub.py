@@ -17,7 +17,7 @@ from huggingface_hub import constants
 
 import vitzoo
 from vitzoo.errors import CheckpointError, HubError
-from vitzoo.hub import download, parse
+from vitzoo.hub.transport import download, parse
 from vitzoo.testing.hubserver import HubServer
 
 

@@ -29,10 +29,11 @@ from test_weights_formats import plugin, randomize  # noqa: F401 (a fixture; the
 from timm.models import get_pretrained_cfg
 
 import vitzoo
+from vitzoo.catalog import markdown_table, registered
 from vitzoo.cli import main
 from vitzoo.errors import HubError, PluginError
 from vitzoo.labels import imagenet_1k
-from vitzoo.tags import PretrainedTag, markdown_table, registered
+from vitzoo.tags import PretrainedTag
 from vitzoo.testing.hubserver import HubServer
 
 SMALL = dict(embed_dim=32, depth=1, num_heads=2, mlp_dim=64)  # the shrink: width 32, one block, two heads

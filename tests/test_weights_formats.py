@@ -247,7 +247,7 @@ class BackboneFormat(vitzoo.weights.WeightFormat):
     def convert(self, state_dict, metadata):
         weights = {k.removeprefix("backbone."): v for k, v in state_dict.items()}
         side = vitzoo.weights.layout.square_side(weights["encoder.pos_embed.weight"].shape[1] - 1)
-        return vitzoo.weights.Checkpoint(format=self.name, state_dict=weights, grid=(side, side))
+        return vitzoo.weights.ConvertedWeights(format=self.name, state_dict=weights, grid=(side, side))
 
     def hints(self, metadata):
         return {"mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5)}
@@ -307,13 +307,6 @@ def test_weights_two_formats_recognise_are_an_error_naming_both(tmp_path, plugin
         read_checkpoint(path)
 
 
-def test_the_old_import_path_still_works_with_a_deprecation_warning():
-    """`from vitzoo.weights import read_checkpoint` (the path before vitzoo.weights.sources) still works."""
-    with pytest.warns(DeprecationWarning, match="moved to vitzoo.weights.sources.read_checkpoint"):
-        from vitzoo.weights import read_checkpoint as old
-    assert old is read_checkpoint
-
-
 class MisnamedPlugin:
     @vitzoo.hookimpl
     def vitzoo_weight_formats(self):
@@ -321,7 +314,7 @@ class MisnamedPlugin:
 
 
 def test_a_format_registered_under_another_name_is_an_error(tmp_path, plugin, tiny):
-    """The registered name is the one checkpoints carry (`Checkpoint.format`): they must agree."""
+    """The registered name is the one checkpoints carry (`ConvertedWeights.format`): they must agree."""
     from vitzoo.errors import PluginError
 
     plugin(MisnamedPlugin())

@@ -16,6 +16,8 @@ import os
 
 import torch
 
+from vitzoo import catalog
+from vitzoo.catalog import list_pretrained
 from vitzoo.config import ViTConfig
 from vitzoo.errors import (
     CheckpointError,
@@ -30,10 +32,9 @@ from vitzoo.hookspecs import hookimpl
 from vitzoo.model import VisionTransformer
 from vitzoo.pretrained import load_pretrained, load_tag
 from vitzoo.registry import COMPONENT_KINDS, get_registry
-from vitzoo.tags import PretrainedTag, list_pretrained
+from vitzoo.tags import PretrainedTag
 from vitzoo.transforms import transforms_for
-
-__version__ = "0.1.0"
+from vitzoo.version import __version__ as __version__  # the release, kept in a leaf that any module may read
 
 
 def list_models(pattern: str = "*") -> list[str]:
@@ -78,9 +79,7 @@ def create(
     Options the weights decide (GELU variant, pooling, head) follow the weights unless given here.
     `device="meta"` builds without allocating memory.
     """
-    from vitzoo import tags
-
-    model_name, tag, revision = tags.lookup(name, pretrained is True)
+    model_name, tag, revision = catalog.lookup(name, pretrained is True)
     config = get_config(model_name, **{**(tag.config_options() if tag else {}), **options})
     with torch.device(device) if device is not None else contextlib.nullcontext():
         if pretrained is None or pretrained is False:

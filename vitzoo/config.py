@@ -11,14 +11,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vitzoo.errors import ConfigError
-from vitzoo.layers.activations import ACTIVATIONS
-from vitzoo.layers.resnet import NUMERICS as RESNET_NUMERICS
 from vitzoo.options import Options, check_number, check_numbers, closest
 
+# The names an option may take. The config is plain data: it names what the layers build, and the
+# layers (which import the config) hold what each name means.
 POS_EMBED_MODES = ("input", "every_layer", "every_layer_shared")
 # how an image is resized to the model's input (torchvision's InterpolationMode names)
 INTERPOLATIONS = ("bicubic", "bilinear", "nearest")
-# `act` and `resnet_numerics` are checked against the live tables the layers use (keys of each dict)
+# `act`: the MLP's nonlinearity, exact GELU or the official Flax code's tanh approximation (their
+# functions: vitzoo.layers.activations.ACTIVATIONS)
+ACTIVATIONS = ("gelu", "gelu_tanh")
+# `resnet_numerics`: the hybrid ResNet's weight standardisation and GroupNorm eps, the official model's
+# or timm's ResNetV2's (their numbers: vitzoo.layers.resnet.NUMERICS)
+RESNET_NUMERICS = ("official", "timm")
+# the options timm's ports of the hybrids need for the same logits (the timm format and the zoo's tags)
+HYBRID_NUMERICS = {"resnet_numerics": "timm"}
 
 
 def _pair(value, option: str) -> tuple[int, int]:
@@ -179,5 +186,5 @@ def shape_differences(saved: ViTConfig, requested: ViTConfig) -> list[str]:
             if getattr(saved, k) != getattr(requested, k)]
 
 
-__all__ = ["ViTConfig", "ConfigError", "POS_EMBED_MODES", "INTERPOLATIONS", "ACTIVATIONS", "RESNET_NUMERICS", "check_number",
-           "check_numbers", "closest", "SHAPE_OPTIONS", "shape_differences"]
+__all__ = ["ViTConfig", "POS_EMBED_MODES", "INTERPOLATIONS", "ACTIVATIONS", "RESNET_NUMERICS", "HYBRID_NUMERICS",
+           "SHAPE_OPTIONS", "shape_differences"]

@@ -116,7 +116,7 @@ def vitzoo_weight_formats() -> dict[str, WeightFormat]:
       maps the JSON files beside the weights (config.json, preprocessor_config.json) to their content.
       By default: all of the class's ``marks`` (tensor names) are among the keys. No two formats may
       recognise the same weights.
-    - ``convert(state_dict, metadata) -> Checkpoint``: vitzoo's names, the options the weights decide
+    - ``convert(state_dict, metadata) -> ConvertedWeights``: vitzoo's names, the options the weights decide
       (act, norm_eps, pool, head, num_classes, ...) and the token grid of the position embedding.
     - ``hints(metadata) -> dict``: options for an inferred config that the weights cannot decide
       (img_size, mean, std, crop_pct, interpolation); ``{}`` by default.

@@ -20,14 +20,14 @@ from vitzoo.errors import CheckpointError, ConfigError, HubError
 from vitzoo.labels import LABEL_SETS
 from vitzoo.model import VisionTransformer
 from vitzoo.tags import PretrainedTag
-from vitzoo.weights.checkpoint import HEAD_KEYS, HEAD_OPTIONS, Checkpoint, check_state_dict, resolve_config
+from vitzoo.weights.converted import HEAD_KEYS, HEAD_OPTIONS, ConvertedWeights, check_state_dict, resolve_config
 from vitzoo.weights.infer import infer_config
 from vitzoo.weights.sources import open_source
 
 log = logging.getLogger("vitzoo")
 
 
-def model_with_weights(config: ViTConfig, checkpoint: Checkpoint, requested: dict[str, Any], source: str,
+def model_with_weights(config: ViTConfig, checkpoint: ConvertedWeights, requested: dict[str, Any], source: str,
                        strict: bool = True) -> VisionTransformer:
     """A model of `config` (adjusted to the checkpoint) holding the checkpoint's weights."""
     config, drop_head = resolve_config(config, checkpoint, requested)
@@ -68,7 +68,7 @@ def _grid(config: ViTConfig) -> tuple[int, int]:
         return VisionTransformer(config).grid
 
 
-def _check_options_known(checkpoint: Checkpoint, location: str) -> None:
+def _check_options_known(checkpoint: ConvertedWeights, location: str) -> None:
     """A converter may only decide options that ViTConfig has (a guard for new formats)."""
     unknown = [k for k in checkpoint.config if k not in ViTConfig.field_names()]
     if unknown:

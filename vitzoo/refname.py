@@ -2,7 +2,7 @@
 
 A revision also becomes a file name in the Hugging Face cache (`refs/<revision>`), so a name these
 rules refuse, such as one holding `..`, could write outside the cache. One check, used wherever a
-revision enters: `vitzoo.hub` (references, `revision=`, `--revision`) and the test Hub server.
+revision enters: `vitzoo.hub.transport` (references, `revision=`, `--revision`) and the test Hub server.
 """
 
 from __future__ import annotations

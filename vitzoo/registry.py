@@ -1,10 +1,15 @@
 """The component registry: a pluggy PluginManager and name -> component lookup.
 
-The built-ins are one plugin like any other. Third-party plugins come from the entry-point group
-``vitzoo``; set ``VITZOO_DISABLE_PLUGIN_AUTOLOAD=1`` to load none of them. A plugin that fails to
-import is reported (a warning naming it) and skipped, so the built-ins keep working. A plugin that
-imports but implements a hook vitzoo does not have (a misspelling such as ``vitzoo_stem``) is a
-`PluginError` when it is loaded: pluggy would otherwise never call it, silently.
+The built-ins are one plugin like any other (`vitzoo/builtins.py`), registered first. That module
+knows only the hookspecs, as a third-party plugin does, and nothing it imports reads the registry:
+the registry imports it at the top like any other module it needs, and so stands above the built-in
+parts in the import graph (the types plugins provide and the parts below it, the lookups above it).
+
+Third-party plugins come from the entry-point group ``vitzoo``; set ``VITZOO_DISABLE_PLUGIN_AUTOLOAD=1``
+to load none of them. A plugin that fails to import is reported (a warning naming it) and skipped, so
+the built-ins keep working. A plugin that imports but implements a hook vitzoo does not have (a
+misspelling such as ``vitzoo_stem``) is a `PluginError` when it is loaded: pluggy would otherwise
+never call it, silently.
 
 Hooks are called through pluggy (``pm.hook``), one plugin at a time, so that every component name is
 known to come from one plugin: duplicates and broken return values are reported naming it.
@@ -19,9 +24,9 @@ from typing import Any
 
 import pluggy
 
-from vitzoo import hookspecs
-from vitzoo.config import closest
+from vitzoo import builtins, hookspecs
 from vitzoo.errors import ConfigError, PluginError
+from vitzoo.options import closest
 
 PROJECT = "vitzoo"
 ENTRY_POINT_GROUP = "vitzoo"
@@ -41,17 +46,12 @@ KINDS = {
 COMPONENT_KINDS = tuple(kind for kind in KINDS if kind not in ("model", "weight_format", "pretrained_tag"))
 
 
-
-
 class Registry:
     def __init__(self, autoload: bool | None = None) -> None:
         self.pm = pluggy.PluginManager(PROJECT)
         self.pm.add_hookspecs(hookspecs)
         self.failed_plugins: dict[str, str] = {}  # entry-point name -> error message
         self._tables: dict[str, dict[str, Any]] | None = None
-
-        from vitzoo import builtins
-
         self.pm.register(builtins, name="vitzoo.builtins")
         if autoload is None:
             autoload = not os.environ.get(DISABLE_AUTOLOAD_ENV)

@@ -6,9 +6,8 @@ A name is a complete `ViTConfig`; `vitzoo.create(name, **options)` changes optio
 
 from __future__ import annotations
 
-from vitzoo.config import ViTConfig
+from vitzoo.config import HYBRID_NUMERICS, ViTConfig
 from vitzoo.tags import PretrainedTag
-from vitzoo.weights.timm import HYBRID_NUMERICS
 
 # Table 1 of the paper, plus Ti and S from the official repository.
 SIZES = {

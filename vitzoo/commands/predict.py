@@ -38,7 +38,7 @@ def read_image(path: str):
 
 def check_labelled(labels: list[str] | None, num_classes: int, name: str) -> list[str]:
     """The class names; a ValueError saying why there are none and which tags have them."""
-    from vitzoo.tags import registered
+    from vitzoo.catalog import registered
 
     if labels is not None and num_classes:
         return labels
@@ -66,7 +66,7 @@ def run_predict(args) -> int:
 
     if not 1 <= args.top <= MAX_TOP:
         raise ValueError(f"--top must be between 1 and {MAX_TOP}, got {args.top}")
-    from vitzoo.tags import lookup
+    from vitzoo.catalog import lookup
 
     # a wrong path, or weights without a classifier, fail before any download
     for path in args.images:

@@ -23,8 +23,9 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from vitzoo.config import ViTConfig, check_number
+from vitzoo.config import ViTConfig
 from vitzoo.errors import ConfigError
+from vitzoo.options import check_number
 from vitzoo.train.config import (
     DEVICES,
     OPTIMIZERS,

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from vitzoo.errors import CheckpointError
 from vitzoo.io import atomic_path, staged_directory
-from vitzoo.weights.files import is_saved, read_json_object
 from vitzoo.weights.layout import CONFIG_NAME, HUB_PREFIX
+from vitzoo.weights.native import is_saved, read_json_object
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -43,7 +43,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run_push(args) -> int:
-    from vitzoo.hub import push_folder
+    from vitzoo.weights.publish import push_folder
 
     url = push_folder(args.directory, args.repo_id, token=args.token, private=args.private,
                       revision=args.revision, commit_message=args.message)
@@ -61,7 +61,7 @@ def _copy_files(snapshot: Path, destination: Path) -> None:
 
 
 def run_pull(args) -> int:
-    from vitzoo.hub import download
+    from vitzoo.hub.transport import download
     from vitzoo.pretrained import load_pretrained
 
     source = args.repo_id if args.repo_id.startswith(HUB_PREFIX) else HUB_PREFIX + args.repo_id

@@ -1,6 +1,6 @@
 """The MLP's nonlinearity: the one table of activations vitzoo knows (eq. (3)'s MLP "contains two
-layers with a GELU non-linearity"). `ViTConfig.act` is checked against it and the encoder takes its
-function from it; converters map other libraries' names onto its keys."""
+layers with a GELU non-linearity"), by the names `ViTConfig.act` takes (`vitzoo.config.ACTIVATIONS`).
+The encoder takes its function from it; converters map other libraries' names onto its keys."""
 
 from __future__ import annotations
 

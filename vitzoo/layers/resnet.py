@@ -32,8 +32,9 @@ class Numerics:
     gn_eps: float
 
 
-# `resnet_numerics`: the official model's, or timm's ResNetV2 of its hybrids (StdConv2dSame eps 1e-8,
-# GroupNormAct eps 1e-5), which its converted weights need for the same logits
+# `resnet_numerics` (one of vitzoo.config.RESNET_NUMERICS): the official model's, or timm's ResNetV2 of
+# its hybrids (StdConv2dSame eps 1e-8, GroupNormAct eps 1e-5), which its converted weights need for the
+# same logits
 NUMERICS = {
     "official": Numerics(ws_eps=WS_EPS, ws_eps_in_sqrt=False, gn_eps=GN_EPS),
     "timm": Numerics(ws_eps=1e-8, ws_eps_in_sqrt=True, gn_eps=1e-5),

@@ -21,7 +21,8 @@ from vitzoo import data as datasets
 from vitzoo.config import SHAPE_OPTIONS, shape_differences
 from vitzoo.errors import ConfigError
 from vitzoo.train.config import TrainConfig
-from vitzoo.weights.files import CONFIG_NAME, read_config
+from vitzoo.weights.layout import CONFIG_NAME
+from vitzoo.weights.native import read_config
 
 
 def model_options(cfg: TrainConfig, info: datasets.DataInfo, base: vitzoo.ViTConfig) -> dict[str, Any]:

@@ -53,7 +53,8 @@ from vitzoo.train.rundir import prepare_run_dir
 from vitzoo.train.sampler import GlobalBatchSampler
 from vitzoo.train.schedule import Schedule
 from vitzoo.train.signals import stop_signals
-from vitzoo.weights.files import CONFIG_NAME, save_pretrained
+from vitzoo.weights.layout import CONFIG_NAME
+from vitzoo.weights.native import save_pretrained
 
 # steps whose loss and gradient norm may wait on the device before they are read (and checked)
 MAX_UNREAD_STEPS = 100

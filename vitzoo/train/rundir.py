@@ -10,7 +10,7 @@ from pathlib import Path
 from vitzoo.errors import ConfigError
 from vitzoo.train import state
 from vitzoo.train.config import RESUMABLE_CHANGES, TrainConfig
-from vitzoo.weights.files import CONFIG_NAME
+from vitzoo.weights.layout import CONFIG_NAME
 
 
 def _describe(run: Path, entries: list[str], pretrained: str | None) -> str:

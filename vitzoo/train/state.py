@@ -24,8 +24,9 @@ from safetensors.torch import load_file
 
 from vitzoo.errors import CheckpointError
 from vitzoo.io import atomic_path, write_text
-from vitzoo.weights.checkpoint import read_failed
-from vitzoo.weights.files import CONFIG_NAME, WEIGHTS_NAME, save_pretrained
+from vitzoo.weights.converted import read_failed
+from vitzoo.weights.layout import CONFIG_NAME, WEIGHTS_NAME
+from vitzoo.weights.native import save_pretrained
 
 LATEST = "latest"
 STATE_NAME = "state.pt"

@@ -14,7 +14,7 @@ from typing import Any
 
 from vitzoo.config import ViTConfig
 from vitzoo.errors import CheckpointError
-from vitzoo.weights.checkpoint import Checkpoint
+from vitzoo.weights.converted import ConvertedWeights
 
 # the official configs' heads where D / 64 is not the answer
 _HEADS = {192: 3, 384: 6, 1280: 16}
@@ -27,7 +27,7 @@ def default_heads(embed_dim: int) -> int:
     return heads if embed_dim % heads == 0 else 1
 
 
-def infer_options(checkpoint: Checkpoint) -> dict[str, Any]:
+def infer_options(checkpoint: ConvertedWeights) -> dict[str, Any]:
     """ViTConfig options for the weights of `checkpoint` (vitzoo names)."""
     sd = checkpoint.state_dict
     if "stem.proj.weight" not in sd:
@@ -74,7 +74,7 @@ def infer_options(checkpoint: Checkpoint) -> dict[str, Any]:
     return options
 
 
-def infer_config(checkpoint: Checkpoint, overrides: dict[str, Any] | None = None, hints: dict[str, Any] | None = None) -> ViTConfig:
+def infer_config(checkpoint: ConvertedWeights, overrides: dict[str, Any] | None = None, hints: dict[str, Any] | None = None) -> ViTConfig:
     """The config of the model these weights belong to; `hints` (e.g. img_size and mean/std from the
     source's metadata) and then `overrides` (the caller's options) change it."""
     options = infer_options(checkpoint)

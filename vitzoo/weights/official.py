@@ -13,7 +13,7 @@ from typing import Mapping
 import numpy as np
 import torch
 
-from vitzoo.weights.checkpoint import Checkpoint, take_head
+from vitzoo.weights.converted import ConvertedWeights, take_head
 from vitzoo.weights.formats import Metadata, WeightFormat
 from vitzoo.weights.layout import square_grid
 
@@ -75,8 +75,8 @@ class OfficialFormat(WeightFormat):
     name = FORMAT
     marks = ("embedding/kernel", "Transformer/encoder_norm/scale")
 
-    def convert(self, npz: Mapping[str, np.ndarray], metadata: Metadata) -> Checkpoint:
-        """Official parameters -> a vitzoo `Checkpoint`. Keys it does not know are kept under their own
+    def convert(self, npz: Mapping[str, np.ndarray], metadata: Metadata) -> ConvertedWeights:
+        """Official parameters -> a vitzoo `ConvertedWeights`. Keys it does not know are kept under their own
         name, so that the strict loader reports them."""
         params = {k: np.asarray(v, dtype=np.float32) for k, v in npz.items()}
         out: dict[str, torch.Tensor] = {}
@@ -109,4 +109,4 @@ class OfficialFormat(WeightFormat):
         for key, value in params.items():  # anything left over is reported by the strict loader
             out[key] = torch.from_numpy(value)
         out = {k: v.contiguous() for k, v in out.items()}
-        return Checkpoint(format=FORMAT, state_dict=out, config=config, grid=grid)
+        return ConvertedWeights(format=FORMAT, state_dict=out, config=config, grid=grid)

@@ -1,5 +1,6 @@
 """Reading a source: a file, a directory or a Hub repo, into the weights it holds and the metadata
-beside them, converted by the weight format that recognises them (`vitzoo.weights.formats`).
+beside them, converted by the one registered weight format that recognises them (`WeightFormat`,
+`vitzoo.weights.formats`; formats are looked up here, above the registry that holds them).
 
 A source is a path or `hf-hub:ORG/NAME[@REVISION]`. Files are read by their type, never by running
 code: `.safetensors`; `.pth` / `.pt` / `.bin` / `.ckpt` with `torch.load(weights_only=True)`; `.npz`
@@ -9,6 +10,7 @@ as arrays only. What the weights are is decided by their names, not by the file'
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,12 +19,13 @@ import numpy as np
 import torch
 from safetensors.torch import load_file
 
-from vitzoo import hub
 from vitzoo.config import ViTConfig
-from vitzoo.errors import CheckpointError
-from vitzoo.weights import files, formats
-from vitzoo.weights.checkpoint import Checkpoint, read_failed
-from vitzoo.weights.formats import SUPPORTED
+from vitzoo.errors import CheckpointError, PluginError
+from vitzoo.hub import cache, transport
+from vitzoo.registry import get_registry
+from vitzoo.weights import native
+from vitzoo.weights.converted import ConvertedWeights, converting, read_failed
+from vitzoo.weights.formats import SUPPORTED, Metadata, WeightFormat
 from vitzoo.weights.layout import CONFIG_NAME, HUB_PREFIX, METADATA_FILES, WEIGHT_FILES, WEIGHTS_NAME
 
 SAFETENSORS_SUFFIXES = (".safetensors",)
@@ -36,11 +39,43 @@ class Source:
     """What a source holds: the converted weights, a saved vitzoo config when there is one, and hints
     for an inferred config (image size, normalisation) from the source's metadata."""
 
-    checkpoint: Checkpoint
+    checkpoint: ConvertedWeights
     saved_config: ViTConfig | None = None
     hints: dict[str, Any] = field(default_factory=dict)
     location: str = ""
     labels: list[str] | None = None  # the head's class names, when the metadata gives them
+
+
+# ---------------------------------------------------------------------------------------- formats
+def registered_formats() -> dict[str, WeightFormat]:
+    """The registered formats by name."""
+    formats = get_registry().tables()["weight_format"]
+    for name, fmt in formats.items():
+        if not isinstance(fmt, WeightFormat) or fmt.name != name:
+            raise PluginError(f"weight format {name!r} must be a vitzoo.weights.formats.WeightFormat whose name is "
+                              f"{name!r}, got {fmt!r}")
+    return formats
+
+
+def recognise(state_dict: Mapping[str, Any], metadata: Metadata, source: str, note: str = "") -> WeightFormat:
+    """The one registered format that recognises these weights; `note` adds to the error when none does."""
+    keys = list(state_dict)
+    found = [fmt for fmt in registered_formats().values() if fmt.recognises(keys, metadata)]
+    if len(found) > 1:
+        raise CheckpointError(f"{source}: the weights look like {' and like '.join(f.name for f in found)}; "
+                              "two weight formats claim them, uninstall or fix one of the plugins")
+    if not found:
+        raise CheckpointError(f"{source}: the format of these weights is not recognised (keys such as "
+                              f"{sorted(keys)[:6]}){note}. {SUPPORTED}")
+    return found[0]
+
+
+def recognise_and_convert(state_dict: Mapping[str, Any], metadata: Metadata, source: str,
+                          note: str = "") -> tuple[ConvertedWeights, WeightFormat]:
+    """The format that recognises these weights, and what its `convert` makes of them."""
+    fmt = recognise(state_dict, metadata, source, note)
+    with converting(fmt.name, source):
+        return fmt.convert(state_dict, metadata), fmt
 
 
 # ---------------------------------------------------------------------------------------- files
@@ -120,13 +155,13 @@ def _unrecognised_note(path: str) -> str:
 
 def open_file(path: str) -> Source:
     """A weights file with no metadata beside it."""
-    checkpoint, fmt = formats.convert(load_state_dict_file(path), {}, path, _unrecognised_note(path))
+    checkpoint, fmt = recognise_and_convert(load_state_dict_file(path), {}, path, _unrecognised_note(path))
     return Source(checkpoint, hints=fmt.hints({}), location=path, labels=fmt.labels({}))
 
 
 # ---------------------------------------------------------------------------------------- directories
 def _metadata(directory: Path) -> dict[str, dict]:
-    return {name: files.read_json_object(directory / name) for name in METADATA_FILES if (directory / name).exists()}
+    return {name: native.read_json_object(directory / name) for name in METADATA_FILES if (directory / name).exists()}
 
 
 def open_directory(directory: str | os.PathLike) -> Source:
@@ -134,30 +169,31 @@ def open_directory(directory: str | os.PathLike) -> Source:
     metadata of another library beside them."""
     directory = Path(directory)
     metadata = _metadata(directory)
-    if files.is_saved(metadata.get(CONFIG_NAME)):
-        saved_config = files.read_config(directory / CONFIG_NAME)
+    if native.is_saved(metadata.get(CONFIG_NAME)):
+        saved_config = native.read_config(directory / CONFIG_NAME)
         weights = directory / WEIGHTS_NAME
         if not weights.exists():
             raise CheckpointError(f"{directory} has a {CONFIG_NAME} but no {WEIGHTS_NAME}")
-        checkpoint = Checkpoint(format=files.FORMAT, state_dict=load_state_dict_file(weights), config={})
+        checkpoint = ConvertedWeights(format=native.FORMAT, state_dict=load_state_dict_file(weights), config={})
         return Source(checkpoint, saved_config=saved_config, location=str(directory))
     weights = next((directory / name for name in WEIGHT_FILES if (directory / name).exists()), None)
     if weights is None:
         found = sorted(p.name for p in directory.iterdir())[:10]
         raise CheckpointError(f"{directory} has no weights file ({' or '.join(WEIGHT_FILES)}); it holds {found}. {SUPPORTED}")
-    checkpoint, fmt = formats.convert(load_state_dict_file(weights), metadata, str(weights))
+    checkpoint, fmt = recognise_and_convert(load_state_dict_file(weights), metadata, str(weights))
     return Source(checkpoint, hints=fmt.hints(metadata), location=str(weights), labels=fmt.labels(metadata))
 
 
 # ---------------------------------------------------------------------------------------- any source
 def open_hub(source: str, **hub_options: Any) -> Source:
-    """A Hub repo, downloaded through the Hugging Face cache (`hub_options` go to `hub.download`); a
-    cached file that no longer matches the Hub's hash is removed, so the next call fetches it again."""
-    directory = hub.download(source, **hub_options)
+    """A Hub repo, downloaded through the Hugging Face cache (`hub_options` go to
+    `vitzoo.hub.transport.download`); a cached file that no longer matches the Hub's hash is removed,
+    so the next call fetches it again."""
+    directory = transport.download(source, **hub_options)
     try:
         opened = open_directory(directory)
     except CheckpointError as exc:
-        damaged = hub.evict_damaged(directory)
+        damaged = cache.evict_damaged(directory)
         if damaged:
             raise CheckpointError(
                 f"{exc}\nThe cached {', '.join(damaged)} no longer match(es) the Hub's hash (damaged on disk) "
@@ -178,6 +214,6 @@ def open_source(source: str | os.PathLike, **hub_options: Any) -> Source:
     return open_directory(text) if os.path.isdir(text) else open_file(text)
 
 
-def read_checkpoint(source: str | os.PathLike) -> Checkpoint:
+def read_checkpoint(source: str | os.PathLike) -> ConvertedWeights:
     """Read a checkpoint file or directory and convert it to vitzoo's names; the format is detected."""
     return open_source(source).checkpoint

@@ -10,7 +10,7 @@ downsample.conv, downsample.norm}}`. The layouts are PyTorch's already: only nam
 
 timm's GELU is the exact (erf) one and its LayerNorm eps is 1e-6. Its hybrid ResNet standardises
 convolution weights as (w - mean) / sqrt(var + 1e-8) and uses GroupNorm eps 1e-5, where the official
-model (and vitzoo's default) uses (w - mean) / (std + 1e-5) and eps 1e-6; see `HYBRID_NUMERICS`.
+model (and vitzoo's default) uses (w - mean) / (std + 1e-5) and eps 1e-6; see `vitzoo.config.HYBRID_NUMERICS`.
 """
 
 from __future__ import annotations
@@ -20,16 +20,13 @@ from typing import Any
 
 import torch
 
-from vitzoo.config import INTERPOLATIONS
+from vitzoo.config import HYBRID_NUMERICS, INTERPOLATIONS
 from vitzoo.errors import CheckpointError
-from vitzoo.weights.checkpoint import Checkpoint, take_head
+from vitzoo.weights.converted import ConvertedWeights, take_head
 from vitzoo.weights.formats import Metadata, WeightFormat
 from vitzoo.weights.layout import CONFIG_NAME, square_grid
 
 FORMAT = "timm"
-
-# How timm's hybrid ResNet normalises, as ViTConfig options (only used for hybrid weights).
-HYBRID_NUMERICS = {"resnet_numerics": "timm"}
 
 _BLOCK = re.compile(r"^blocks\.(\d+)\.(norm1|attn\.qkv|attn\.proj|norm2|mlp\.fc1|mlp\.fc2)\.(weight|bias)$")
 _RESNET = re.compile(
@@ -46,8 +43,8 @@ class TimmFormat(WeightFormat):
         keys = set(keys)
         return "patch_embed.proj.weight" in keys and ("pos_embed" in keys or "blocks.0.attn.qkv.weight" in keys)
 
-    def convert(self, state_dict: dict[str, torch.Tensor], metadata: Metadata) -> Checkpoint:
-        """timm names -> a vitzoo `Checkpoint`. Unknown keys are kept under their own names, so the strict
+    def convert(self, state_dict: dict[str, torch.Tensor], metadata: Metadata) -> ConvertedWeights:
+        """timm names -> a vitzoo `ConvertedWeights`. Unknown keys are kept under their own names, so the strict
         loader reports them."""
         params = dict(state_dict)
         out: dict[str, torch.Tensor] = {}
@@ -97,7 +94,7 @@ class TimmFormat(WeightFormat):
 
         take_head(params, out, config, pre_logits="pre_logits.fc", classifier="head")
         out.update(params)  # anything left over is reported by the strict loader
-        return Checkpoint(format=FORMAT, state_dict=out, config=config, grid=grid)
+        return ConvertedWeights(format=FORMAT, state_dict=out, config=config, grid=grid)
 
     def hints(self, metadata: Metadata) -> dict[str, Any]:
         """Image size, normalisation and crop from a timm Hub repo's config.json (`pretrained_cfg`)."""

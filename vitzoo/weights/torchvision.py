@@ -13,7 +13,7 @@ import re
 
 import torch
 
-from vitzoo.weights.checkpoint import Checkpoint, take_head
+from vitzoo.weights.converted import ConvertedWeights, take_head
 from vitzoo.weights.formats import Metadata, WeightFormat
 from vitzoo.weights.layout import square_grid
 
@@ -39,8 +39,8 @@ class TorchvisionFormat(WeightFormat):
     name = FORMAT
     marks = ("conv_proj.weight", "encoder.pos_embedding")
 
-    def convert(self, state_dict: dict[str, torch.Tensor], metadata: Metadata) -> Checkpoint:
-        """torchvision names -> a vitzoo `Checkpoint` (unknown keys kept for the strict loader)."""
+    def convert(self, state_dict: dict[str, torch.Tensor], metadata: Metadata) -> ConvertedWeights:
+        """torchvision names -> a vitzoo `ConvertedWeights` (unknown keys kept for the strict loader)."""
         params = dict(state_dict)
         out: dict[str, torch.Tensor] = {}
         out["stem.proj.weight"] = params.pop("conv_proj.weight")
@@ -58,7 +58,7 @@ class TorchvisionFormat(WeightFormat):
         config: dict = {"act": "gelu", "norm_eps": 1e-6, "pool": "token"}
         take_head(params, out, config, pre_logits="heads.pre_logits", classifier="heads.head")
         out.update(params)
-        return Checkpoint(format=FORMAT, state_dict=out, config=config, grid=grid)
+        return ConvertedWeights(format=FORMAT, state_dict=out, config=config, grid=grid)
 
     def hints(self, metadata: Metadata) -> dict:
         return {"mean": MEAN, "std": STD}

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from vitzoo.errors import CheckpointError
-from vitzoo.weights.checkpoint import Checkpoint, take_head
+from vitzoo.weights.converted import ConvertedWeights, take_head
 from vitzoo.weights.formats import Metadata, WeightFormat
 from vitzoo.weights.layout import CONFIG_NAME, PREPROCESSOR_NAME, square_grid
 
@@ -110,8 +110,8 @@ class TransformersFormat(WeightFormat):
     def recognises(self, keys, metadata: Metadata) -> bool:
         return super().recognises(_strip(keys), metadata)  # the classifier's names start with vit.
 
-    def convert(self, state_dict: dict[str, torch.Tensor], metadata: Metadata) -> Checkpoint:
-        """transformers names -> a vitzoo `Checkpoint`; the options from a transformers config.json
+    def convert(self, state_dict: dict[str, torch.Tensor], metadata: Metadata) -> ConvertedWeights:
+        """transformers names -> a vitzoo `ConvertedWeights`; the options from a transformers config.json
         beside the weights, else transformers' defaults."""
         document = _config(metadata)
         params = {k[4:] if k.startswith("vit.") else k: v for k, v in state_dict.items()}
@@ -154,7 +154,7 @@ class TransformersFormat(WeightFormat):
         config["pool"] = "token"
         take_head(params, out, config, pre_logits="pooler.dense", classifier="classifier")
         out.update(params)
-        return Checkpoint(format=FORMAT, state_dict=out, config=config, grid=grid)
+        return ConvertedWeights(format=FORMAT, state_dict=out, config=config, grid=grid)
 
     def hints(self, metadata: Metadata) -> dict[str, Any]:
         document = _config(metadata)

@@ -46,10 +46,11 @@ Behaviour worth knowing:
 - Not implemented: Xet storage (``xet-*-token`` endpoints answer 501), LFS downloads through the batch
   API, pagination (every listing is one page), ``expand=`` extra properties, ``.gitignore``.
 
-Modules, from the bottom up: `model` (repo keys, commits, errors, path rules), `lfs` (upload-mode rule,
-signed upload URLs, batch answers), `store` (`HubStore`: repos on disk), `documents` (the JSON answers
-and the NDJSON commit payload), `transport` (HTTP plumbing), `handler` (routing and endpoints), `server`
-(`HubServer`) and `cli` (`main`, behind ``python -m``).
+Modules, from the bottom up: `model` (repo keys, commits, errors, path rules), `store` (`HubStore`:
+repos on disk, a new one with the Hub's .gitattributes), `lfs` (upload-mode rule, signed upload URLs,
+batch answers), `documents` (the JSON answers and the NDJSON commit payload), `transport` (HTTP
+plumbing and the threaded server), `handler` (routing and endpoints), `server` (`HubServer`) and
+`cli` (`main`, behind ``python -m``).
 """
 
 from .cli import main
@@ -57,18 +58,5 @@ from .lfs import LFS_SIZE_THRESHOLD
 from .model import ErrorAnswer, RepoKey, git_blob_sha1
 from .server import HubServer
 from .store import HubStore
-
-
-
-def __getattr__(name: str):
-    # the server's error was called HubError, the name of the client's (vitzoo.hub.HubError)
-    if name == "HubError":
-        import warnings
-
-        warnings.warn("vitzoo.testing.hubserver.HubError is now ErrorAnswer (vitzoo.hub.HubError is the "
-                      "client's error)", DeprecationWarning, stacklevel=2)
-        return ErrorAnswer
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
 
 __all__ = ["LFS_SIZE_THRESHOLD", "ErrorAnswer", "HubServer", "HubStore", "RepoKey", "git_blob_sha1", "main"]

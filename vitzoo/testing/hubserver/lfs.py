@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .model import Commit, FileEntry, ErrorAnswer, TreeFile, git_blob_sha1, is_sha256, validate_repo_path
+from .model import Commit, ErrorAnswer, FileEntry, TreeFile, git_blob_sha1, is_sha256, validate_repo_path
 
 if TYPE_CHECKING:
     from .store import HubStore
@@ -19,14 +19,6 @@ if TYPE_CHECKING:
 #: Files at least this large are uploaded through LFS (the real Hub uses 10 MB too).
 LFS_SIZE_THRESHOLD = 10 * 1024 * 1024
 UPLOAD_URL_TTL_SECONDS = 3600
-
-# Patterns the Hub puts in a new repo's .gitattributes: weights and archives go to LFS by name.
-_INITIAL_LFS_PATTERNS = """
-    *.7z *.arrow *.bin *.bz2 *.ckpt *.ftz *.gz *.h5 *.joblib *.lfs.* *.mlmodel *.model *.msgpack *.npy *.npz
-    *.onnx *.ot *.parquet *.pb *.pickle *.pkl *.pt *.pth *.rar *.safetensors saved_model/**/* *.tar.* *.tar
-    *.tflite *.tgz *.wasm *.xz *.zip *.zst *tfevents*
-""".split()
-INITIAL_GITATTRIBUTES = "".join(f"{pattern} filter=lfs diff=lfs merge=lfs -text\n" for pattern in _INITIAL_LFS_PATTERNS)
 
 
 # ----------------------------------------------------------------------------------------------------

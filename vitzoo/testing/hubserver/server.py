@@ -3,48 +3,12 @@
 from __future__ import annotations
 
 import os
-import secrets
-import socket
 import threading
-from http.server import ThreadingHTTPServer
 from types import TracebackType
 
 from .handler import HubHandler
 from .store import HubStore
-
-
-class HubHTTPServer(ThreadingHTTPServer):
-    daemon_threads = True  # a keep-alive connection must not hold up shutdown
-
-    def __init__(self, address: tuple[str, int], store: HubStore, token: str | None, verbose: bool) -> None:
-        super().__init__(address, HubHandler)
-        self.store = store
-        self.token = token
-        self.verbose = verbose
-        # Signs LFS upload URLs: the client PUTs to them without its token, as to presigned S3 URLs.
-        self.upload_secret = secrets.token_bytes(32)
-        self._connections: set[socket.socket] = set()
-        self._connections_lock = threading.Lock()
-
-    def process_request(self, request, client_address) -> None:
-        with self._connections_lock:
-            self._connections.add(request)
-        super().process_request(request, client_address)
-
-    def shutdown_request(self, request) -> None:
-        with self._connections_lock:
-            self._connections.discard(request)
-        super().shutdown_request(request)
-
-    def close_connections(self) -> None:
-        """End open keep-alive connections too: a stopped server answers nothing more."""
-        with self._connections_lock:
-            connections, self._connections = list(self._connections), set()
-        for connection in connections:
-            try:
-                connection.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass  # already closed by the client
+from .transport import HubHTTPServer
 
 
 class HubServer:
@@ -88,7 +52,7 @@ class HubServer:
 
     def start(self) -> HubServer:
         if self._httpd is None:
-            httpd = self._httpd = HubHTTPServer(self._address, self.store, self.token, self._verbose)
+            httpd = self._httpd = HubHTTPServer(self._address, HubHandler, self.store, self.token, self._verbose)
             # A short poll interval makes stop() quick: shutdown() waits for the loop to notice.
             self._thread = threading.Thread(
                 target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="hubserver", daemon=True

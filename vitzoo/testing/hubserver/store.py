@@ -15,15 +15,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .lfs import INITIAL_GITATTRIBUTES
 from .model import (
     DEFAULT_BRANCH,
     SHA1_RE,
     AddFile,
     Commit,
     DeleteFile,
-    FileEntry,
     ErrorAnswer,
+    FileEntry,
     Operation,
     RepoKey,
     RepoMeta,
@@ -33,6 +32,14 @@ from .model import (
     git_blob_sha1,
     revision_not_found,
 )
+
+# Patterns the Hub puts in a new repo's .gitattributes: weights and archives go to LFS by name.
+_INITIAL_LFS_PATTERNS = """
+    *.7z *.arrow *.bin *.bz2 *.ckpt *.ftz *.gz *.h5 *.joblib *.lfs.* *.mlmodel *.model *.msgpack *.npy *.npz
+    *.onnx *.ot *.parquet *.pb *.pickle *.pkl *.pt *.pth *.rar *.safetensors saved_model/**/* *.tar.* *.tar
+    *.tflite *.tgz *.wasm *.xz *.zip *.zst *tfevents*
+""".split()
+INITIAL_GITATTRIBUTES = "".join(f"{pattern} filter=lfs diff=lfs merge=lfs -text\n" for pattern in _INITIAL_LFS_PATTERNS)
 
 
 def _now() -> str:

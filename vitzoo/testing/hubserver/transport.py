@@ -1,20 +1,24 @@
-"""HTTP plumbing under the endpoint handlers: dispatch, request bodies (chunked too), JSON and error answers."""
+"""HTTP plumbing under the endpoint handlers: the threaded server, dispatch, request bodies (chunked too), JSON
+and error answers."""
 
 from __future__ import annotations
 
 import json
 import re
+import secrets
+import socket
 import sys
+import threading
 import traceback
 from collections.abc import Callable, Iterator, Mapping
-from http.server import BaseHTTPRequestHandler
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 from .model import ErrorAnswer
 
 if TYPE_CHECKING:
-    from .server import HubHTTPServer
+    from .store import HubStore
 
 MAX_JSON_BODY = 2 * 1024**3  # a commit carries its regular files inline, base64-encoded
 IO_CHUNK = 1024 * 1024
@@ -184,3 +188,40 @@ class RequestHandler(BaseHTTPRequestHandler):
         # Header values must be latin-1 and single-line; the JSON body keeps the full message.
         headers["X-Error-Message"] = err.message.encode("ascii", "replace").decode().replace("\n", " ")
         self._send_json({"error": err.message}, err.status, headers)
+
+
+class HubHTTPServer(ThreadingHTTPServer):
+    """The HTTP server: one thread per connection, each request handled by `handler` over `store`."""
+
+    daemon_threads = True  # a keep-alive connection must not hold up shutdown
+
+    def __init__(self, address: tuple[str, int], handler: type[RequestHandler], store: HubStore, token: str | None,
+                 verbose: bool) -> None:
+        super().__init__(address, handler)
+        self.store = store
+        self.token = token
+        self.verbose = verbose
+        # Signs LFS upload URLs: the client PUTs to them without its token, as to presigned S3 URLs.
+        self.upload_secret = secrets.token_bytes(32)
+        self._connections: set[socket.socket] = set()
+        self._connections_lock = threading.Lock()
+
+    def process_request(self, request, client_address) -> None:
+        with self._connections_lock:
+            self._connections.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request) -> None:
+        with self._connections_lock:
+            self._connections.discard(request)
+        super().shutdown_request(request)
+
+    def close_connections(self) -> None:
+        """End open keep-alive connections too: a stopped server answers nothing more."""
+        with self._connections_lock:
+            connections, self._connections = list(self._connections), set()
+        for connection in connections:
+            try:
+                connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already closed by the client

@@ -13,8 +13,9 @@ from safetensors.torch import save_file
 from vitzoo.config import ViTConfig
 from vitzoo.errors import CheckpointError, ConfigError
 from vitzoo.io import atomic_path, staged_directory, write_text
+from vitzoo.version import __version__
 from vitzoo.weights.card import render
-from vitzoo.weights.checkpoint import Checkpoint, read_failed
+from vitzoo.weights.converted import ConvertedWeights, read_failed
 from vitzoo.weights.formats import Metadata, WeightFormat
 from vitzoo.weights.layout import CARD_NAME, CONFIG_NAME, SAVED_FILES, WEIGHTS_NAME, square_side
 
@@ -30,10 +31,10 @@ class VitzooFormat(WeightFormat):
     def recognises(self, keys, metadata: Metadata) -> bool:
         return "stem.proj.weight" in keys and any(k.startswith("encoder.") for k in keys)
 
-    def convert(self, state_dict, metadata: Metadata) -> Checkpoint:
+    def convert(self, state_dict, metadata: Metadata) -> ConvertedWeights:
         pos = state_dict.get("encoder.pos_embed.weight")
         side = square_side(pos.shape[1] - int("cls_token" in state_dict)) if pos is not None else None
-        return Checkpoint(format=FORMAT, state_dict=dict(state_dict), config={}, grid=(side, side) if side else None)
+        return ConvertedWeights(format=FORMAT, state_dict=dict(state_dict), config={}, grid=(side, side) if side else None)
 
 
 def save_state_dict(state_dict: dict[str, torch.Tensor], path: str | os.PathLike, metadata: dict[str, str] | None = None) -> None:
@@ -45,8 +46,6 @@ def save_state_dict(state_dict: dict[str, torch.Tensor], path: str | os.PathLike
 
 
 def config_document(config: ViTConfig, extra: dict | None = None) -> dict:
-    from vitzoo import __version__
-
     return {"format": FORMAT, "format_version": FORMAT_VERSION, "vitzoo_version": __version__,
             "model": config.to_dict(), **(extra or {})}
 

@@ -39,7 +39,7 @@ def run_list(args) -> int:
 
 
 def _list_pretrained(pattern: str, markdown: bool = False) -> int:
-    from vitzoo.tags import markdown_table, registered
+    from vitzoo.catalog import markdown_table, registered
 
     names = vitzoo.list_pretrained(pattern)
     if not names:

@@ -1,8 +1,10 @@
-"""A checkpoint in vitzoo terms, whatever file it came from, and what decides the model it builds.
+"""Converted weights: a checkpoint in vitzoo's terms, whatever file it came from, and what decides the
+model it builds.
 
-A weight format (`vitzoo.weights.formats`) turns foreign weights into a `Checkpoint`: a state dict
+A weight format (`vitzoo.weights.formats`) turns foreign weights into `ConvertedWeights`: a state dict
 with vitzoo's names and the model options that the weights decide (their GELU, LayerNorm eps,
-pooling, head). `vitzoo.pretrained` builds the model from it.
+pooling, head). `vitzoo.pretrained` builds the model from them. (A training checkpoint, the state
+a run resumes from, is `vitzoo.train.state`.)
 """
 
 from __future__ import annotations
@@ -35,7 +37,9 @@ def read_failed(path: str | os.PathLike, exc: BaseException) -> CheckpointError:
 
 
 @dataclass
-class Checkpoint:
+class ConvertedWeights:
+    """Weights in vitzoo's names, the format they were converted from, and what they decide."""
+
     format: str
     state_dict: dict[str, torch.Tensor]
     config: dict[str, Any] = field(default_factory=dict)  # options the weights decide
@@ -98,7 +102,7 @@ def check_state_dict(model: torch.nn.Module, state_dict: dict[str, torch.Tensor]
 HEAD_OPTIONS = ("num_classes", "head", "representation_size")
 
 
-def resolve_config(config: ViTConfig, checkpoint: Checkpoint, requested: dict[str, Any]) -> tuple[ViTConfig, bool]:
+def resolve_config(config: ViTConfig, checkpoint: ConvertedWeights, requested: dict[str, Any]) -> tuple[ViTConfig, bool]:
     """The config to build: the checkpoint decides its options unless the user asked otherwise.
 
     Returns the config and whether the checkpoint's head must be dropped (the user asked for

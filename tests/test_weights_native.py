@@ -10,7 +10,7 @@ from safetensors.torch import save_file
 
 import vitzoo
 from vitzoo.errors import CheckpointError
-from vitzoo.weights import files
+from vitzoo.weights import native
 from vitzoo.weights.sources import read_checkpoint
 
 
@@ -29,7 +29,7 @@ def test_save_pretrained_writes_config_weights_and_model_card(model, tmp_path):
                                                   "repo_id": "alice/tiny", "license": "mit", "tags": ["cifar"]})
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["README.md", "config.json", "model.safetensors"]
     document = json.loads((tmp_path / "out" / "config.json").read_text())
-    assert document["format"] == "vitzoo" and document["format_version"] == files.FORMAT_VERSION
+    assert document["format"] == "vitzoo" and document["format_version"] == native.FORMAT_VERSION
     assert document["vitzoo_version"] == vitzoo.__version__ and document["model"] == model.config.to_dict()
     card = (tmp_path / "out" / "README.md").read_text()
     front, body = card.split("---\n")[1], card.split("---\n", 2)[2]
@@ -56,7 +56,7 @@ def test_a_crash_mid_save_leaves_no_half_written_file(model, tmp_path, monkeypat
             f.write(b"\0" * 100)  # part of the file, then the process "dies"
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(files, "save_file", crash)
+    monkeypatch.setattr(native, "save_file", crash)
     with torch.no_grad():
         model.head.fc.bias.add_(1)
     with pytest.raises(KeyboardInterrupt):
@@ -119,13 +119,13 @@ def _vitzoo_imports(module: str) -> set[str]:
 
 
 def test_saving_and_pushing_never_import_the_model():
-    """model.save_pretrained / push_to_hub use vitzoo.weights.files and vitzoo.hub, which import no
+    """model.save_pretrained / push_to_hub use vitzoo.weights.native and vitzoo.weights.publish, which import no
     module that imports vitzoo.model (directly or through others): there is no import circle to dodge."""
-    seen, todo = set(), ["vitzoo.weights.files", "vitzoo.hub"]
+    seen, todo = set(), ["vitzoo.weights.native", "vitzoo.weights.publish"]
     while todo:
         module = todo.pop()
         if module not in seen:
             seen.add(module)
             todo += sorted(_vitzoo_imports(module) - seen)
     assert "vitzoo.model" not in seen and "vitzoo.pretrained" not in seen
-    assert {"vitzoo.weights.files", "vitzoo.weights.layout", "vitzoo.registry"} <= seen  # the walk did walk
+    assert {"vitzoo.weights.native", "vitzoo.weights.layout", "vitzoo.hub.transport"} <= seen  # the walk did walk

@@ -1,0 +1,119 @@
+"""The catalog of pretrained tags in the registry: checked, listed, looked up by name, tabulated.
+
+    vitzoo.create("vit_b16", pretrained=True)                     # the model's default tag
+    vitzoo.create("vit_b16.orig_in21k", pretrained=True)          # a named tag
+    vitzoo.create("vit_b16.orig_in21k@REVISION", pretrained=True) # the repo at a branch, tag or commit
+    vitzoo.create("vit_b16.orig_in21k")                           # its architecture, no weights
+    vitzoo.list_pretrained("vit_b16*")
+    vitzoo list --pretrained --markdown                           # the README's table
+
+A tag (`vitzoo.tags.PretrainedTag`) is registered through the `vitzoo_pretrained_tags` hook like any
+plugin's component. Without `pretrained=True` a tag name builds the tag's architecture (resolution,
+classes, preprocessing) with fresh weights, as timm does. Downloading and loading a tag's weights is
+`vitzoo.pretrained.load_tag`, through huggingface_hub (`vitzoo.hub`): this module imports no model.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+
+from vitzoo.errors import ConfigError, PluginError
+from vitzoo.hub.transport import check_revision
+from vitzoo.options import closest
+from vitzoo.registry import get_registry
+from vitzoo.tags import REVISION_SEPARATOR, SEPARATOR, PretrainedTag
+
+KIND = "pretrained_tag"  # the registry's kind (vitzoo.registry.KINDS)
+
+
+def registered() -> dict[str, PretrainedTag]:
+    """The registered tags by name, checked: each is a PretrainedTag under its own name, of a
+    registered model and weight format, and a model has at most one default."""
+    tables = get_registry().tables()
+    defaults: dict[str, str] = {}
+    for name, tag in tables[KIND].items():
+        if not isinstance(tag, PretrainedTag) or tag.name != name:
+            raise PluginError(f"pretrained tag {name!r} must be a vitzoo.tags.PretrainedTag whose name "
+                              f"(MODEL.TAG) is {name!r}, got {tag!r}")
+        for kind, value in (("model", tag.model), ("weight_format", tag.format)):
+            if value not in tables[kind]:
+                raise PluginError(f"pretrained tag {name!r} names the {kind.replace('_', ' ')} {value!r}, which is "
+                                  "not registered; install the plugin that provides it")
+        if tag.default:
+            if tag.model in defaults:
+                raise PluginError(f"model {tag.model!r} has two default pretrained tags: {defaults[tag.model]!r} "
+                                  f"and {name!r}; only one may set default=True")
+            defaults[tag.model] = name
+    return tables[KIND]
+
+
+def list_pretrained(pattern: str = "*") -> list[str]:
+    """Names (MODEL.TAG) of the registered tags, filtered with an fnmatch pattern."""
+    return sorted(name for name in registered() if fnmatch.fnmatchcase(name, pattern))
+
+
+def tags_of(model: str) -> list[PretrainedTag]:
+    return [tag for name, tag in sorted(registered().items()) if tag.model == model]
+
+
+def default_tag(model: str) -> PretrainedTag:
+    """The tag `create(model, pretrained=True)` loads: the one marked default, else the only one."""
+    tags = tags_of(model)
+    marked = [tag for tag in tags if tag.default]
+    if marked or len(tags) == 1:
+        return (marked or tags)[0]
+    if not tags:
+        raise ConfigError(f"model {model!r} has no pretrained weights registered, so pretrained=True has "
+                          f"nothing to load. Models with weights: {', '.join(_models_with_tags())}; or pass "
+                          "pretrained=PATH or pretrained='hf-hub:ORG/NAME'")
+    raise ConfigError(f"model {model!r} has several pretrained tags and none is the default; name one: "
+                      + ", ".join(tag.name for tag in tags))
+
+
+def _models_with_tags() -> list[str]:
+    return sorted({tag.model for tag in registered().values()})
+
+
+def get_tag(model: str, tag: str) -> PretrainedTag:
+    name = f"{model}{SEPARATOR}{tag}"
+    found = registered().get(name)
+    if found is None:
+        available = [t.name for t in tags_of(model)]
+        listing = f"Tags of {model}: {', '.join(available)}" if available else \
+            f"{model} has no pretrained tags; models with some: {', '.join(_models_with_tags())}"
+        raise ConfigError(f"unknown pretrained tag {name!r}." + closest(name, available) + f" {listing}")
+    return found
+
+
+def lookup(name: str, pretrained: bool) -> tuple[str, PretrainedTag | None, str | None]:
+    """`MODEL[.TAG][@REVISION]` -> (model name, the tag or None, revision or None). With `pretrained`
+    and no tag, the model's default tag."""
+    text, _, revision = name.partition(REVISION_SEPARATOR)
+    if _ and not revision:
+        raise ConfigError(f"{name!r}: write MODEL.TAG@REVISION (a branch, tag or commit of the tag's Hub repo)")
+    model, _, tag_name = text.partition(SEPARATOR)
+    get_registry().get("model", model)  # unknown model names fail here, with suggestions
+    if revision:
+        if not pretrained:
+            raise ConfigError(f"{name!r} names a revision of downloaded weights: pass pretrained=True to load them")
+        check_revision(revision)
+    if tag_name:
+        return model, get_tag(model, tag_name), revision or None
+    if revision:
+        return model, default_tag(model), revision
+    return model, default_tag(model) if pretrained else None, None
+
+
+# ------------------------------------------------------------------------------------------- the table
+def markdown_table(pattern: str = "*") -> str:
+    """The registered tags as a Markdown table (the README's "Pretrained weights" section)."""
+    lines = ["| model | tag | Hub repo | format | resolution | classes | ImageNet top-1 (source) |",
+             "|---|---|---|---|---|---|---|"]
+    tags = registered()  # checked once, not once per tag
+    for name in list_pretrained(pattern):
+        tag = tags[name]
+        accuracy = f"{tag.accuracy:.2f} ({tag.accuracy_source})" if tag.accuracy is not None else "-"
+        lines.append(f"| {tag.model} | `{tag.tag}`{' (default)' if tag.default else ''} | "
+                     f"[{tag.hub_id}](https://huggingface.co/{tag.hub_id}) | {tag.format} | {tag.img_size} | "
+                     f"{tag.num_classes or 'none (features)'} | {accuracy} |")
+    return "\n".join(lines) + "\n"

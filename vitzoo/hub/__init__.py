@@ -1,0 +1,10 @@
+"""The Hugging Face Hub, through huggingface_hub: transport, its settings, its errors, its cache.
+
+    settings     the server, offline mode, the token, the timeout: read at every call
+    explain      huggingface_hub's and the network's errors as `HubError`s naming the cause and the fix
+    cache        repairing the Hugging Face cache (partial downloads, files damaged on disk)
+    transport    pulling a model repo into the cache, pushing a folder as one commit
+
+What a model repo holds, and saving a model to push it, are the weights' (`vitzoo.weights.layout`,
+`vitzoo.weights.publish`): the Hub moves files and knows no model.
+"""
