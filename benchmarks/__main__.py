@@ -1,6 +1,6 @@
 """python -m benchmarks LIST [--scale quick|main|cpu|paper] [--workers N] [--dry-run] ...
 
-LIST: ablation names (see benchmarks/registry.py), `all` (every ablation), or `speed`. Scales are in
+LIST: ablation names (see benchmarks/ablations/), `all` (every ablation), or `speed`. Scales are in
 benchmarks/scales.py: `main` is the main job's (Table 8's headline in minutes), `cpu` trains every
 ablation to where architecture matters on a 2-core CPU (hours), `paper` is the paper's (GPUs),
 `quick` is for tests (`--quick` is short for it). `--workers 2` trains two runs at once (one CPU
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from benchmarks import plan as planning
-from benchmarks.registry import ABLATIONS
+from benchmarks.ablations import ABLATIONS
 from benchmarks.scales import SCALES, get_scale
 from benchmarks.spec import Ablation, Scale, report
 from benchmarks.suite import RESULTS, ResultStore, execute

@@ -1,6 +1,7 @@
 """The ablation suite: every ablation runs in --quick form and writes its results, table and figures;
 a second invocation measures nothing again."""
 
+import functools
 import json
 import mmap
 import re
@@ -13,8 +14,7 @@ import torch
 
 from benchmarks import __main__ as bench
 from benchmarks import suite
-
-from benchmarks.registry import ABLATIONS
+from benchmarks.ablations import ABLATIONS
 from benchmarks.verdict import POSITIVE, ZERO, Estimate, judge
 
 RECORD_FIELDS = {"config", "seed", "metrics", "wall_s", "device", "torch", "commit", "cpu", "threads", "date", "key"}
@@ -223,7 +223,7 @@ def test_a_difference_counts_only_beyond_twice_its_standard_error():
 def test_the_main_jobs_report_judges_its_cells_and_names_the_findings_it_does_not_run(tmp_path):
     """At --scale main only two cells of Table 8 run: the finding on them is judged, the one on the
     other encodings is named once as not compared, not printed as a verdict."""
-    from benchmarks.pos_embed import SPEC
+    from benchmarks.ablations.pos_embed import SPEC
     from benchmarks.spec import report
 
     def record(label, pos_embed, seed, acc):
@@ -256,7 +256,7 @@ def _records(label_values: dict[str, list[float]], **group) -> list[dict]:
 def test_table_8s_verdicts_follow_the_measurements(tmp_path):
     """The same spec says "reproduced" when no position embedding is clearly worse and the encodings
     agree, and "not reproduced" when they do not: a verdict is computed, never written by hand."""
-    from benchmarks.pos_embed import SPEC
+    from benchmarks.ablations.pos_embed import SPEC
     from benchmarks.spec import report
 
     paper_like = _records({"none / input": [0.80, 0.81, 0.79], "learned_1d / input": [0.86, 0.87, 0.86],
@@ -368,3 +368,58 @@ def test_committed_cpu_results_are_complete_and_meet_the_accuracy_floors(ablatio
         if floor is not None and accuracy < floor:
             below.append(f"{label}: {accuracy:.4f} < {floor}")
     assert not below, f"{ablation} under its floor: {below}"
+
+
+# ---------------------------------------------------------------------------- the committed run keys
+# Records that no spec plans at any scale any more, per ablation: runs of earlier settings, which a store
+# keeps beside the current ones (it only adds). hybrid and shape: the cpu scale before its trials (1 epoch
+# at lr 1e-3 on 30k images, commit 5e30b51), and one hybrid cell since dropped; data: 3 epochs (1289 steps)
+# on subsets of 1k to 55k images; cost: all 20 (FLAT_KEYS).
+EARLIER_SETTINGS = {"hybrid": 19, "shape": 18, "data": 36, "cost": 20}
+# cost's records were measured before the cells' configs were nested as model/options/train: their keys
+# hash the flat config of the same measurements, and `python -m benchmarks cost` measures them again
+FLAT_KEYS = {"cost"}
+SETTINGS = re.compile(r"^Settings: `--scale (?P<scale>\w+)`; (?P<runs>\d+) runs", re.MULTILINE)
+
+
+@pytest.mark.parametrize("ablation", list(ABLATIONS))
+def test_every_committed_run_key_is_still_the_key_of_its_run(ablation):
+    """A suite run again skips what was measured only while the committed keys are the ones the specs
+    give their runs: every record's key is the hash of its own ablation, config and seed; the spec, at
+    the scale its README and findings.json record, plans as many runs as that README's table was built
+    from, every one of them committed; and the records planned at no scale are exactly those counted
+    as of earlier settings."""
+    from benchmarks.scales import SCALES
+
+    spec, folder = ABLATIONS[ablation], suite.RESULTS / ablation
+    records = json.loads((folder / "results.json").read_text())["runs"]
+    for r in records:
+        assert r["ablation"] == ablation and suite.Run(ablation, r["label"], r["config"], r["seed"]).key == r["key"], r
+    stated = SETTINGS.search((folder / "README.md").read_text())
+    if (folder / "findings.json").exists():
+        assert json.loads((folder / "findings.json").read_text())["scale"] == stated["scale"]
+    runs = spec.runs(SCALES[stated["scale"]])
+    planned, committed = {run.key for run in runs}, {r["key"] for r in records}
+    assert len(planned) == int(stated["runs"])
+    every_scale = set().union(*({run.key for run in spec.runs(SCALES[s])} for s in ("quick", "main", "cpu")))
+    assert len(committed - every_scale) == EARLIER_SETTINGS.get(ablation, 0)
+    if ablation in FLAT_KEYS:  # the same label, seed and settings, keyed by the flat config
+        assert not planned & committed
+        flat = [[run.label, run.seed, {"model": run.config["model"], **run.config["options"], **run.config["train"]}]
+                for run in runs]
+        as_text = functools.partial(json.dumps, sort_keys=True)
+        assert sorted(map(as_text, flat)) == sorted(as_text([r["label"], r["seed"], r["config"]]) for r in records)
+    else:
+        assert planned <= committed, f"{ablation}: a run's key changed, or the spec plans a run never measured"
+
+
+def test_every_committed_trial_and_speed_key_is_still_the_key_of_its_run():
+    """The trials behind the scales (benchmarks/trials.py) and the speed benchmark's cases keep their keys."""
+    from benchmarks import speed, trials
+
+    for name in trials.TRIALS:
+        records = json.loads((suite.RESULTS / "trials" / name / "results.json").read_text())["runs"]
+        assert {r["key"] for r in records} == {run.key for run in trials.plan(name)}
+        assert all(suite.Run(r["ablation"], r["label"], r["config"], r["seed"]).key == r["key"] for r in records)
+    records = json.loads((suite.RESULTS / "speed" / "results.json").read_text())["runs"]
+    assert records and all(r["key"] == speed.case_key(r, r.get("quick", False)) for r in records)

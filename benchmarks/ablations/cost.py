@@ -110,8 +110,8 @@ def probe(name: str, size: int, batch: int) -> dict:
 def cpu_largest_batch(name: str, size: int, batch: int) -> dict:
     points = []
     for b in (max(1, batch // 4), batch):
-        out = subprocess.run([sys.executable, "-m", "benchmarks.cost", name, str(size), str(b)],
-                             capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parent.parent)
+        out = subprocess.run([sys.executable, "-m", "benchmarks.ablations.cost", name, str(size), str(b)],
+                             capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parents[2])
         points.append((b, json.loads(out.stdout.strip().splitlines()[-1])))
     (b1, p1), (b2, p2) = points
     per_image = max((p2["peak_gb"] - p1["peak_gb"]) / max(b2 - b1, 1), 1e-6)
