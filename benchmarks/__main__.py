@@ -122,9 +122,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n== [{i}/{len(args.names)}] {name}" + (f", about {left:.0f} min left (estimated)" if name in plans else ""),
               flush=True)
         if name == "speed":
-            from benchmarks import speed
+            from benchmarks.speed import measure
 
-            speed.main(quick=args.scale == "quick", out=args.out / "speed", device=args.device)
+            measure.main(quick=args.scale == "quick", out=args.out / "speed", device=args.device)
             print((args.out / "speed" / "README.md").read_text())
             continue
         spec = ABLATIONS[name]

@@ -113,9 +113,9 @@ def test_speed_benchmark_measures_every_contestant_on_the_same_weights(tmp_path)
     """`speed --quick`: vitzoo and both peers, converted weights giving the peers' logits, images/s with
     a spread, the matrix-product ceiling at the model's shapes, peak memory of a training step, the
     CPU's flags, a table and a figure."""
-    from benchmarks import speed
+    from benchmarks.speed import measure
 
-    out = speed.main(quick=True, out=tmp_path / "speed")
+    out = measure.main(quick=True, out=tmp_path / "speed")
     data = json.loads((out / "results.json").read_text())
     inference = [r for r in data["runs"] if r["kind"] == "inference"]
     training = [r for r in data["runs"] if r["kind"] == "training"]
@@ -142,7 +142,7 @@ def test_speed_benchmark_measures_every_contestant_on_the_same_weights(tmp_path)
 def test_speed_repetitions_rotate_so_that_no_contestant_always_follows_the_same_one():
     """The C allocator's heap is shared by the contestants: the order of each repetition is rotated by
     one, and every call's page faults are counted (a call that allocates fresh memory faults it in)."""
-    from benchmarks import speed
+    from benchmarks.speed import timing
 
     calls = []
 
@@ -156,7 +156,7 @@ def test_speed_repetitions_rotate_so_that_no_contestant_always_follows_the_same_
         return run
 
     names = ["a", "b", "c"]
-    speeds = speed.interleaved({n: contestant(n, 4096 if n == "c" else 0) for n in names}, 6, 1, torch.device("cpu"))
+    speeds = timing.interleaved({n: contestant(n, 4096 if n == "c" else 0) for n in names}, 6, 1, torch.device("cpu"))
     timed = calls[len(names):]  # after one warm-up call each
     predecessors = {n: {timed[i - 1] for i in range(1, len(timed)) if timed[i] == n} for n in names}
     assert all(predecessors[n] == set(names) - {n} for n in names), predecessors
@@ -168,11 +168,11 @@ def test_speed_repetitions_rotate_so_that_no_contestant_always_follows_the_same_
 def test_memory_probe_of_a_compiled_step_counts_the_compiler_apart():
     """The compiled contestant's probe (a fresh process) compiles in a warm-up pass before measuring: the
     compiler's memory is reported beside the training step's, not inside it."""
-    from benchmarks import speed
+    from benchmarks.speed import cases, memory
 
-    probe = speed.peak_memory_gb(0, speed.STORED_PROBABILITIES, 2, "bf16", True, torch.device("cpu"))
+    probe = memory.peak_memory_gb(0, cases.STORED_PROBABILITIES, 2, "bf16", True, torch.device("cpu"))
     assert probe["peak_gb"] > 0 and probe["resident_gb"] > 0 and probe["compiler_gb"] > 0.01, probe
-    assert speed.peak_memory_gb(0, "vitzoo", 2, "float32", True, torch.device("cpu"))["compiler_gb"] == 0
+    assert memory.peak_memory_gb(0, "vitzoo", 2, "float32", True, torch.device("cpu"))["compiler_gb"] == 0
 
 
 def test_ten_minute_benchmark_records_accuracy_settings_and_target(tmp_path):
@@ -415,11 +415,12 @@ def test_every_committed_run_key_is_still_the_key_of_its_run(ablation):
 
 def test_every_committed_trial_and_speed_key_is_still_the_key_of_its_run():
     """The trials behind the scales (benchmarks/trials.py) and the speed benchmark's cases keep their keys."""
-    from benchmarks import speed, trials
+    from benchmarks import trials
+    from benchmarks.speed import measure
 
     for name in trials.TRIALS:
         records = json.loads((suite.RESULTS / "trials" / name / "results.json").read_text())["runs"]
         assert {r["key"] for r in records} == {run.key for run in trials.plan(name)}
         assert all(suite.Run(r["ablation"], r["label"], r["config"], r["seed"]).key == r["key"] for r in records)
     records = json.loads((suite.RESULTS / "speed" / "results.json").read_text())["runs"]
-    assert records and all(r["key"] == speed.case_key(r, r.get("quick", False)) for r in records)
+    assert records and all(r["key"] == measure.case_key(r, r.get("quick", False)) for r in records)

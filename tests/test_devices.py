@@ -461,9 +461,9 @@ def test_results_measured_on_a_gpu_record_its_name(monkeypatch):
 @CUDA
 def test_the_gpu_matmul_ceiling_times_many_products_with_events():
     """The ceiling on a GPU is positive and finite, and below any GPU's peak (2 PFLOP/s)."""
-    from benchmarks import speed
+    from benchmarks.speed import timing
 
-    ceiling = speed.matmul_ceiling(None, reps=3, device=torch.device("cuda", 0))
+    ceiling = timing.matmul_ceiling(None, reps=3, device=torch.device("cuda", 0))
     assert 0 < ceiling < 2e6
 
 
