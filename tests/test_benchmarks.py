@@ -424,3 +424,31 @@ def test_every_committed_trial_and_speed_key_is_still_the_key_of_its_run():
         assert all(suite.Run(r["ablation"], r["label"], r["config"], r["seed"]).key == r["key"] for r in records)
     records = json.loads((suite.RESULTS / "speed" / "results.json").read_text())["runs"]
     assert records and all(r["key"] == measure.case_key(r, r.get("quick", False)) for r in records)
+
+
+# ---------------------------------------------------------------------------- `vitzoo bench`
+def test_vitzoo_bench_runs_the_checkouts_benchmarks_in_a_child_process_from_the_callers_directory(
+        tmp_path, monkeypatch, capsys):
+    """`vitzoo bench` is `python -m benchmarks` with this interpreter, in a child process: this process's
+    import path stays as it was, the output comes through this process's streams, and a relative --out
+    is the caller's, as it would be to `python -m benchmarks`."""
+    from vitzoo.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    path = list(sys.path)
+    assert main(["bench", "pos_embed", "--quick", "--quiet", "--out", "here"]) == 0
+    assert sys.path == path
+    assert json.loads((tmp_path / "here" / "pos_embed" / "results.json").read_text())["runs"]
+    assert "Results, figures and README in here/pos_embed" in capsys.readouterr().out
+
+
+def test_vitzoo_bench_without_a_checkout_says_how_to_get_one(tmp_path, monkeypatch, capsys):
+    """Installed from a wheel, vitzoo has no benchmarks beside it: the command says where they are and
+    how to install vitzoo so that it has them."""
+    from vitzoo.cli import main
+    from vitzoo.commands import bench as command
+
+    monkeypatch.setattr(command, "__file__", str(tmp_path / "site-packages" / "vitzoo" / "commands" / "bench.py"))
+    assert main(["bench", "pos_embed"]) == 2
+    err = capsys.readouterr().err
+    assert "vitzoo bench: error: the benchmarks are not installed with vitzoo" in err and "pip install -e '.[bench]'" in err
