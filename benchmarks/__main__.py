@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib.util
 import json
 import sys
 import time
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from benchmarks import plan as planning
 from benchmarks.ablations import ABLATIONS
+from benchmarks.figures import MATPLOTLIB_MISSING
 from benchmarks.scales import SCALES, get_scale
 from benchmarks.spec import Ablation, Scale, report
 from benchmarks.suite import RESULTS, ResultStore, execute
@@ -58,6 +60,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"unknown ablation {unknown[0]!r}; choose from {', '.join(ABLATIONS)}, all, speed")
     if args.workers < 1:
         parser.error(f"--workers must be at least 1, got {args.workers}")
+    if not args.dry_run and importlib.util.find_spec("matplotlib") is None:  # said before the training, not after
+        parser.error(MATPLOTLIB_MISSING)
     try:
         # a dry run of the paper's scale needs no data: ImageNet-1k's size is assumed (benchmarks/plan.py)
         data = args.data or ("imagenet" if args.dry_run and args.scale == "paper" else None)

@@ -1,6 +1,7 @@
 """The ablation suite: every ablation runs in --quick form and writes its results, table and figures;
 a second invocation measures nothing again."""
 
+import ast
 import functools
 import json
 import mmap
@@ -452,3 +453,43 @@ def test_vitzoo_bench_without_a_checkout_says_how_to_get_one(tmp_path, monkeypat
     assert main(["bench", "pos_embed"]) == 2
     err = capsys.readouterr().err
     assert "vitzoo bench: error: the benchmarks are not installed with vitzoo" in err and "pip install -e '.[bench]'" in err
+
+
+# ---------------------------------------------------------------------------- the layout
+def _module_level_imports(tree: ast.Module) -> list[str]:
+    """The modules a module imports when it is imported (not those its functions import when called)."""
+    found, nodes = [], list(tree.body)
+    while nodes:
+        node = nodes.pop()
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            found.append("." * node.level + (node.module or ""))
+        elif not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            nodes.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def test_matplotlib_is_the_benchmarks_extra_and_no_module_of_vitzoo_imports_it():
+    """Only the benchmarks draw: matplotlib is their extra (`bench`), no dependency of vitzoo, and no
+    module of the package imports it when imported."""
+    tomllib = pytest.importorskip("tomllib")
+    root = Path(suite.__file__).resolve().parents[1]
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    assert not [d for d in project["dependencies"] if d.startswith("matplotlib")]
+    assert project["optional-dependencies"]["bench"] == ["matplotlib"]
+    drawing = [str(path) for path in (root / "vitzoo").rglob("*.py")
+               if any(name.split(".")[0] == "matplotlib" for name in _module_level_imports(ast.parse(path.read_text())))]
+    assert not drawing
+
+
+def test_without_matplotlib_the_benchmarks_say_how_to_install_it_before_they_train(monkeypatch, capsys):
+    from benchmarks import figures
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if not installed
+    with pytest.raises(ModuleNotFoundError, match=re.escape("pip install -e '.[bench]'")):
+        figures.plt()
+    monkeypatch.setattr("benchmarks.suite._measured", lambda *a, **k: pytest.fail("trained without matplotlib"))
+    with pytest.raises(SystemExit):
+        bench.main(["pos_embed", "--quick", "--quiet"])
+    assert "pip install -e '.[bench]'" in capsys.readouterr().err

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from benchmarks.figures import plt
 from benchmarks.speed.cases import STORED_PROBABILITIES
 from benchmarks.suite import markdown_table, save_figure
 
@@ -103,13 +104,9 @@ def report(rows: list[dict], out: Path) -> str:
 
 
 def figure(rows: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    pyplot = plt()
     groups = [r for r in rows if r["batch"] == 8] or rows
-    fig, axes = plt.subplots(1, len(groups), figsize=(4 * len(groups), 3.5), squeeze=False)
+    fig, axes = pyplot.subplots(1, len(groups), figsize=(4 * len(groups), 3.5), squeeze=False)
     for ax, r in zip(axes[0], groups):
         names = list(r["speeds"])
         ax.bar(range(len(names)), [r["speeds"][n]["images_per_s"] for n in names],
@@ -120,5 +117,5 @@ def figure(rows: list[dict], path: Path) -> None:
         ax.set_ylabel("images/s")
         ax.legend(fontsize=7)
     save_figure(fig, path)
-    plt.close(fig)
+    pyplot.close(fig)
 
