@@ -456,6 +456,12 @@ def test_vitzoo_bench_without_a_checkout_says_how_to_get_one(tmp_path, monkeypat
 
 
 # ---------------------------------------------------------------------------- the layout
+def test_no_module_of_the_benchmarks_is_over_500_lines():
+    root = Path(suite.__file__).resolve().parent
+    lines = {str(path.relative_to(root)): len(path.read_text().splitlines()) for path in root.rglob("*.py")}
+    assert len(lines) > 20 and not {name: n for name, n in lines.items() if n > 500}
+
+
 def _module_level_imports(tree: ast.Module) -> list[str]:
     """The modules a module imports when it is imported (not those its functions import when called)."""
     found, nodes = [], list(tree.body)
