@@ -18,7 +18,7 @@ setup() {
     python3 -m venv "$VENV"
     # These exact releases lie on this machine's disk; an open range would download a multi-GB build.
     "$PY" -m pip install -q torch==2.14.1 torchvision==0.29.1
-    "$PY" -m pip install -q -e ".[test]"
+    "$PY" -m pip install -q -e ".[test,bench]"
     # the example plugins, installed as any third-party plugin would be (entry-point group "vitzoo")
     for plugin in plugins/*/; do
         if [ -f "$plugin/pyproject.toml" ]; then "$PY" -m pip install -q --no-deps -e "$plugin"; fi

@@ -1,6 +1,6 @@
 """python -m benchmarks LIST [--scale quick|main|cpu|paper] [--workers N] [--dry-run] ...
 
-LIST: ablation names (see benchmarks/registry.py), `all` (every ablation), or `speed`. Scales are in
+LIST: ablation names (see benchmarks/ablations/), `all` (every ablation), or `speed`. Scales are in
 benchmarks/scales.py: `main` is the main job's (Table 8's headline in minutes), `cpu` trains every
 ablation to where architecture matters on a 2-core CPU (hours), `paper` is the paper's (GPUs),
 `quick` is for tests (`--quick` is short for it). `--workers 2` trains two runs at once (one CPU
@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib.util
 import json
 import sys
 import time
 from pathlib import Path
 
 from benchmarks import plan as planning
-from benchmarks.registry import ABLATIONS
+from benchmarks.ablations import ABLATIONS
+from benchmarks.figures import MATPLOTLIB_MISSING
 from benchmarks.scales import SCALES, get_scale
 from benchmarks.spec import Ablation, Scale, report
 from benchmarks.suite import RESULTS, ResultStore, execute
@@ -58,6 +60,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"unknown ablation {unknown[0]!r}; choose from {', '.join(ABLATIONS)}, all, speed")
     if args.workers < 1:
         parser.error(f"--workers must be at least 1, got {args.workers}")
+    if not args.dry_run and importlib.util.find_spec("matplotlib") is None:  # said before the training, not after
+        parser.error(MATPLOTLIB_MISSING)
     try:
         # a dry run of the paper's scale needs no data: ImageNet-1k's size is assumed (benchmarks/plan.py)
         data = args.data or ("imagenet" if args.dry_run and args.scale == "paper" else None)
@@ -122,9 +126,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n== [{i}/{len(args.names)}] {name}" + (f", about {left:.0f} min left (estimated)" if name in plans else ""),
               flush=True)
         if name == "speed":
-            from benchmarks import speed
+            from benchmarks.speed import measure
 
-            speed.main(quick=args.scale == "quick", out=args.out / "speed", device=args.device)
+            measure.main(quick=args.scale == "quick", out=args.out / "speed", device=args.device)
             print((args.out / "speed" / "README.md").read_text())
             continue
         spec = ABLATIONS[name]

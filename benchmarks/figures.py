@@ -10,10 +10,16 @@ from benchmarks.suite import save_figure
 METRIC_NAMES = (("test_acc", "test accuracy"), ("fewshot_5", "5-shot linear accuracy"))
 # one colour and marker per model family in every figure, so that figures can be read side by side
 FAMILY_STYLES = {"ViT": ("tab:orange", "s"), "hybrid": ("tab:green", "^"), "ResNet": ("tab:blue", "o")}
+# matplotlib is no dependency of vitzoo, which draws nothing: the benchmarks ask for it as an extra
+MATPLOTLIB_MISSING = "the benchmarks draw their figures with matplotlib: pip install -e '.[bench]' in the checkout"
 
 
 def plt():
-    import matplotlib
+    """matplotlib's pyplot, drawing without a display (Agg)."""
+    try:
+        import matplotlib
+    except ModuleNotFoundError as exc:
+        raise ModuleNotFoundError(f"{exc}: {MATPLOTLIB_MISSING}") from exc
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as pyplot
@@ -25,9 +31,9 @@ def lines_per_family(rows: list[dict], family_key: str, path: Path, title: str, 
                      x_label: str = "training FLOPs") -> None:
     """Both metrics against `x_key` on a log axis, one line per family, error bars over seeds
     (Figures 3, 4, 5 and 8)."""
+    pyplot = plt()
     from matplotlib.ticker import NullFormatter
 
-    pyplot = plt()
     fig, axes = pyplot.subplots(1, 2, figsize=(9, 3.5))
     families = list(dict.fromkeys(r[family_key] for r in rows))
     for ax, (metric, name) in zip(axes, METRIC_NAMES):

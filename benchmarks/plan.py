@@ -20,7 +20,6 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-
 from typing import Mapping
 
 import torch
@@ -193,7 +192,7 @@ def describe(plans: list[AblationPlan], scale: Scale, device: str, workers: int,
 def record_throughput(scales: tuple[str, ...] = ("main", "cpu"), threads: int = 1, path: Path = THROUGHPUT) -> dict:
     """Probe every model the given scales train (one thread each, as the two workers of a 2-core
     machine run them) and record images/s with the environment measured on."""
-    from benchmarks.registry import ABLATIONS
+    from benchmarks.ablations import ABLATIONS
     from benchmarks.scales import SCALES
 
     keys = sorted({_model_key(r) for name in scales for spec in ABLATIONS.values() if spec.trains

@@ -7,8 +7,8 @@ findings as contrasts of cells judged by the one rule of `benchmarks.verdict`.
     columns, figure            how the table and the figure present the cells
 
 `runs(spec, scale)` expands the cells into runs (every cell trained with `scale.seeds` seeds, or the
-spec's own count), `report(spec, records, out)` writes the table, the verdicts and the figure. The
-registry of all ablations is `benchmarks.registry`.
+spec's own count), `report(spec, records, out)` writes the table, the verdicts and the figure. Every
+ablation is a spec in `benchmarks/ablations/`, registered in its `ABLATIONS`.
 """
 
 from __future__ import annotations

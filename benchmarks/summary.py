@@ -12,7 +12,7 @@ import re
 import sys
 from pathlib import Path
 
-from benchmarks.registry import ABLATIONS
+from benchmarks.ablations import ABLATIONS
 from benchmarks.suite import RESULTS, markdown_table
 from benchmarks.verdict import NOT_COMPARED, RULE
 from vitzoo.io import write_text

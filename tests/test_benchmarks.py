@@ -1,6 +1,8 @@
 """The ablation suite: every ablation runs in --quick form and writes its results, table and figures;
 a second invocation measures nothing again."""
 
+import ast
+import functools
 import json
 import mmap
 import re
@@ -13,8 +15,7 @@ import torch
 
 from benchmarks import __main__ as bench
 from benchmarks import suite
-
-from benchmarks.registry import ABLATIONS
+from benchmarks.ablations import ABLATIONS
 from benchmarks.verdict import POSITIVE, ZERO, Estimate, judge
 
 RECORD_FIELDS = {"config", "seed", "metrics", "wall_s", "device", "torch", "commit", "cpu", "threads", "date", "key"}
@@ -113,9 +114,9 @@ def test_speed_benchmark_measures_every_contestant_on_the_same_weights(tmp_path)
     """`speed --quick`: vitzoo and both peers, converted weights giving the peers' logits, images/s with
     a spread, the matrix-product ceiling at the model's shapes, peak memory of a training step, the
     CPU's flags, a table and a figure."""
-    from benchmarks import speed
+    from benchmarks.speed import measure
 
-    out = speed.main(quick=True, out=tmp_path / "speed")
+    out = measure.main(quick=True, out=tmp_path / "speed")
     data = json.loads((out / "results.json").read_text())
     inference = [r for r in data["runs"] if r["kind"] == "inference"]
     training = [r for r in data["runs"] if r["kind"] == "training"]
@@ -142,7 +143,7 @@ def test_speed_benchmark_measures_every_contestant_on_the_same_weights(tmp_path)
 def test_speed_repetitions_rotate_so_that_no_contestant_always_follows_the_same_one():
     """The C allocator's heap is shared by the contestants: the order of each repetition is rotated by
     one, and every call's page faults are counted (a call that allocates fresh memory faults it in)."""
-    from benchmarks import speed
+    from benchmarks.speed import timing
 
     calls = []
 
@@ -156,7 +157,7 @@ def test_speed_repetitions_rotate_so_that_no_contestant_always_follows_the_same_
         return run
 
     names = ["a", "b", "c"]
-    speeds = speed.interleaved({n: contestant(n, 4096 if n == "c" else 0) for n in names}, 6, 1, torch.device("cpu"))
+    speeds = timing.interleaved({n: contestant(n, 4096 if n == "c" else 0) for n in names}, 6, 1, torch.device("cpu"))
     timed = calls[len(names):]  # after one warm-up call each
     predecessors = {n: {timed[i - 1] for i in range(1, len(timed)) if timed[i] == n} for n in names}
     assert all(predecessors[n] == set(names) - {n} for n in names), predecessors
@@ -168,11 +169,11 @@ def test_speed_repetitions_rotate_so_that_no_contestant_always_follows_the_same_
 def test_memory_probe_of_a_compiled_step_counts_the_compiler_apart():
     """The compiled contestant's probe (a fresh process) compiles in a warm-up pass before measuring: the
     compiler's memory is reported beside the training step's, not inside it."""
-    from benchmarks import speed
+    from benchmarks.speed import cases, memory
 
-    probe = speed.peak_memory_gb(0, speed.STORED_PROBABILITIES, 2, "bf16", True, torch.device("cpu"))
+    probe = memory.peak_memory_gb(0, cases.STORED_PROBABILITIES, 2, "bf16", True, torch.device("cpu"))
     assert probe["peak_gb"] > 0 and probe["resident_gb"] > 0 and probe["compiler_gb"] > 0.01, probe
-    assert speed.peak_memory_gb(0, "vitzoo", 2, "float32", True, torch.device("cpu"))["compiler_gb"] == 0
+    assert memory.peak_memory_gb(0, "vitzoo", 2, "float32", True, torch.device("cpu"))["compiler_gb"] == 0
 
 
 def test_ten_minute_benchmark_records_accuracy_settings_and_target(tmp_path):
@@ -223,7 +224,7 @@ def test_a_difference_counts_only_beyond_twice_its_standard_error():
 def test_the_main_jobs_report_judges_its_cells_and_names_the_findings_it_does_not_run(tmp_path):
     """At --scale main only two cells of Table 8 run: the finding on them is judged, the one on the
     other encodings is named once as not compared, not printed as a verdict."""
-    from benchmarks.pos_embed import SPEC
+    from benchmarks.ablations.pos_embed import SPEC
     from benchmarks.spec import report
 
     def record(label, pos_embed, seed, acc):
@@ -256,7 +257,7 @@ def _records(label_values: dict[str, list[float]], **group) -> list[dict]:
 def test_table_8s_verdicts_follow_the_measurements(tmp_path):
     """The same spec says "reproduced" when no position embedding is clearly worse and the encodings
     agree, and "not reproduced" when they do not: a verdict is computed, never written by hand."""
-    from benchmarks.pos_embed import SPEC
+    from benchmarks.ablations.pos_embed import SPEC
     from benchmarks.spec import report
 
     paper_like = _records({"none / input": [0.80, 0.81, 0.79], "learned_1d / input": [0.86, 0.87, 0.86],
@@ -368,3 +369,133 @@ def test_committed_cpu_results_are_complete_and_meet_the_accuracy_floors(ablatio
         if floor is not None and accuracy < floor:
             below.append(f"{label}: {accuracy:.4f} < {floor}")
     assert not below, f"{ablation} under its floor: {below}"
+
+
+# ---------------------------------------------------------------------------- the committed run keys
+# Records that no spec plans at any scale any more, per ablation: runs of earlier settings, which a store
+# keeps beside the current ones (it only adds). hybrid and shape: the cpu scale before its trials (1 epoch
+# at lr 1e-3 on 30k images, commit 5e30b51), and one hybrid cell since dropped; data: 3 epochs (1289 steps)
+# on subsets of 1k to 55k images; cost: all 20 (FLAT_KEYS).
+EARLIER_SETTINGS = {"hybrid": 19, "shape": 18, "data": 36, "cost": 20}
+# cost's records were measured before the cells' configs were nested as model/options/train: their keys
+# hash the flat config of the same measurements, and `python -m benchmarks cost` measures them again
+FLAT_KEYS = {"cost"}
+SETTINGS = re.compile(r"^Settings: `--scale (?P<scale>\w+)`; (?P<runs>\d+) runs", re.MULTILINE)
+
+
+@pytest.mark.parametrize("ablation", list(ABLATIONS))
+def test_every_committed_run_key_is_still_the_key_of_its_run(ablation):
+    """A suite run again skips what was measured only while the committed keys are the ones the specs
+    give their runs: every record's key is the hash of its own ablation, config and seed; the spec, at
+    the scale its README and findings.json record, plans as many runs as that README's table was built
+    from, every one of them committed; and the records planned at no scale are exactly those counted
+    as of earlier settings."""
+    from benchmarks.scales import SCALES
+
+    spec, folder = ABLATIONS[ablation], suite.RESULTS / ablation
+    records = json.loads((folder / "results.json").read_text())["runs"]
+    for r in records:
+        assert r["ablation"] == ablation and suite.Run(ablation, r["label"], r["config"], r["seed"]).key == r["key"], r
+    stated = SETTINGS.search((folder / "README.md").read_text())
+    if (folder / "findings.json").exists():
+        assert json.loads((folder / "findings.json").read_text())["scale"] == stated["scale"]
+    runs = spec.runs(SCALES[stated["scale"]])
+    planned, committed = {run.key for run in runs}, {r["key"] for r in records}
+    assert len(planned) == int(stated["runs"])
+    every_scale = set().union(*({run.key for run in spec.runs(SCALES[s])} for s in ("quick", "main", "cpu")))
+    assert len(committed - every_scale) == EARLIER_SETTINGS.get(ablation, 0)
+    if ablation in FLAT_KEYS:  # the same label, seed and settings, keyed by the flat config
+        assert not planned & committed
+        flat = [[run.label, run.seed, {"model": run.config["model"], **run.config["options"], **run.config["train"]}]
+                for run in runs]
+        as_text = functools.partial(json.dumps, sort_keys=True)
+        assert sorted(map(as_text, flat)) == sorted(as_text([r["label"], r["seed"], r["config"]]) for r in records)
+    else:
+        assert planned <= committed, f"{ablation}: a run's key changed, or the spec plans a run never measured"
+
+
+def test_every_committed_trial_and_speed_key_is_still_the_key_of_its_run():
+    """The trials behind the scales (benchmarks/trials.py) and the speed benchmark's cases keep their keys."""
+    from benchmarks import trials
+    from benchmarks.speed import measure
+
+    for name in trials.TRIALS:
+        records = json.loads((suite.RESULTS / "trials" / name / "results.json").read_text())["runs"]
+        assert {r["key"] for r in records} == {run.key for run in trials.plan(name)}
+        assert all(suite.Run(r["ablation"], r["label"], r["config"], r["seed"]).key == r["key"] for r in records)
+    records = json.loads((suite.RESULTS / "speed" / "results.json").read_text())["runs"]
+    assert records and all(r["key"] == measure.case_key(r, r.get("quick", False)) for r in records)
+
+
+# ---------------------------------------------------------------------------- `vitzoo bench`
+def test_vitzoo_bench_runs_the_checkouts_benchmarks_in_a_child_process_from_the_callers_directory(
+        tmp_path, monkeypatch, capsys):
+    """`vitzoo bench` is `python -m benchmarks` with this interpreter, in a child process: this process's
+    import path stays as it was, the output comes through this process's streams, and a relative --out
+    is the caller's, as it would be to `python -m benchmarks`."""
+    from vitzoo.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    path = list(sys.path)
+    assert main(["bench", "pos_embed", "--quick", "--quiet", "--out", "here"]) == 0
+    assert sys.path == path
+    assert json.loads((tmp_path / "here" / "pos_embed" / "results.json").read_text())["runs"]
+    assert "Results, figures and README in here/pos_embed" in capsys.readouterr().out
+
+
+def test_vitzoo_bench_without_a_checkout_says_how_to_get_one(tmp_path, monkeypatch, capsys):
+    """Installed from a wheel, vitzoo has no benchmarks beside it: the command says where they are and
+    how to install vitzoo so that it has them."""
+    from vitzoo.cli import main
+    from vitzoo.commands import bench as command
+
+    monkeypatch.setattr(command, "__file__", str(tmp_path / "site-packages" / "vitzoo" / "commands" / "bench.py"))
+    assert main(["bench", "pos_embed"]) == 2
+    err = capsys.readouterr().err
+    assert "vitzoo bench: error: the benchmarks are not installed with vitzoo" in err and "pip install -e '.[bench]'" in err
+
+
+# ---------------------------------------------------------------------------- the layout
+def test_no_module_of_the_benchmarks_is_over_500_lines():
+    root = Path(suite.__file__).resolve().parent
+    lines = {str(path.relative_to(root)): len(path.read_text().splitlines()) for path in root.rglob("*.py")}
+    assert len(lines) > 20 and not {name: n for name, n in lines.items() if n > 500}
+
+
+def _module_level_imports(tree: ast.Module) -> list[str]:
+    """The modules a module imports when it is imported (not those its functions import when called)."""
+    found, nodes = [], list(tree.body)
+    while nodes:
+        node = nodes.pop()
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            found.append("." * node.level + (node.module or ""))
+        elif not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            nodes.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def test_matplotlib_is_the_benchmarks_extra_and_no_module_of_vitzoo_imports_it():
+    """Only the benchmarks draw: matplotlib is their extra (`bench`), no dependency of vitzoo, and no
+    module of the package imports it when imported."""
+    tomllib = pytest.importorskip("tomllib")
+    root = Path(suite.__file__).resolve().parents[1]
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    assert not [d for d in project["dependencies"] if d.startswith("matplotlib")]
+    assert project["optional-dependencies"]["bench"] == ["matplotlib"]
+    drawing = [str(path) for path in (root / "vitzoo").rglob("*.py")
+               if any(name.split(".")[0] == "matplotlib" for name in _module_level_imports(ast.parse(path.read_text())))]
+    assert not drawing
+
+
+def test_without_matplotlib_the_benchmarks_say_how_to_install_it_before_they_train(monkeypatch, capsys):
+    from benchmarks import figures
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if not installed
+    with pytest.raises(ModuleNotFoundError, match=re.escape("pip install -e '.[bench]'")):
+        figures.plt()
+    monkeypatch.setattr("benchmarks.suite._measured", lambda *a, **k: pytest.fail("trained without matplotlib"))
+    with pytest.raises(SystemExit):
+        bench.main(["pos_embed", "--quick", "--quiet"])
+    assert "pip install -e '.[bench]'" in capsys.readouterr().err

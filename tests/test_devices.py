@@ -203,7 +203,7 @@ class RunsOutOfMemoryAbove(torch.nn.Module):
 def test_the_largest_batch_is_found_by_bisection_and_a_batch_at_the_cap_is_reported_as_at_least():
     """The search finds the largest batch that fits; a model that fits every batch up to the cap is
     reported as "at least" the cap, not as if the cap were measured."""
-    from benchmarks import cost
+    from benchmarks.ablations import cost
 
     assert cost.largest_cuda_batch(RunsOutOfMemoryAbove(40), size=4) == 40
     capped = cost.largest_cuda_batch(RunsOutOfMemoryAbove(None), size=4)
@@ -214,7 +214,7 @@ def test_the_largest_batch_is_found_by_bisection_and_a_batch_at_the_cap_is_repor
 
 def test_cost_resolves_auto_to_a_real_device_and_records_it(monkeypatch):
     """`--device auto` measures on the device `auto` stands for (here the CPU), and says which."""
-    from benchmarks import cost
+    from benchmarks.ablations import cost
     from benchmarks.spec import Scale
     from benchmarks.suite import Run
 
@@ -227,7 +227,7 @@ def test_cost_resolves_auto_to_a_real_device_and_records_it(monkeypatch):
 
 def test_cost_synchronises_the_models_gpu_not_the_current_one(monkeypatch):
     """Timing a model on cuda:1 waits for cuda:1's queue."""
-    from benchmarks import cost
+    from benchmarks.ablations import cost
 
     waited = []
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: waited.append(torch.device(device)))
@@ -461,9 +461,9 @@ def test_results_measured_on_a_gpu_record_its_name(monkeypatch):
 @CUDA
 def test_the_gpu_matmul_ceiling_times_many_products_with_events():
     """The ceiling on a GPU is positive and finite, and below any GPU's peak (2 PFLOP/s)."""
-    from benchmarks import speed
+    from benchmarks.speed import timing
 
-    ceiling = speed.matmul_ceiling(None, reps=3, device=torch.device("cuda", 0))
+    ceiling = timing.matmul_ceiling(None, reps=3, device=torch.device("cuda", 0))
     assert 0 < ceiling < 2e6
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 import vitzoo
+from benchmarks.figures import plt
 from benchmarks.spec import Ablation, Cell, Scale
 from benchmarks.suite import Run, markdown_table, peak_memory_growth_gb, save_figure
 from vitzoo.train.distributed import pick_device
@@ -110,8 +111,8 @@ def probe(name: str, size: int, batch: int) -> dict:
 def cpu_largest_batch(name: str, size: int, batch: int) -> dict:
     points = []
     for b in (max(1, batch // 4), batch):
-        out = subprocess.run([sys.executable, "-m", "benchmarks.cost", name, str(size), str(b)],
-                             capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parent.parent)
+        out = subprocess.run([sys.executable, "-m", "benchmarks.ablations.cost", name, str(size), str(b)],
+                             capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parents[2])
         points.append((b, json.loads(out.stdout.strip().splitlines()[-1])))
     (b1, p1), (b2, p2) = points
     per_image = max((p2["peak_gb"] - p1["peak_gb"]) / max(b2 - b1, 1), 1e-6)
@@ -142,13 +143,9 @@ def largest_batch(metrics: dict) -> str | int:
 
 
 def report(records: list[dict], out: Path) -> str:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    pyplot = plt()
     models = list(dict.fromkeys(r["config"]["model"] for r in records))
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, (left, right) = pyplot.subplots(1, 2, figsize=(10, 4))
     rows = []
     for name in models:
         mine = sorted((r for r in records if r["config"]["model"] == name), key=lambda r: r["group"]["img_size"])
@@ -163,7 +160,7 @@ def report(records: list[dict], out: Path) -> str:
         ax.set_title(title)
     left.legend(fontsize=7)
     save_figure(fig, out / "cost.png")
-    plt.close(fig)
+    pyplot.close(fig)
     device = records[0]["metrics"].get("measured_on", records[0]["device"]) if records else "?"
     budget = (f" On the GPU the largest batch is found by trying batches up to {BATCH_CAP}: \"at least {BATCH_CAP}\" is "
               "a model that fitted every batch tried." if device.startswith("cuda") else (

@@ -1,6 +1,9 @@
 """Inspecting trained models (paper section 4.5): mean attention distance per head against depth
 (Figure 11), cosine similarity of position embeddings (Figure 7 centre), principal components of the
-patch-embedding filters (Figure 7 left), and attention rollout on test images (Figure 6)."""
+patch-embedding filters (Figure 7 left), and attention rollout on test images (Figure 6).
+
+The ablation `inspect` (`python -m benchmarks inspect`, results in `benchmarks/results/inspect/`); the
+analyses it draws are `vitzoo.analysis`'s."""
 
 from __future__ import annotations
 
@@ -13,9 +16,8 @@ from benchmarks.spec import Ablation, Cell, Finding, Scale
 from benchmarks.suite import Run
 from benchmarks.training import evaluate_per_epoch, train
 from benchmarks.verdict import POSITIVE
-from vitzoo.data import load_split
 from vitzoo.analysis import attention_rollout, mean_attention_distance, patch_embedding_components, position_embedding_similarity
-
+from vitzoo.data import load_split
 
 TRAINED_LONGER = 2  # times the scale's epochs: the analyses are of trained models, not of a model still learning
 

@@ -8,6 +8,8 @@ judged on a validation split held out of the training set (never the test set); 
 with little data the ResNet's inductive biases win; its lead shrinks as the data grows, and with
 enough data ViT overtakes it (ViT-B/32 is much worse than ResNet50x1 on 9M JFT images, better from
 90M on); ResNets plateau sooner.
+
+The ablation `data` (`python -m benchmarks data`, results in `benchmarks/results/data/`).
 """
 
 from __future__ import annotations
