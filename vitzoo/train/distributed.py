@@ -1,7 +1,8 @@
 """Devices and torch.distributed: one process per device, launched by torchrun.
 
 `torchrun --nproc_per_node N -m vitzoo train ...` sets RANK, LOCAL_RANK and WORLD_SIZE; the process
-group is NCCL on CUDA and gloo on CPU. Rank 0 logs and writes; every rank computes. Numbers the host
+group is NCCL on CUDA and gloo on CPU (or the caller's own, made before `fit`). Each process works on
+its local rank's GPU, its current device. Rank 0 logs and writes; every rank computes. Numbers the host
 holds (clock readings, a stop request) are agreed over a gloo group, so that agreeing on them never
 waits for the GPU.
 
@@ -19,6 +20,8 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from vitzoo.errors import ConfigError
 
 
 @dataclass
@@ -72,18 +75,48 @@ def own_gpu(local_rank: int, gpus: int) -> int:
 
 
 def setup(device: str) -> Env:
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    """This process's rank, world and device; the process group made when torchrun started several
+    processes and none exists yet. A group the caller made (its own `init_process_group`, `mp.spawn`)
+    is used as it is.
+
+    On CUDA the process's GPU becomes its current device, whoever made the group: NCCL's barrier and
+    object collectives run on the current device, and with every rank on GPU 0 the first of them
+    fails ("Duplicate GPU detected")."""
+    launched = int(os.environ.get("WORLD_SIZE", "1"))  # the processes torchrun started (1: none)
+    joined = dist.is_initialized()
+    rank = dist.get_rank() if joined else int(os.environ.get("RANK", "0"))
+    world = dist.get_world_size() if joined else launched
+    if launched > 1:
+        refuse_one_gpu_for_all(device)
+    local_rank = node_rank(rank, joined)
     dev = pick_device(device, local_rank)
-    if world > 1 and not dist.is_initialized():
-        if dev.type == "cuda":
-            torch.cuda.set_device(dev)
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+    if world > 1 and not joined:
         dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")
         atexit.register(_destroy_group)
-    if dist.is_initialized():
         rank, world = dist.get_rank(), dist.get_world_size()
     return Env(rank, world, local_rank, dev, _host_group() if dist.is_initialized() else None)
+
+
+def node_rank(rank: int, joined: bool) -> int:
+    """The process's rank on its node, which chooses its GPU: LOCAL_RANK, as torchrun sets it. In a
+    group the caller made without it (`mp.spawn` numbers one process per GPU of one node by rank):
+    the rank modulo LOCAL_WORLD_SIZE where that is set, else the rank itself."""
+    if "LOCAL_RANK" in os.environ:
+        return int(os.environ["LOCAL_RANK"])
+    if not joined:
+        return 0
+    per_node = os.environ.get("LOCAL_WORLD_SIZE")
+    return rank % int(per_node) if per_node else rank
+
+
+def refuse_one_gpu_for_all(device: str) -> None:
+    """`--device cuda:N` in every process torchrun started would put them all on GPU N."""
+    if device.startswith("cuda") and torch.device(device).index is not None:
+        raise ConfigError(f"--device {device} under torchrun would put every process on GPU {torch.device(device).index}; "
+                          "use --device cuda: each process then works on its local rank's GPU "
+                          "(choose the GPUs with CUDA_VISIBLE_DEVICES)")
 
 
 _HOST_GROUPS: list = []
@@ -151,5 +184,5 @@ def barrier(env: Env) -> None:
         dist.barrier()
 
 
-__all__ = ["Env", "all_reduce", "barrier", "gather_objects", "gather_strided", "host_max", "own_gpu", "pick_device",
-           "setup"]
+__all__ = ["Env", "all_reduce", "barrier", "gather_objects", "gather_strided", "host_max", "node_rank", "own_gpu",
+           "pick_device", "refuse_one_gpu_for_all", "setup"]
