@@ -107,6 +107,90 @@ def test_a_named_gpu_under_torchrun_is_refused_naming_the_fix(monkeypatch, devic
         distributed.setup(device)
 
 
+# ---------------------------------------------------------------------------- agreeing on host numbers across nodes
+TWO_NODES = {"WORLD_SIZE": "16", "LOCAL_WORLD_SIZE": "8"}
+
+
+def resolver(*addresses):
+    return lambda hostname: list(addresses)
+
+
+@pytest.mark.parametrize(("environ", "addresses", "hangs"), [
+    (TWO_NODES, ["127.0.1.1"], True),  # Debian's and Ubuntu's /etc/hosts
+    (TWO_NODES, ["::1"], True),
+    (TWO_NODES, ["10.1.2.3"], False),
+    (TWO_NODES, ["10.1.2.3", "127.0.1.1"], False),  # gloo binds the first
+    ({"WORLD_SIZE": "16"}, ["127.0.1.1"], True),  # LOCAL_WORLD_SIZE unknown: maybe several nodes
+    ({"WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "8"}, ["127.0.1.1"], False),  # one node: the loopback reaches all
+    ({**TWO_NODES, "GLOO_SOCKET_IFNAME": "eth0"}, ["127.0.1.1"], False),
+    ({**TWO_NODES, "TP_SOCKET_IFNAME": "eth0"}, ["127.0.1.1"], False),
+    (TWO_NODES, [], True),  # resolves to nothing: gloo falls back to the loopback
+])
+def test_gloo_would_bind_the_loopback_only_across_nodes_on_a_loopback_host_name(environ, addresses, hangs):
+    """The case that hangs: several nodes, the host name resolving to a loopback address, and no
+    interface named for gloo."""
+    problem = distributed.gloo_loopback_problem(int(environ["WORLD_SIZE"]), environ, "node1", resolver(*addresses))
+    assert (problem is not None) == hangs
+    if hangs:
+        assert "node1" in problem and "loopback" in problem
+
+
+def test_a_host_name_that_does_not_resolve_is_the_loopback_case():
+    def unresolvable(hostname):
+        raise OSError("Name or service not known")
+
+    assert "does not resolve" in distributed.gloo_loopback_problem(16, TWO_NODES, "node1", unresolvable)
+
+
+def test_one_process_needs_no_agreement_across_nodes():
+    assert distributed.gloo_loopback_problem(1, {}, "node1", resolver("127.0.1.1")) is None
+
+
+class FakeNcclGroup:
+    """torch.distributed as in a process of a 16-rank NCCL job; `elsewhere`: whether another rank
+    (on another node) found the loopback problem, as the MAX all-reduce tells."""
+
+    def __init__(self, monkeypatch, elsewhere: bool = False) -> None:
+        self.new_groups: list = []
+        monkeypatch.setattr(distributed, "_HOST_AGREEMENT", {})
+        monkeypatch.setattr(dist, "get_backend", lambda group=None: "nccl")
+        monkeypatch.setattr(dist, "get_world_size", lambda group=None: 16)
+        monkeypatch.setattr(dist, "new_group", lambda **kwargs: self.new_groups.append(kwargs) or "gloo group")
+        monkeypatch.setattr(dist, "all_reduce", lambda tensor, op=None, group=None: tensor.fill_(max(tensor.item(), elsewhere)))
+        for name in ("GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("WORLD_SIZE", "16")
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+
+
+def test_on_a_loopback_host_name_the_ranks_agree_over_nccl_and_say_how_to_restore_gloo(monkeypatch):
+    """No gloo group is made (it would hang); host numbers go over the default group, on the device;
+    a warning names GLOO_SOCKET_IFNAME. Decided once per process."""
+    fake = FakeNcclGroup(monkeypatch)
+    monkeypatch.setattr(distributed, "host_addresses", resolver("127.0.1.1"))
+    gpu = torch.device("cpu")  # stands in for the rank's GPU
+    with pytest.warns(UserWarning, match=r"loopback address 127\.0\.1\.1.*NCCL.*GLOO_SOCKET_IFNAME"):
+        assert distributed.host_agreement(gpu) == (None, gpu)
+    assert distributed.host_agreement(gpu) == (None, gpu)
+    assert fake.new_groups == []
+
+
+def test_with_a_routable_host_name_the_ranks_agree_over_a_gloo_group_on_the_host(monkeypatch, recwarn):
+    fake = FakeNcclGroup(monkeypatch)
+    monkeypatch.setattr(distributed, "host_addresses", resolver("10.1.2.3"))
+    assert distributed.host_agreement(torch.device("cpu")) == ("gloo group", torch.device("cpu"))
+    assert fake.new_groups == [{"backend": "gloo"}] and len(recwarn) == 0
+
+
+def test_a_rank_whose_own_host_is_fine_follows_the_ranks_that_are_not(monkeypatch, recwarn):
+    """Every rank decides alike (making the gloo group is a collective of all): a rank on a good host
+    agrees over NCCL too when a rank of another node found the problem, and leaves the warning to it."""
+    fake = FakeNcclGroup(monkeypatch, elsewhere=True)
+    monkeypatch.setattr(distributed, "host_addresses", resolver("10.1.2.3"))
+    assert distributed.host_agreement(torch.device("cpu")) == (None, torch.device("cpu"))
+    assert fake.new_groups == [] and len(recwarn) == 0
+
+
 # ---------------------------------------------------------------------------- on GPUs only
 def _nccl_in_callers_group(rank: int, world: int, store_path: str, results) -> None:
     for name in LAUNCH_VARIABLES:
@@ -133,3 +217,30 @@ def test_nccl_collectives_in_a_group_the_caller_made_run_on_distinct_gpus(tmp_pa
         seen = dict(results)
     for rank in (0, 1):
         assert seen[rank] == (f"cuda:{rank}", rank, ["cuda:0", "cuda:1"], 2.0, [1.0, 1.0])
+
+
+def _agree_over_nccl_on_one_gpu(rank: int, store_path: str, results) -> None:
+    import dataclasses
+
+    for name in LAUNCH_VARIABLES:
+        os.environ.pop(name, None)
+    distributed.gloo_loopback_problem = lambda *args, **kwargs: "a loopback host name (forced)"
+    dist.init_process_group("nccl", store=dist.FileStore(store_path, 1), rank=0, world_size=1)
+    try:
+        env = distributed.setup("cuda")
+        # a one-process group: the Env claims two so that the collective runs
+        agreed = distributed.host_max([3.5, 1.0], dataclasses.replace(env, world_size=2))
+        results[rank] = (env.host_group, str(env.host_device), agreed)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_host_numbers_agreed_over_nccl_are_the_numbers(tmp_path):
+    """Where gloo cannot be used, host_max goes over the NCCL group on the GPU (float64 there) and
+    gives back Python floats."""
+    with mp.Manager() as manager:
+        results = manager.dict()
+        mp.spawn(_agree_over_nccl_on_one_gpu, args=(str(tmp_path / "store"), results), nprocs=1, join=True)
+        seen = dict(results)
+    assert seen == {0: (None, "cuda:0", [3.5, 1.0])}
