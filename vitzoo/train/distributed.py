@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 
 from vitzoo.errors import ConfigError
+from vitzoo.train import gpu_support
 
 
 @dataclass
@@ -49,19 +50,26 @@ class Env:
 
 def pick_device(name: str, local_rank: int = 0) -> torch.device:
     """`auto` is CUDA if present, else MPS, else CPU; `cuda` is the local rank's GPU, `cuda:N` GPU N;
-    asking for a missing device is an error."""
+    asking for a missing device is an error. So is a GPU this torch build has no kernels for; `auto`
+    on a machine whose GPU torch cannot use (an old driver) warns before it settles for the CPU."""
+    asked = name
     cuda = torch.cuda.is_available()
     mps = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
     if name == "auto":
+        if not cuda and (why := gpu_support.cuda_unavailable()) is not None:
+            warnings.warn(f"--device auto: {why}; training on the {'MPS device' if mps else 'CPU'} instead", stacklevel=2)
         name = "cuda" if cuda else "mps" if mps else "cpu"
     if torch.device(name).type == "cuda":
         if not cuda:
-            raise RuntimeError(f"--device {name}: no CUDA device is available (use --device auto or cpu)")
+            why = gpu_support.cuda_unavailable()
+            raise RuntimeError(f"--device {name}: " + (why if why else "no CUDA device is available (use --device auto or cpu)"))
         index, gpus = torch.device(name).index, torch.cuda.device_count()
         if index is None:
-            return torch.device("cuda", own_gpu(local_rank, gpus))
-        if index >= gpus:
+            index = own_gpu(local_rank, gpus)
+        elif index >= gpus:
             raise RuntimeError(f"--device {name}: there are only {gpus} visible CUDA device(s)")
+        if (why := gpu_support.unsupported_gpu(index)) is not None:
+            raise RuntimeError(f"--device {asked}: {why}")
         return torch.device("cuda", index)
     if name == "mps":
         if not mps:
