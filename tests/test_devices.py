@@ -158,7 +158,7 @@ def test_native_bf16_asks_about_the_training_gpu_without_emulation():
     """The answer is torch's for the given GPU, emulation not counted."""
     device = torch.device("cuda", torch.cuda.device_count() - 1)
     with torch.cuda.device(device):
-        assert build.native_bf16(device) == torch.cuda.is_bf16_supported(including_emulation=False)
+        assert precision.native_bf16(device) == torch.cuda.is_bf16_supported(including_emulation=False)
 
 
 @CUDA
