@@ -320,9 +320,10 @@ def test_normalising_a_batch_makes_no_tensor_from_host_data():
 
 
 # ---------------------------------------------------------------------------- loaders and DDP
-def test_loaders_are_made_once_with_persistent_workers(monkeypatch):
-    """Over three epochs with evaluations, one training loader and one per evaluated dataset are made;
-    with workers they persist between epochs and evaluations."""
+def test_the_training_loader_is_made_once_with_persistent_workers_and_evaluation_loaders_without(monkeypatch):
+    """Over three epochs with evaluations, one training loader is made, its workers persisting between
+    epochs and evaluations; each evaluation (steps 4 and 8, and the final one) makes a loader whose
+    workers end with it."""
     made = []
     real_loader, real_eval_loader = loop.DataLoader, evaluation.eval_loader
 
@@ -339,7 +340,30 @@ def test_loaders_are_made_once_with_persistent_workers(monkeypatch):
     monkeypatch.setattr(evaluation, "eval_loader", evaluation_loader)
     summary = fit(tiny_config(steps=12, eval_every=4, num_workers=1))
     assert summary["status"] == "finished"
-    assert made == [("train", True), ("eval", True)]
+    assert made == [("train", True), ("eval", False), ("eval", False), ("eval", False)]
+
+
+def test_a_rank_keeps_only_the_training_loaders_workers_alive_between_evaluations(monkeypatch):
+    """With 1 worker, the loader workers alive after each evaluation (validation at steps 4 and 8, then
+    validation and test at the end) are the training loader's one."""
+    import multiprocessing
+
+    alive = []
+    during, final = loop.Trainer.evaluate_during_training, loop.Trainer.final_evaluation
+
+    def counted(method):
+        def count(self):
+            result = method(self)
+            alive.append(len(multiprocessing.active_children()) - before)
+            return result
+        return count
+
+    monkeypatch.setattr(loop.Trainer, "evaluate_during_training", counted(during))
+    monkeypatch.setattr(loop.Trainer, "final_evaluation", counted(final))
+    before = len(multiprocessing.active_children())
+    summary = fit(tiny_config(steps=12, eval_every=4, num_workers=1, val_size=32))
+    assert summary["status"] == "finished" and summary["val_top1"] is not None
+    assert alive == [1, 1, 1]
 
 
 def test_ddp_broadcasts_buffers_only_for_running_statistics():

@@ -192,7 +192,8 @@ class Trainer:
             self.wrapped = torch.compile(self.wrapped)
 
     def _make_loaders(self) -> None:
-        """The loaders, made once: their workers are kept between epochs and evaluations (persistent_workers)."""
+        """The training loader, made once: its workers are kept between epochs and evaluations
+        (persistent_workers); the evaluations' loaders end their workers after each pass (`Evaluation`)."""
         cfg, env = self.cfg, self.env
         pin, persistent = self.device.type == "cuda", cfg.num_workers > 0
         self.sampler = GlobalBatchSampler(len(self.train_set), cfg.batch_size, self.micro, env.rank, env.world_size, cfg.seed, 0)
@@ -200,7 +201,7 @@ class Trainer:
                                        pin_memory=pin, persistent_workers=persistent,
                                        generator=torch.Generator().manual_seed(cfg.seed))
         self.evaluation = Evaluation(self.model, env, batch_size=max(self.micro, 256), num_workers=cfg.num_workers,
-                                     pin_memory=pin, persistent=persistent, autocast_dtype=self.amp_dtype)
+                                     pin_memory=pin, autocast_dtype=self.amp_dtype)
 
     # ------------------------------------------------------------------------ the run
     def run(self) -> dict[str, Any]:
