@@ -591,3 +591,66 @@ def test_this_gpu_is_one_the_torch_build_has_kernels_for():
         assert distributed.pick_device("auto") == torch.device("cuda", 0)
     assert distributed.pick_device("cuda") == torch.device("cuda", 0)
     assert (torch.ones(4, device="cuda") * 2).sum().item() == 8.0
+
+
+# ---------------------------------------------------------------------------- checkpoints: straight to the host
+def shares_memory_with_a_parameter(tensor: torch.Tensor, model: torch.nn.Module) -> bool:
+    live = {p.untyped_storage().data_ptr() for p in model.state_dict().values()}
+    return tensor.untyped_storage().data_ptr() in live
+
+
+def test_the_host_copy_of_the_weights_is_a_copy_that_training_does_not_change():
+    """keep_best's weights and those a checkpoint writes are copies on the host, not views of the
+    live parameters (on the CPU, where a `.to("cpu")` would be the parameter itself)."""
+    model = vitzoo.create("vit_ti16", **TINY)
+    copy = state.host_copy(model)
+    assert copy.keys() == model.state_dict().keys()
+    assert all(t.device.type == "cpu" and not shares_memory_with_a_parameter(t, model) for t in copy.values())
+    before = copy["head.fc.weight"].clone()
+    with torch.no_grad():
+        model.head.fc.weight.add_(1.0)
+    assert torch.equal(copy["head.fc.weight"], before)
+
+
+def test_a_checkpoint_and_the_final_model_hand_the_writer_host_copies(tmp_path, monkeypatch):
+    """What the safetensors writer gets, for every checkpoint and for the final model, is host copies:
+    its own copy (made to unshare tensors) is then made on the host, not on the GPU."""
+    from vitzoo.weights import files
+
+    handed = []
+    real = files.save_state_dict
+
+    def record(state_dict, path, metadata=None):
+        handed.append(state_dict)
+        return real(state_dict, path, metadata)
+
+    monkeypatch.setattr(files, "save_state_dict", record)
+    trainer = loop.Trainer.from_config(tiny_config(tmp_path, checkpoint_every=2, keep_best=True, val_size=32, eval_every=2))
+    summary = trainer.run()
+    assert summary["status"] == "finished" and len(handed) == 3  # steps 2 and 4, and the final model
+    for state_dict in handed:
+        assert all(t.device.type == "cpu" and not shares_memory_with_a_parameter(t, trainer.model) for t in state_dict.values())
+    assert not any(shares_memory_with_a_parameter(t, trainer.model) for t in trainer.best["weights"].values())
+    assert vitzoo.from_pretrained(tmp_path / "run").config.embed_dim == TINY["embed_dim"]
+
+
+@CUDA
+def test_saving_a_checkpoint_allocates_almost_nothing_on_the_gpu(tmp_path):
+    """A checkpoint of a GPU model (weights and optimizer state) and keep_best's copy of its weights
+    grow the GPU's peak memory by far less than the model's size: the weights go straight to the host."""
+    model = vitzoo.create("vit_s16", num_classes=10).cuda()
+    optimizer = torch.optim.AdamW(model.parameters())
+    model(torch.randn(2, 3, 224, 224, device="cuda")).sum().backward()
+    optimizer.step()
+    size = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    state.save(tmp_path / "checkpoints", 1, model, {"optimizer": optimizer.state_dict()})
+    best = state.host_copy(model)
+    torch.cuda.synchronize()
+    assert torch.cuda.max_memory_allocated() - base < size / 4, (torch.cuda.max_memory_allocated() - base, size)
+    assert all(t.device.type == "cpu" for t in best.values())
+    reloaded = vitzoo.create("vit_s16", num_classes=10)
+    state.load(state.latest(tmp_path / "checkpoints"), reloaded)
+    assert all(torch.equal(reloaded.state_dict()[k], v) for k, v in best.items())
