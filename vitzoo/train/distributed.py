@@ -189,11 +189,12 @@ def host_agreement(device: torch.device, warn: bool = True) -> tuple[Any, torch.
         dist.all_reduce(anywhere, op=dist.ReduceOp.MAX)
         if anywhere.item():
             if problem is not None and warn:
-                warnings.warn(f"this job spans several nodes and {problem}: its ranks could not reach each other and "
-                              "the job would hang, so each step's agreement (step time, stop requests) goes over the "
-                              "NCCL group, on the GPU (correct, slightly slower). Set GLOO_SOCKET_IFNAME to the node's "
-                              "network interface (e.g. GLOO_SOCKET_IFNAME=eth0; `ip addr` lists them) to agree on the "
-                              "host again", stacklevel=3)
+                spans = "spans" if os.environ.get("LOCAL_WORLD_SIZE") else "may span (LOCAL_WORLD_SIZE is unset)"
+                warnings.warn(f"{problem}, and this job {spans} several nodes: over gloo its ranks could not reach each "
+                              "other and the job would hang, so each step's agreement (step time, stop requests) goes "
+                              "over the NCCL group, on the GPU (correct, slightly slower). Set GLOO_SOCKET_IFNAME to the "
+                              "node's network interface (e.g. GLOO_SOCKET_IFNAME=eth0; `ip addr` lists them) to agree "
+                              "on the host again", stacklevel=3)
             _HOST_AGREEMENT["group"] = None
         else:
             _HOST_AGREEMENT["group"] = dist.new_group(backend="gloo")
