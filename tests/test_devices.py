@@ -7,7 +7,7 @@ from torch.overrides import TorchFunctionMode
 
 import vitzoo
 from vitzoo import evaluate, precision
-from vitzoo.train import TrainConfig, build, distributed, evaluation, fit, loop, state
+from vitzoo.train import TrainConfig, build, distributed, evaluation, fit, gpu_support, loop, state
 
 TINY = dict(embed_dim=32, depth=2, num_heads=2, mlp_dim=64, img_size=28, patch_size=7)
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -19,6 +19,15 @@ def tiny_config(tmp_path=None, **changes) -> TrainConfig:
                 tensorboard=False, device="cpu", out=str(tmp_path / "run") if tmp_path is not None else None)
     base.update(changes)
     return TrainConfig(**base)
+
+
+def fake_gpus(monkeypatch, count: int, capability=(9, 0), arches=("sm_80", "sm_90")) -> None:
+    """torch.cuda as on a machine with `count` GPUs of `capability`, torch built for `arches`."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    monkeypatch.setattr(torch.cuda, "get_arch_list", lambda: list(arches))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Some GPU")
 
 
 class Float64Made(TorchFunctionMode):
@@ -126,8 +135,7 @@ def test_a_cpu_resume_of_a_gpu_checkpoint_ignores_the_gpu_state(monkeypatch):
 # ---------------------------------------------------------------------------- one process per GPU
 def test_more_processes_than_gpus_is_an_error_at_start_naming_the_counts(monkeypatch):
     """Local rank 2 on a node with 2 GPUs fails at once, saying how many GPUs and what to start."""
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    fake_gpus(monkeypatch, 2)
     assert distributed.pick_device("cuda", 1) == torch.device("cuda", 1)
     with pytest.raises(RuntimeError, match=r"LOCAL_RANK 2 .* 2 visible CUDA device.*--nproc_per_node 2"):
         distributed.pick_device("cuda", 2)
@@ -150,7 +158,7 @@ def test_native_bf16_asks_about_the_training_gpu_without_emulation():
     """The answer is torch's for the given GPU, emulation not counted."""
     device = torch.device("cuda", torch.cuda.device_count() - 1)
     with torch.cuda.device(device):
-        assert build.native_bf16(device) == torch.cuda.is_bf16_supported(including_emulation=False)
+        assert precision.native_bf16(device) == torch.cuda.is_bf16_supported(including_emulation=False)
 
 
 @CUDA
@@ -312,9 +320,10 @@ def test_normalising_a_batch_makes_no_tensor_from_host_data():
 
 
 # ---------------------------------------------------------------------------- loaders and DDP
-def test_loaders_are_made_once_with_persistent_workers(monkeypatch):
-    """Over three epochs with evaluations, one training loader and one per evaluated dataset are made;
-    with workers they persist between epochs and evaluations."""
+def test_the_training_loader_is_made_once_with_persistent_workers_and_evaluation_loaders_without(monkeypatch):
+    """Over three epochs with evaluations, one training loader is made, its workers persisting between
+    epochs and evaluations; each evaluation (steps 4 and 8, and the final one) makes a loader whose
+    workers end with it."""
     made = []
     real_loader, real_eval_loader = loop.DataLoader, evaluation.eval_loader
 
@@ -331,7 +340,30 @@ def test_loaders_are_made_once_with_persistent_workers(monkeypatch):
     monkeypatch.setattr(evaluation, "eval_loader", evaluation_loader)
     summary = fit(tiny_config(steps=12, eval_every=4, num_workers=1))
     assert summary["status"] == "finished"
-    assert made == [("train", True), ("eval", True)]
+    assert made == [("train", True), ("eval", False), ("eval", False), ("eval", False)]
+
+
+def test_a_rank_keeps_only_the_training_loaders_workers_alive_between_evaluations(monkeypatch):
+    """With 1 worker, the loader workers alive after each evaluation (validation at steps 4 and 8, then
+    validation and test at the end) are the training loader's one."""
+    import multiprocessing
+
+    alive = []
+    during, final = loop.Trainer.evaluate_during_training, loop.Trainer.final_evaluation
+
+    def counted(method):
+        def count(self):
+            result = method(self)
+            alive.append(len(multiprocessing.active_children()) - before)
+            return result
+        return count
+
+    monkeypatch.setattr(loop.Trainer, "evaluate_during_training", counted(during))
+    monkeypatch.setattr(loop.Trainer, "final_evaluation", counted(final))
+    before = len(multiprocessing.active_children())
+    summary = fit(tiny_config(steps=12, eval_every=4, num_workers=1, val_size=32))
+    assert summary["status"] == "finished" and summary["val_top1"] is not None
+    assert alive == [1, 1, 1]
 
 
 def test_ddp_broadcasts_buffers_only_for_running_statistics():
@@ -451,8 +483,7 @@ def test_results_measured_on_a_gpu_record_its_name(monkeypatch):
     from benchmarks import suite
 
     asked = []
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    fake_gpus(monkeypatch, 2)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: asked.append(device) or "Some GPU 80GB")
     assert suite.environment("cuda:1")["gpu"] == "Some GPU 80GB" and asked == [torch.device("cuda", 1)]
     assert "gpu" not in suite.environment("cpu")
@@ -469,8 +500,157 @@ def test_the_gpu_matmul_ceiling_times_many_products_with_events():
 
 def test_a_named_gpu_is_that_gpu(monkeypatch):
     """`cuda:1` (benchmarks' --device) is GPU 1, not the local rank's; a GPU that is not there is an error."""
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    fake_gpus(monkeypatch, 2)
     assert distributed.pick_device("cuda:1") == torch.device("cuda", 1)
     with pytest.raises(RuntimeError, match="2 visible CUDA device"):
         distributed.pick_device("cuda:2")
+
+
+# ---------------------------------------------------------------------------- a GPU this torch cannot use
+@pytest.fixture
+def driver_probes(tmp_path, monkeypatch):
+    """The driver's GPU list and device node, in a folder the test fills; torch built for CUDA 13.0 and
+    seeing no CUDA and no MPS."""
+    gpus, node = tmp_path / "gpus", tmp_path / "nvidia0"
+    gpus.mkdir()
+    monkeypatch.setattr(gpu_support, "NVIDIA_PROBES", (gpus, node))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    return gpus, node
+
+
+@pytest.mark.parametrize("announced", ["driver list", "device node"])
+def test_auto_on_a_machine_whose_gpu_torch_cannot_use_warns_naming_the_driver(driver_probes, announced):
+    """With a GPU present and CUDA unavailable (a driver older than the wheel's CUDA), `auto` still
+    trains on the CPU, but says why and what to do, not silently."""
+    gpus, node = driver_probes
+    (gpus / "0000:01:00.0").mkdir() if announced == "driver list" else node.touch()
+    with pytest.warns(UserWarning, match=r"NVIDIA GPU.*driver is older than this torch's CUDA 13\.0 needs \(driver 580 "
+                                         r"or newer\).*Update the driver.*training on the CPU instead"):
+        assert distributed.pick_device("auto") == torch.device("cpu")
+
+
+def test_auto_without_a_gpu_settles_for_the_cpu_quietly(driver_probes, recwarn):
+    assert distributed.pick_device("auto") == torch.device("cpu")
+    assert len(recwarn) == 0
+
+
+def test_a_cpu_build_of_torch_on_a_gpu_machine_says_so(driver_probes, monkeypatch):
+    gpus, _ = driver_probes
+    (gpus / "0000:01:00.0").mkdir()
+    monkeypatch.setattr(torch.version, "cuda", None)
+    with pytest.warns(UserWarning, match="built without CUDA; install a CUDA build of torch"):
+        distributed.pick_device("auto")
+
+
+def test_asking_for_cuda_on_a_machine_whose_gpu_torch_cannot_use_names_the_driver(driver_probes):
+    gpus, _ = driver_probes
+    (gpus / "0000:01:00.0").mkdir()
+    with pytest.raises(RuntimeError, match=r"--device cuda: this machine has an NVIDIA GPU.*driver"):
+        distributed.pick_device("cuda")
+
+
+@pytest.mark.parametrize(("capability", "arches", "runs"), [
+    ((7, 0), ("sm_75", "sm_80", "sm_90"), False),  # a V100 and the CUDA 13 wheel
+    ((7, 5), ("sm_75", "sm_80", "sm_90"), True),  # a T4
+    ((8, 6), ("sm_80",), True),  # machine code of 8.0 runs on later minors of 8
+    ((8, 0), ("sm_86",), False),  # ... not on earlier ones
+    ((9, 0), ("sm_80",), False),  # ... nor on another major
+    ((9, 0), ("sm_90a",), True),
+    ((10, 0), ("sm_90a",), False),  # architecture-specific: that GPU alone
+    ((12, 0), ("sm_80", "compute_90"), True),  # PTX is compiled for later GPUs when loaded
+    ((7, 0), ("sm_75", "compute_75"), False),  # ... not for earlier ones
+    ((7, 0), ("compute_70",), True),
+])
+def test_a_gpu_older_than_the_builds_kernels_is_an_error_at_start(monkeypatch, capability, arches, runs):
+    """A GPU whose generation the build has no kernels for (nor PTX it could compile) fails at once,
+    naming its compute capability, the build's architectures and what to install, for `cuda` and `auto`
+    alike; every other GPU is taken."""
+    fake_gpus(monkeypatch, 1, capability, arches)
+    for name in ("cuda", "auto", "cuda:0"):
+        if runs:
+            assert distributed.pick_device(name) == torch.device("cuda", 0)
+        else:
+            sm = f"sm_{capability[0]}{capability[1]}"
+            with pytest.raises(RuntimeError, match=rf"--device {name}: GPU 0 \(Some GPU\) has compute capability "
+                                                   rf"{capability[0]}\.{capability[1]} \({sm}\).*kernels for "
+                                                   rf"{arches[0]}.*includes {sm}"):
+                distributed.pick_device(name)
+
+
+@CUDA
+def test_this_gpu_is_one_the_torch_build_has_kernels_for():
+    """On the GPUs this is tested on, the check at start passes (its reading of the architecture list
+    is right), `auto` picks the GPU without a warning, and the GPU computes."""
+    import warnings
+
+    assert gpu_support.unsupported_gpu(0) is None, torch.cuda.get_arch_list()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert distributed.pick_device("auto") == torch.device("cuda", 0)
+    assert distributed.pick_device("cuda") == torch.device("cuda", 0)
+    assert (torch.ones(4, device="cuda") * 2).sum().item() == 8.0
+
+
+# ---------------------------------------------------------------------------- checkpoints: straight to the host
+def shares_memory_with_a_parameter(tensor: torch.Tensor, model: torch.nn.Module) -> bool:
+    live = {p.untyped_storage().data_ptr() for p in model.state_dict().values()}
+    return tensor.untyped_storage().data_ptr() in live
+
+
+def test_the_host_copy_of_the_weights_is_a_copy_that_training_does_not_change():
+    """keep_best's weights and those a checkpoint writes are copies on the host, not views of the
+    live parameters (on the CPU, where a `.to("cpu")` would be the parameter itself)."""
+    model = vitzoo.create("vit_ti16", **TINY)
+    copy = state.host_copy(model)
+    assert copy.keys() == model.state_dict().keys()
+    assert all(t.device.type == "cpu" and not shares_memory_with_a_parameter(t, model) for t in copy.values())
+    before = copy["head.fc.weight"].clone()
+    with torch.no_grad():
+        model.head.fc.weight.add_(1.0)
+    assert torch.equal(copy["head.fc.weight"], before)
+
+
+def test_a_checkpoint_and_the_final_model_hand_the_writer_host_copies(tmp_path, monkeypatch):
+    """What the safetensors writer gets, for every checkpoint and for the final model, is host copies:
+    its own copy (made to unshare tensors) is then made on the host, not on the GPU."""
+    from vitzoo.weights import files
+
+    handed = []
+    real = files.save_state_dict
+
+    def record(state_dict, path, metadata=None):
+        handed.append(state_dict)
+        return real(state_dict, path, metadata)
+
+    monkeypatch.setattr(files, "save_state_dict", record)
+    trainer = loop.Trainer.from_config(tiny_config(tmp_path, checkpoint_every=2, keep_best=True, val_size=32, eval_every=2))
+    summary = trainer.run()
+    assert summary["status"] == "finished" and len(handed) == 3  # steps 2 and 4, and the final model
+    for state_dict in handed:
+        assert all(t.device.type == "cpu" and not shares_memory_with_a_parameter(t, trainer.model) for t in state_dict.values())
+    assert not any(shares_memory_with_a_parameter(t, trainer.model) for t in trainer.best["weights"].values())
+    assert vitzoo.from_pretrained(tmp_path / "run").config.embed_dim == TINY["embed_dim"]
+
+
+@CUDA
+def test_saving_a_checkpoint_allocates_almost_nothing_on_the_gpu(tmp_path):
+    """A checkpoint of a GPU model (weights and optimizer state) and keep_best's copy of its weights
+    grow the GPU's peak memory by far less than the model's size: the weights go straight to the host."""
+    model = vitzoo.create("vit_s16", num_classes=10).cuda()
+    optimizer = torch.optim.AdamW(model.parameters())
+    model(torch.randn(2, 3, 224, 224, device="cuda")).sum().backward()
+    optimizer.step()
+    size = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    state.save(tmp_path / "checkpoints", 1, model, {"optimizer": optimizer.state_dict()})
+    best = state.host_copy(model)
+    torch.cuda.synchronize()
+    assert torch.cuda.max_memory_allocated() - base < size / 4, (torch.cuda.max_memory_allocated() - base, size)
+    assert all(t.device.type == "cpu" for t in best.values())
+    reloaded = vitzoo.create("vit_s16", num_classes=10)
+    state.load(state.latest(tmp_path / "checkpoints"), reloaded)
+    assert all(torch.equal(reloaded.state_dict()[k], v) for k, v in best.items())

@@ -88,3 +88,64 @@ def test_accuracy_and_linear_probe():
     assert metrics["top1"] <= metrics["top5"] <= 1.0
     probe = evaluate.linear_probe(model, train, test, max_iter=50)
     assert probe["top1"] > 0.5
+
+
+# ---------------------------------------------------------------------------- few-shot: the drawn rows only
+class FeatureTable:
+    """Fixed features of every image (as a model would give them), handed out by index; records which
+    training indices were asked for."""
+
+    def __init__(self, train_set, test_set, dim: int = 48) -> None:
+        g = torch.Generator().manual_seed(5)
+        self.train_set, self.asked = train_set, []
+        centers = torch.randn(10, dim, generator=g)
+        self.tables = {id(ds): centers[torch.as_tensor(ds.targets)] + torch.randn(len(ds), dim, generator=g)
+                       for ds in (train_set, test_set)}
+
+    def __call__(self, dataset, indices):
+        indices = list(range(len(dataset))) if indices is None else list(indices)
+        if dataset is self.train_set:
+            self.asked.append(indices)
+        return self.tables[id(dataset)][indices], torch.as_tensor(dataset.targets)[indices]
+
+
+def few_shot_sets():
+    train = data.subset(data.load_split("synthetic", "train", img_size=(8, 8), in_chans=1), 600, seed=1)
+    test = data.subset(data.load_split("synthetic", "test", img_size=(8, 8), in_chans=1), 100)
+    return train, test
+
+
+def test_fewshot_accuracies_from_the_drawn_rows_are_those_from_the_whole_training_set():
+    """Holding only the drawn images' features gives the accuracies, draw by draw, of the regression
+    on the whole training set's features (the rows are the same)."""
+    train, test = few_shot_sets()
+    table = FeatureTable(train, test)
+    compact = evaluate.fewshot_linear_accuracy(None, train, test, shots=(1, 2, 5), draws=4, seed=3, details=True,
+                                               features=table)
+    whole = evaluate.fewshot_from_features(table.tables[id(train)], torch.as_tensor(train.targets), *table(test, None),
+                                           shots=(1, 2, 5), draws=4, seed=3, details=True)
+    assert compact == whole
+
+
+def test_fewshot_extracts_and_holds_the_features_of_the_drawn_images_only():
+    """The training features asked for are the union of the draws (each image once), and no matrix of
+    the training set's size is made."""
+    from torch.overrides import TorchFunctionMode
+
+    train, test = few_shot_sets()
+    table = FeatureTable(train, test)
+    drawn = evaluate.fewshot_draws(torch.as_tensor(train.targets), (1, 2), 5, seed=0)
+    union = sorted({int(i) for sets in drawn.values() for idx in sets for i in idx})
+    sizes = []
+
+    class Sizes(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if isinstance(out, torch.Tensor):
+                sizes.append(out.shape)
+            return out
+
+    with Sizes():
+        evaluate.fewshot_linear_accuracy(None, train, test, shots=(1, 2), draws=5, seed=0, features=table)
+    assert table.asked == [union] and len(union) < len(train) // 4
+    assert not any(len(shape) == 2 and shape[0] == len(train) for shape in sizes)

@@ -120,3 +120,41 @@ def test_inference_refuses_what_it_cannot_do(tiny):
         vitzoo.fast.for_inference(model, dtype=torch.int8)
     with pytest.raises(ValueError, match="needs `example`"):
         vitzoo.fast.for_inference(model, compile=True)
+
+
+# ---------------------------------------------------------------------------- the default half precision
+@pytest.mark.parametrize(("native", "expected"), [(True, torch.bfloat16), (False, torch.float16)])
+def test_the_default_inference_dtype_is_fp16_on_gpus_that_only_emulate_bf16(monkeypatch, native, expected):
+    """bf16 where the GPU computes it natively (A100, H100), fp16 where it only emulates it (T4, V100),
+    by the training's own test of the GPU; bf16 on the CPU."""
+    from vitzoo import precision
+
+    asked = []
+    monkeypatch.setattr(precision, "native_bf16", lambda device: asked.append(device) or native)
+    assert vitzoo.fast.inference_dtype(torch.device("cuda", 1)) == expected
+    assert asked == [torch.device("cuda", 1)]
+    assert vitzoo.fast.inference_dtype("cpu") == torch.bfloat16
+
+
+def test_for_inference_without_a_dtype_takes_the_default_of_the_models_device(tiny, monkeypatch):
+    asked = []
+    monkeypatch.setattr(vitzoo.fast, "inference_dtype", lambda device: asked.append(device) or torch.float16)
+    fast = vitzoo.fast.for_inference(vitzoo.create("vit_ti16", **tiny))
+    assert asked == [torch.device("cpu")] and fast.dtype == torch.float16
+    assert all(p.dtype == torch.float16 for p in fast.model.parameters())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_for_inference_on_a_gpu_infers_in_its_native_half_precision(tiny):
+    """On the GPU the default is bf16 where native (fp16 otherwise), and gives the float32 model's
+    predictions within half precision's rounding."""
+    model = perturbed(tiny).eval().cuda()
+    x = torch.randn(4, 3, 32, 32, device="cuda")
+    with torch.inference_mode():
+        exact = model(x)
+    fast = vitzoo.fast.for_inference(model)
+    native = torch.cuda.is_bf16_supported(including_emulation=False)
+    assert fast.dtype == (torch.bfloat16 if native else torch.float16)
+    logits = fast(x)
+    assert logits.dtype == fast.dtype and torch.isfinite(logits).all()
+    assert (logits.float() - exact).abs().max() <= 0.03 * exact.abs().max()

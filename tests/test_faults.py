@@ -278,7 +278,7 @@ def train_config(out, **changes):
 
     base = dict(model="vit_ti16", model_options=dict(RUN_TINY), data="synthetic", train_limit=64, test_limit=32,
                 batch_size=16, steps=2, lr=3e-3, warmup=1, log_every=1, checkpoint_every=0, quiet=True,
-                tensorboard=False, out=str(out))
+                tensorboard=False, out=str(out), device="cpu")  # exact equalities below are a CPU property
     return TrainConfig(**{**base, **changes})
 
 
@@ -483,7 +483,7 @@ def test_the_cli_reports_a_bad_number_option_in_one_line(tmp_path, capsys, flag,
     """On the command line the same checks give a one-line error (exit status 2), no traceback."""
     from vitzoo.cli import main
 
-    assert main(["train", "vit_ti16", "--data", "synthetic", "--out", str(tmp_path / "run"), flag, value]) == 2
+    assert main(["train", "vit_ti16", "--data", "synthetic", "--device", "cpu", "--out", str(tmp_path / "run"), flag, value]) == 2
     err = capsys.readouterr().err
     assert fragment in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "run").exists()
@@ -644,7 +644,7 @@ def test_train_onto_an_existing_file_is_a_one_line_error(tmp_path, capsys):
     from vitzoo.cli import main
 
     (tmp_path / "taken").write_text("mine\n")
-    assert main(["train", "vit_ti16", "--data", "synthetic", "--out", str(tmp_path / "taken")]) == 2
+    assert main(["train", "vit_ti16", "--data", "synthetic", "--device", "cpu", "--out", str(tmp_path / "taken")]) == 2
     err = capsys.readouterr().err
     assert "is a file" in err and "Traceback" not in err
     assert (tmp_path / "taken").read_text() == "mine\n"

@@ -5,11 +5,12 @@ the device and precision, the last block computed for the pooled class token alo
 standardization computed once in eval mode). Two things remain:
 
 - Under bf16 autocast every matrix product casts its float32 weight to bf16 at every call (a ViT-B/16
-  forward casts 86M weights each time). `for_inference` casts the weights once, in place.
+  forward casts 86M weights each time). `for_inference` casts the weights once, in place: to bf16, or
+  fp16 on GPUs that only emulate bf16 (T4, V100), by default.
 - Eager PyTorch cannot fuse the element-wise work around the matrix products or lay the weights out
   for the CPU's matrix kernels ahead of time; torch.compile (Inductor) does both.
 
-- `for_inference`: the model with its weights in bf16 (or float32), optionally compiled as below.
+- `for_inference`: the model with its weights in bf16 or fp16 (or float32), optionally compiled as below.
 - `compile_for_inference`: Inductor with weight *freezing*: parameters become constants, folded and
   pre-packed for oneDNN on CPU (cuBLAS-friendly on CUDA), bias/GELU/residual adds fused. The model
   must not be trained afterwards through the returned module (the weights are baked in).
@@ -64,9 +65,19 @@ class Inference(nn.Module):
 INFERENCE_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
-def for_inference(model: nn.Module, dtype: torch.dtype = torch.bfloat16, compile: bool = False,
+def inference_dtype(device: torch.device | str) -> torch.dtype:
+    """The half precision to infer in on `device`: bf16, except fp16 on a GPU that only emulates bf16
+    (T4, V100: emulated bf16 is several times slower than their fp16)."""
+    device = torch.device(device)
+    if device.type == "cuda" and not precision.native_bf16(device):
+        return torch.float16
+    return torch.bfloat16
+
+
+def for_inference(model: nn.Module, dtype: torch.dtype | None = None, compile: bool = False,
                   example: torch.Tensor | None = None, mode: str | None = None) -> Inference:
     """`model` for inference in `dtype`, its weights cast once; compiled with frozen weights if asked.
+    `dtype` None: `inference_dtype` of the model's device (bf16, fp16 on GPUs without native bf16).
 
     The model is converted in place, as `model.to(dtype)` does: put in eval mode, its parameters frozen
     (requires_grad False) and cast, so that the bf16 weights replace the float32 ones instead of
@@ -77,6 +88,8 @@ def for_inference(model: nn.Module, dtype: torch.dtype = torch.bfloat16, compile
     `compile=True` compiles with Inductor and frozen weights (see `compile_for_inference`) and needs
     `example`, a batch of the shape that will be used, to compile at once.
     """
+    if dtype is None:
+        dtype = inference_dtype(next(model.parameters(), torch.empty(0)).device)
     if dtype not in INFERENCE_DTYPES:
         raise ValueError(f"dtype must be one of {INFERENCE_DTYPES}, got {dtype}")
     if compile and example is None:

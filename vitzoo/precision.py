@@ -1,5 +1,5 @@
 """Numeric precision: the one autocast context of training, evaluation, compilation and the
-benchmarks, and the dtype of sums kept on a device."""
+benchmarks, the dtype of sums kept on a device, and whether a GPU computes in bfloat16 natively."""
 
 from __future__ import annotations
 
@@ -18,4 +18,11 @@ def sum_dtype(device: torch.device) -> torch.dtype:
     return torch.float32 if device.type == "mps" else torch.float64
 
 
-__all__ = ["autocast", "sum_dtype"]
+def native_bf16(device: torch.device) -> bool:
+    """Whether the GPU computes in bfloat16 natively: T4s and V100s only emulate it, slowly (fp16 is
+    the half precision to use there)."""
+    with torch.cuda.device(device):
+        return torch.cuda.is_bf16_supported(including_emulation=False)
+
+
+__all__ = ["autocast", "native_bf16", "sum_dtype"]

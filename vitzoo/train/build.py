@@ -20,6 +20,7 @@ import vitzoo
 from vitzoo import data as datasets
 from vitzoo.config import SHAPE_OPTIONS, shape_differences
 from vitzoo.errors import ConfigError
+from vitzoo.precision import native_bf16
 from vitzoo.train.config import TrainConfig
 from vitzoo.weights.layout import CONFIG_NAME
 from vitzoo.weights.native import read_config
@@ -112,12 +113,6 @@ def build_optimizer(cfg: TrainConfig, model: torch.nn.Module, device: torch.devi
     return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, **fused)
 
 
-def native_bf16(device: torch.device) -> bool:
-    """Whether the GPU computes in bfloat16 natively: T4s and V100s only emulate it, slowly."""
-    with torch.cuda.device(device):
-        return torch.cuda.is_bf16_supported(including_emulation=False)
-
-
 def has_running_statistics(model: torch.nn.Module) -> bool:
     """Whether the model has buffers that training changes (BatchNorm's running statistics), which DDP
     must broadcast from rank 0 every forward pass. vitzoo's own buffers are constant (the relative
@@ -137,4 +132,4 @@ def resolve_precision(cfg: TrainConfig, device: torch.device) -> torch.dtype | N
 
 
 __all__ = ["base_config", "build_model", "build_optimizer", "has_running_statistics", "load_splits", "model_options",
-           "native_bf16", "resolve_precision"]
+           "resolve_precision"]

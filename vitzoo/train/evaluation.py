@@ -4,8 +4,10 @@ process the same numbers.
 Top-1, top-5 and loss (`measure`): rank r scores images r, r + W, r + 2W, ... (W the world size) and
 the sums are all-reduced. The paper's few-shot linear accuracy (`fewshot`, vitzoo.evaluate): each rank
 extracts the features of its share of the images, and every rank gets all of them back, in order, for
-the closed-form regression. A dataset's loader is made once and kept, so that its workers persist
-between evaluations.
+the closed-form regression. Each evaluation makes its loader and its workers end with it: a rank
+keeps only the training loader's workers alive between evaluations (a persistent loader per evaluated
+split would triple them: 192 processes on an 8-GPU node with 8 workers each, each holding the dataset's
+file list).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
 from vitzoo.evaluate import (
     classification_sums,
@@ -30,20 +32,17 @@ class Evaluation:
     under autocast to `autocast_dtype` (None: float32)."""
 
     def __init__(self, model: torch.nn.Module, env: distributed.Env, *, batch_size: int, num_workers: int,
-                 pin_memory: bool, persistent: bool, autocast_dtype: torch.dtype | None) -> None:
+                 pin_memory: bool, autocast_dtype: torch.dtype | None) -> None:
         self.model, self.env, self.autocast_dtype = model, env, autocast_dtype
-        self.batch_size, self.num_workers, self.pin_memory, self.persistent = batch_size, num_workers, pin_memory, persistent
-        self.loaders: dict[int, DataLoader] = {}
+        self.batch_size, self.num_workers, self.pin_memory = batch_size, num_workers, pin_memory
 
     def measure(self, dataset: Dataset) -> dict[str, float]:
-        """Top-1, top-5 and loss on `dataset`, each rank a share."""
+        """Top-1, top-5 and loss on `dataset`, each rank a share (its workers end with the pass)."""
         indices = range(self.env.rank, len(dataset), self.env.world_size)
-        if id(dataset) not in self.loaders:
-            self.loaders[id(dataset)] = eval_loader(dataset, indices, batch_size=self.batch_size,
-                                                    num_workers=self.num_workers, pin_memory=self.pin_memory,
-                                                    persistent=self.persistent)
+        loader = eval_loader(dataset, indices, batch_size=self.batch_size, num_workers=self.num_workers,
+                             pin_memory=self.pin_memory)
         sums = classification_sums(self.model, dataset, autocast_dtype=self.autocast_dtype,
-                                   loader=self.loaders[id(dataset)])  # the loader says which images, how batched
+                                   loader=loader)  # the loader says which images, how batched
         return metrics_from_sums(distributed.all_reduce(sums, self.env))
 
     def fewshot(self, train_set: Dataset, test_set: Dataset, shots: Iterable[int], seed: int) -> dict:

@@ -193,7 +193,8 @@ class Trainer:
             self.wrapped = torch.compile(self.wrapped)
 
     def _make_loaders(self) -> None:
-        """The loaders, made once: their workers are kept between epochs and evaluations (persistent_workers)."""
+        """The training loader, made once: its workers are kept between epochs and evaluations
+        (persistent_workers); the evaluations' loaders end their workers after each pass (`Evaluation`)."""
         cfg, env = self.cfg, self.env
         pin, persistent = self.device.type == "cuda", cfg.num_workers > 0
         self.sampler = GlobalBatchSampler(len(self.train_set), cfg.batch_size, self.micro, env.rank, env.world_size, cfg.seed, 0)
@@ -201,7 +202,7 @@ class Trainer:
                                        pin_memory=pin, persistent_workers=persistent,
                                        generator=torch.Generator().manual_seed(cfg.seed))
         self.evaluation = Evaluation(self.model, env, batch_size=max(self.micro, 256), num_workers=cfg.num_workers,
-                                     pin_memory=pin, persistent=persistent, autocast_dtype=self.amp_dtype)
+                                     pin_memory=pin, autocast_dtype=self.amp_dtype)
 
     # ------------------------------------------------------------------------ the run
     def run(self) -> dict[str, Any]:
@@ -391,8 +392,7 @@ class Trainer:
         # only a strictly better top-1 replaces the best (ties: the earliest); every rank compares the same
         # all-reduced sums, so all ranks agree
         if self.cfg.keep_best and (self.best["step"] is None or result["top1"] > self.best["val_top1"]):
-            self.best.update(step=self.step, val_top1=result["top1"],
-                             weights={k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()})
+            self.best.update(step=self.step, val_top1=result["top1"], weights=state.host_copy(self.model))
 
     def final_evaluation(self) -> tuple[dict[str, float], dict[str, float]]:
         """A finished run: the last checkpoint, then the (test, validation) scores of the final weights,
@@ -445,7 +445,7 @@ class Trainer:
         if self.env.is_main and run is not None:
             if self.status == "finished" or not (run / CONFIG_NAME).exists():
                 card = {"dataset": cfg.data, "metrics": {"accuracy": final["top1"], "top5_accuracy": final["top5"]}} if final else None
-                save_pretrained(self.model, run, extra={"data": cfg.data}, card=card)
+                save_pretrained(state.OnHost(self.model), run, extra={"data": cfg.data}, card=card)
             write_text(run / "summary.json", json.dumps(summary, indent=2) + "\n")
         distributed.barrier(self.env)
         if fewshot_error is not None:
