@@ -1,21 +1,31 @@
-"""python -m benchmarks LIST [--scale quick|main|cpu|paper] [--workers N] [--dry-run] ...
+"""python -m benchmarks LIST [--scale quick|main|cpu|rehearsal|gpu|paper] [--device cpu|cuda] [--dry-run] ...
 
-LIST: ablation names (see benchmarks/ablations/), `all` (every ablation), or `speed`. Scales are in
+LIST: ablation names (see benchmarks/ablations/), `all` (every ablation), or `speed`; or `gpu-check`
+alone (the first command on a GPU machine: benchmarks/gpu_check.py). Scales are in
 benchmarks/scales.py: `main` is the main job's (Table 8's headline in minutes), `cpu` trains every
-ablation to where architecture matters on a 2-core CPU (hours), `paper` is the paper's (GPUs),
-`quick` is for tests (`--quick` is short for it). `--workers 2` trains two runs at once (one CPU
-thread each), which suits a 2-core machine. `--dry-run` prints the plan and its estimated time, and
-trains nothing.
+ablation to where architecture matters on a 2-core CPU (hours), `paper` is the paper's (GPUs, days),
+`gpu` the paper's cells sized for a day on one 8-GPU node, `rehearsal` the paper's code path with every
+dimension shrunk (minutes, CPU or GPU), `quick` is for tests (`--quick` is short for it).
 
-Results go to benchmarks/results/<ablation>/: results.json (every run, its settings and environment),
-findings.json (the verdicts), README.md (the table beside the paper's numbers, each finding judged by
-one rule), PNG figures. Runs whose results exist are skipped, so an interrupted suite continues.
+Where runs go (benchmarks/launchers/): on the CPU `--workers N` runs go at once, each of
+`--processes-per-run` gloo processes (the rehearsal's default: 2); on `--device cuda` each run is a
+data-parallel job over `--gpus-per-run` GPUs (default: every visible GPU), started by PyTorch's elastic
+launcher, runs side by side on disjoint GPU sets; `--launcher slurm` submits each run as a SLURM job of
+`--nodes` x `--gpus-per-node` through submitit (requeued on preemption, resumed from its checkpoint),
+waits unless `--no-wait` (a later invocation collects). `--dry-run` prints the plan for that same
+assignment (runs, FLOPs, minutes, device-hours) and trains nothing.
+
+Results go to benchmarks/results/<ablation>/ (the rehearsal's to runs/rehearsal/): results.json (every
+run, its settings and environment), findings.json (the verdicts), README.md (the table beside the
+paper's numbers, each finding judged by one rule), PNG figures; each run's folder (checkpoints, final
+weights, logs) under <ablation>/runs/, ignored by git. Runs whose results exist are skipped, so an
+interrupted suite continues, and a run interrupted mid-way resumes from its checkpoint.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
+import dataclasses
 import importlib.util
 import json
 import sys
@@ -25,11 +35,15 @@ from pathlib import Path
 from benchmarks import plan as planning
 from benchmarks.ablations import ABLATIONS
 from benchmarks.figures import MATPLOTLIB_MISSING
+from benchmarks.launchers.assign import LAUNCHERS, Assignment, assign
+from benchmarks.launchers.slurm import SlurmOptions
 from benchmarks.scales import SCALES, get_scale
 from benchmarks.spec import Ablation, Scale, report
 from benchmarks.suite import RESULTS, ResultStore, execute
 from benchmarks.verdict import RULE
 from vitzoo.io import write_text
+
+REHEARSAL_OUT = Path("runs") / "rehearsal"  # the rehearsal's results never mix with the committed ones
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -37,17 +51,41 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("names", nargs="+", help="ablations to run: " + ", ".join(ABLATIONS) + ", all, or speed")
     parser.add_argument("--scale", choices=tuple(SCALES), default="cpu")
     parser.add_argument("--quick", action="store_true", help="the same as --scale quick (seconds per run; for tests)")
-    parser.add_argument("--data", default=None, help="dataset for --scale paper: an ImageFolder directory, cifar10, cifar100")
+    parser.add_argument("--seeds", type=int, default=None,
+                        help="seeds per cell instead of the scale's (a run's key does not change: more seeds add runs)")
+    parser.add_argument("--data", default=None,
+                        help="dataset for --scale paper or gpu: an ImageFolder directory (ImageNet's layout), cifar10, cifar100")
     parser.add_argument("--data-dir", default=None)
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="results root (default benchmarks/results)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda (each run its own GPUs), or auto")
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"results root (default {RESULTS}; the rehearsal's: {REHEARSAL_OUT})")
     parser.add_argument("--workers", type=int, default=1,
-                        help="training runs measured at once, in separate processes sharing the CPU threads "
+                        help="CPU: training runs measured at once, in separate processes sharing the CPU threads "
                              "(2 on a 2-core CPU: small models gain about 1.5x); timing ablations always use one")
-    parser.add_argument("--dry-run", action="store_true", help="print the plan (runs, FLOPs, estimated minutes); train nothing")
-    parser.add_argument("--gpus", type=int, default=8, help="with --dry-run on a GPU that is not here: how many")
+    parser.add_argument("--processes-per-run", type=int, default=None,
+                        help="CPU: data-parallel gloo processes of each run (default: the scale's; the rehearsal's 2)")
+    parser.add_argument("--gpus-per-run", type=int, default=None,
+                        help="CUDA: GPUs of each run, one process each (default every visible GPU); the GPUs are cut "
+                             "into disjoint sets of this size, one run on each at once")
+    parser.add_argument("--launcher", choices=LAUNCHERS, default="local",
+                        help="local (PyTorch's elastic launcher on this machine), slurm (a SLURM job per run, through "
+                             "submitit), submitit-local (SLURM's code path on this machine, for checking it)")
+    slurm = parser.add_argument_group("SLURM (--launcher slurm)")
+    slurm.add_argument("--nodes", type=int, default=1, help="nodes of each run's job")
+    slurm.add_argument("--gpus-per-node", type=int, default=None, help="GPUs (= tasks) per node of each job (default 8)")
+    slurm.add_argument("--partition", default=None)
+    slurm.add_argument("--account", default=None)
+    slurm.add_argument("--time-limit-min", type=float, default=None,
+                       help="each job's time limit (default: its planned time x 1.5, at least 10 minutes; a run that "
+                            "reaches it is requeued and resumes)")
+    slurm.add_argument("--no-wait", action="store_true",
+                       help="submit and return; the jobs store their results, and running the same command again "
+                            "collects them (and submits the runs whose job ended without a result)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the plan (runs, FLOPs, estimated minutes on the assignment); train nothing")
+    parser.add_argument("--gpus", type=int, default=8, help="with --dry-run for GPUs that are not here: GPUs per node")
     parser.add_argument("--gpu-tflops", type=float, default=planning.STATED_GPU_TFLOPS,
-                        help="with --dry-run on a GPU that is not here: training TFLOP/s per GPU")
+                        help="with --dry-run for GPUs that are not here: training TFLOP/s per GPU")
     parser.add_argument("--report-only", action="store_true",
                         help="write the tables, figures and verdicts from the results measured so far; train nothing")
     parser.add_argument("--quiet", action="store_true")
@@ -57,19 +95,40 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     names = list(ABLATIONS) if "all" in args.names else args.names
     unknown = [n for n in names if n not in ABLATIONS and n != "speed"]
     if unknown:
-        parser.error(f"unknown ablation {unknown[0]!r}; choose from {', '.join(ABLATIONS)}, all, speed")
-    if args.workers < 1:
-        parser.error(f"--workers must be at least 1, got {args.workers}")
+        parser.error(f"unknown ablation {unknown[0]!r}; choose from {', '.join(ABLATIONS)}, all, speed (gpu-check alone)")
+    for flag in ("workers", "seeds", "processes_per_run", "gpus_per_run", "nodes", "gpus_per_node"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
+            parser.error(f"--{flag.replace('_', '-')} must be at least 1, got {getattr(args, flag)}")
     if not args.dry_run and importlib.util.find_spec("matplotlib") is None:  # said before the training, not after
         parser.error(MATPLOTLIB_MISSING)
+    if args.out is None:
+        args.out = REHEARSAL_OUT if args.scale == "rehearsal" else RESULTS
     try:
-        # a dry run of the paper's scale needs no data: ImageNet-1k's size is assumed (benchmarks/plan.py)
-        data = args.data or ("imagenet" if args.dry_run and args.scale == "paper" else None)
+        # a dry run of the paper's scales needs no data: ImageNet-1k's size is assumed (benchmarks/plan.py);
+        # the rehearsal writes its own, beside its results
+        data = args.data or ("imagenet" if args.dry_run and args.scale in ("paper", "gpu") else None)
+        if args.scale == "rehearsal" and data is None:
+            data = str((args.out / "data" / "imagenet").resolve())
         args.scale_settings = get_scale(args.scale, data, args.data_dir)
+        if args.seeds:
+            args.scale_settings = dataclasses.replace(args.scale_settings, seeds=args.seeds)
+        args.assignment = assign(args.device, args.launcher, gpus_per_run=args.gpus_per_run, workers=args.workers,
+                                 processes_per_run=args.processes_per_run or args.scale_settings.processes_per_run,
+                                 stated_gpus=args.gpus, nodes=args.nodes, gpus_per_node=args.gpus_per_node)
     except ValueError as exc:
         parser.error(str(exc))
+    if args.assignment.device == "cuda" and not args.assignment.present and not args.dry_run:
+        parser.error(f"--device {args.device}: no CUDA GPU is visible here (--dry-run plans for GPUs that are not here)")
     args.names = names
     return args
+
+
+def assignment_for(spec: Ablation, assignment: Assignment) -> Assignment:
+    """A timing ablation (cost) measures in one process, one point at a time, alone on the machine."""
+    if spec.parallel:
+        return assignment
+    return dataclasses.replace(assignment, processes_per_run=1, nodes=1, slots=assignment.slots[:1] or ((),),
+                               threads_per_process=max(assignment.threads_per_process * assignment.processes_per_run, 1))
 
 
 def settings_line(scale: Scale, records: list[dict]) -> str:
@@ -81,20 +140,22 @@ def settings_line(scale: Scale, records: list[dict]) -> str:
             f"Every option of every run is in `results.json`; the verdicts in `findings.json`.")
 
 
-def run_ablation(spec: Ablation, scale: Scale, store: ResultStore, args: argparse.Namespace) -> str:
+def run_ablation(spec: Ablation, scale: Scale, store: ResultStore, args: argparse.Namespace,
+                 plan: planning.AblationPlan) -> str:
     out = args.out / spec.name
     measure = spec.measure
     if measure is None:
         from benchmarks.training import measure
-    workers = args.workers if spec.parallel else 1  # an ablation that times things has the machine to itself
     runs = spec.runs(scale)
     if args.report_only:  # the runs measured so far, e.g. of a suite still running
+        store.refresh()
         records = [{**store.get(run.key), "label": run.label, "group": run.group} for run in runs if store.get(run.key)]
-        if not records:
-            return f"(no results of {spec.name} at --scale {scale.name} in {out} yet)"
     else:
-        records = execute(runs, functools.partial(measure, device=args.device), store, args.device,
-                          quiet=args.quiet, workers=workers)
+        minutes = lambda run: plan.longest_run_min  # noqa: E731  (a job's time limit: the longest run's, with a margin)
+        records = execute(runs, measure, store, assignment_for(spec, args.assignment), quiet=args.quiet,
+                          slurm=args.slurm, wait=not args.no_wait, minutes=minutes)
+    if not records:
+        return f"(no results of {spec.name} at --scale {scale.name} in {out} yet)"
     if spec.report is not None:
         body, verdicts = spec.report(records, out), []
     else:
@@ -109,20 +170,30 @@ def run_ablation(spec: Ablation, scale: Scale, store: ResultStore, args: argpars
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["gpu-check"]:
+        from benchmarks import gpu_check
+
+        return gpu_check.main(argv[1:])
     args = parse(argv)
     scale = args.scale_settings
     start = time.perf_counter()
+    if scale.name == "rehearsal":  # its ImageNet, written once (the plan counts its images)
+        from benchmarks.rehearsal_data import image_folder
+
+        image_folder(scale.train["data"])
+    args.slurm = SlurmOptions(partition=args.partition, account=args.account, time_limit_min=args.time_limit_min)
     specs = [ABLATIONS[name] for name in args.names if name in ABLATIONS]
     stores = {spec.name: ResultStore(args.out / spec.name) for spec in specs}
-    plans = {spec.name: planning.plan_ablation(spec, scale, {r["key"] for r in stores[spec.name].runs}, args.device,
-                                               args.workers, args.gpus, args.gpu_tflops) for spec in specs}
-    print(planning.describe(list(plans.values()), scale, args.device, args.workers, args.gpus, args.gpu_tflops), flush=True)
+    plans = {spec.name: planning.plan_ablation(spec, scale, {r["key"] for r in stores[spec.name].runs},
+                                               assignment_for(spec, args.assignment), args.gpu_tflops) for spec in specs}
+    print(planning.describe(list(plans.values()), scale, args.assignment, args.gpu_tflops), flush=True)
     if args.dry_run:
         return 0
     if args.report_only:
         args.names = [n for n in args.names if n != "speed"]
     for i, name in enumerate(args.names, 1):
-        left = sum(plans[n].minutes for n in args.names[i - 1:] if n in plans)
+        left = sum(plans[n].minutes for n in args.names[i - 1:] if n in plans and not plans[n].problem)
         print(f"\n== [{i}/{len(args.names)}] {name}" + (f", about {left:.0f} min left (estimated)" if name in plans else ""),
               flush=True)
         if name == "speed":
@@ -132,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
             print((args.out / "speed" / "README.md").read_text())
             continue
         spec = ABLATIONS[name]
-        print(run_ablation(spec, scale, stores[name], args), flush=True)
+        print(run_ablation(spec, scale, stores[name], args, plans[name]), flush=True)
         print(f"\nResults, figures and README in {args.out / name}", flush=True)
     print(f"\n== done in {(time.perf_counter() - start) / 60:.1f} min; results in {args.out}")
     return 0

@@ -1,6 +1,9 @@
-"""What an ablation will cost before it starts: training FLOPs of every run, and minutes on the device
-named, estimated from a short measured throughput probe (or, for a GPU that is not here, from a
-stated GPU throughput). `python -m benchmarks all --dry-run` prints it with a live probe.
+"""What an ablation will cost before it starts: training FLOPs of every run, and minutes on the devices
+of the assignment the launchers will use (`benchmarks.launchers.assign`: processes per run, runs at
+once), estimated from a short measured throughput probe on the device itself, in the run's precision,
+with TF32 and at its micro-batch (or, for GPUs that are not here, from a stated GPU throughput).
+`python -m benchmarks all --dry-run` prints it with a live probe. A run's processes are assumed to
+scale linearly (data parallelism at a fixed global batch), runs going at once to share nothing.
 
 The budgets are checked by a test against a *recorded* probe (benchmarks/results/plan/throughput.json:
 every model of the main and cpu scales, one thread, with the CPU and date it was measured on), so the
@@ -16,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,8 +27,10 @@ from typing import Mapping
 import torch
 
 import vitzoo
+from benchmarks.launchers.assign import Assignment
 from benchmarks.spec import Ablation, Scale
 from benchmarks.suite import RESULTS, Run, environment
+from benchmarks.training import dataset_images, train_images
 from vitzoo.io import write_text
 
 RUN_OVERHEAD_S = 4.0  # per run: the data loaded from the cache, the model built, the workers fed
@@ -36,22 +40,7 @@ PARALLEL_SLOWDOWN = 1.2
 FORWARD_SHARE = 1 / 3  # a forward pass is about a third of a training step's FLOPs
 # A GPU that is not here: A100 (bf16, 312 TFLOP/s peak) at the ~40% of peak a ViT reaches in training
 STATED_GPU_TFLOPS = 125.0
-DATASET_IMAGES = {"fashion-mnist": (60_000, 10_000), "cifar10": (50_000, 10_000), "cifar100": (50_000, 10_000),
-                  "synthetic": (512, 256)}
-IMAGENET = (1_281_167, 50_000)
-THROUGHPUT = RESULTS / "plan" / "throughput.json"  # the recorded probe the budget test plans with  # assumed for --scale paper when --data is an ImageFolder not found here
-
-
-def dataset_images(train: dict) -> tuple[int, int]:
-    """(training images, test images) of the run's dataset, before limits."""
-    name = train.get("data", "fashion-mnist")
-    if name in DATASET_IMAGES:
-        return DATASET_IMAGES[name]
-    root = Path(name)
-    if root.is_dir():
-        count = lambda split: sum(len(files) for _, _, files in os.walk(root / split))  # noqa: E731
-        return count("train"), count("val") or count("test")
-    return IMAGENET
+THROUGHPUT = RESULTS / "plan" / "throughput.json"  # the recorded probe the budget test plans with
 
 
 @dataclass(frozen=True)
@@ -64,9 +53,7 @@ class RunCost:
 def run_cost(run: Run) -> RunCost:
     """Images trained on and evaluated, and the training FLOPs, from the run's settings alone."""
     train = run.config["train"]
-    n_train, n_test = dataset_images(train)
-    n_train -= train.get("val_size", 0) or 0
-    n_train = min(n_train, train.get("train_limit") or n_train)
+    n_train, n_test = train_images(train), dataset_images(train)[1]
     n_test = min(n_test, train.get("test_limit") or n_test)
     batch = train["batch_size"]
     steps = train.get("steps") or max(1, round(train.get("epochs", 10) * (n_train // batch)))
@@ -83,10 +70,22 @@ def image_flops(model_key: str) -> float:
     return float(vitzoo.count_flops(vitzoo.get_config(spec["model"], **spec["options"]), backward=True))
 
 
+def dataset_classes(train: dict) -> int:
+    """Classes of the run's dataset (an ImageFolder's: its class folders; ImageNet's 1000 when assumed)."""
+    name = train.get("data", "fashion-mnist")
+    if name == "cifar100":
+        return 100
+    if name in ("fashion-mnist", "cifar10", "synthetic"):
+        return 10
+    root = Path(name) / "train"
+    return sum(1 for p in root.iterdir() if p.is_dir()) if root.is_dir() else 1000
+
+
 def model_options(run: Run) -> dict:
-    """The run's model options with what its dataset decides (10 classes; one channel for Fashion-MNIST)."""
-    gray = run.config["train"].get("data", "fashion-mnist") == "fashion-mnist"
-    return {**run.config["options"], "num_classes": 10, "in_chans": 1 if gray else 3}
+    """The run's model options with what its dataset decides (its classes; one channel for Fashion-MNIST)."""
+    train = run.config["train"]
+    gray = train.get("data", "fashion-mnist") == "fashion-mnist"
+    return {**run.config["options"], "num_classes": dataset_classes(train), "in_chans": 1 if gray else 3}
 
 
 def _model_key(run: Run) -> str:
@@ -95,39 +94,74 @@ def _model_key(run: Run) -> str:
                        "batch": train.get("micro_batch") or train["batch_size"]}, sort_keys=True)
 
 
+def run_precision(run: Run, device: str) -> str:
+    """The autocast dtype the run trains in on `device` ("float32", "bfloat16", "float16"): its
+    --precision, `auto` resolved as training resolves it."""
+    from vitzoo.train import TrainConfig
+    from vitzoo.train.build import resolve_precision
+
+    dtype = resolve_precision(TrainConfig(**run.config["train"]).resolved(), torch.device(device))
+    return str(dtype or torch.float32).replace("torch.", "")
+
+
+class OutOfMemory(RuntimeError):
+    """The probe's micro-batch does not fit on the GPU."""
+
+
 @functools.lru_cache(maxsize=None)
-def probe_images_per_s(model_key: str, device: str, threads: int, steps: int = 4) -> float:
-    """Training images per second of this model at its batch size: a warm-up step, then the fastest of
-    `steps` timed AdamW steps on random data (the data pipeline is cheap next to the model here)."""
+def probe_images_per_s(model_key: str, device: str, threads: int, precision: str = "float32", steps: int = 4) -> float:
+    """Training images per second of one process of this model at its micro-batch: a warm-up step, then
+    the fastest of `steps` timed AdamW steps on random data, in the run's precision (autocast) with TF32
+    on CUDA, as training runs (the data pipeline is taken to keep up). Raises OutOfMemory on a GPU whose
+    memory the micro-batch exceeds."""
+    from vitzoo.precision import autocast
+
     spec = json.loads(model_key)
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
+    where = torch.device(device)
+    dtype = None if precision == "float32" else getattr(torch, precision)
+    if where.type == "cuda":  # as vitzoo.train does
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
     try:
-        model = vitzoo.create(spec["model"], **spec["options"]).to(device)
+        model = vitzoo.create(spec["model"], **spec["options"]).to(where)
         cfg = model.config
-        x = torch.randn(spec["batch"], cfg.in_chans, *cfg.img_size, device=device)
-        y = torch.randint(0, 10, (spec["batch"],), device=device)
+        x = torch.randn(spec["batch"], cfg.in_chans, *cfg.img_size, device=where)
+        y = torch.randint(0, cfg.num_classes or 10, (spec["batch"],), device=where)
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-        sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+        sync = (lambda: torch.cuda.synchronize(where)) if where.type == "cuda" else (lambda: None)
         times = []
         for _ in range(steps + 1):  # the first step warms up (allocations, kernel selection)
             sync()
             start = time.perf_counter()
-            torch.nn.functional.cross_entropy(model(x), y).backward()
+            with autocast(where, dtype):
+                loss = torch.nn.functional.cross_entropy(model(x).float(), y)
+            loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             sync()
             times.append(time.perf_counter() - start)
         # the fastest step: what the model costs, not what other processes took from it meanwhile
         return spec["batch"] / min(times[1:])
+    except torch.OutOfMemoryError:
+        name = torch.cuda.get_device_name(where) if where.type == "cuda" else device
+        raise OutOfMemory(f"{spec['model']} at micro-batch {spec['batch']} in {precision} does not fit on {name}; "
+                          "lower the micro-batch (the run's micro_batch)") from None
     finally:
+        model = optimizer = x = None
+        if where.type == "cuda":
+            torch.cuda.empty_cache()
         torch.set_num_threads(previous)
 
 
-def run_seconds(run: Run, cost: RunCost, device: str, threads: int, gpus: int, gpu_tflops: float,
+def run_seconds(run: Run, cost: RunCost, assignment: Assignment, gpu_tflops: float,
                 recorded: Mapping[str, float] | None = None) -> float:
-    if device.startswith("cuda") and not torch.cuda.is_available():  # a GPU that is not here: stated speed
-        return cost.flops * (1 + FORWARD_SHARE * cost.eval_images / max(cost.train_images, 1)) / (gpus * gpu_tflops * 1e12)
+    """Wall seconds of one run on its share of the assignment: its processes' summed throughput."""
+    processes = assignment.processes_per_run
+    if assignment.device == "cuda" and not assignment.present:  # GPUs that are not here: the stated speed
+        work = cost.flops * (1 + FORWARD_SHARE * cost.eval_images / max(cost.train_images, 1))
+        return RUN_OVERHEAD_S + work / (processes * gpu_tflops * 1e12)
     key = _model_key(run)
     if recorded is not None:
         if key not in recorded:
@@ -135,8 +169,9 @@ def run_seconds(run: Run, cost: RunCost, device: str, threads: int, gpus: int, g
                            f"on a quiet machine: python -m benchmarks.plan --record")
         ips = recorded[key]
     else:
-        ips = probe_images_per_s(key, "cpu" if device == "auto" else device, threads)
-    return RUN_OVERHEAD_S + cost.train_images / ips + FORWARD_SHARE * cost.eval_images / ips
+        ips = probe_images_per_s(key, assignment.device, assignment.threads_per_process,
+                                 run_precision(run, assignment.device))
+    return RUN_OVERHEAD_S + (cost.train_images + FORWARD_SHARE * cost.eval_images) / (ips * processes)
 
 
 @dataclass(frozen=True)
@@ -145,48 +180,62 @@ class AblationPlan:
     runs: int
     to_measure: int
     flops: float
-    minutes: float  # wall time of the runs still to measure, with the workers given
+    minutes: float  # wall time of the runs still to measure on the assignment (under SLURM: the longest run)
     budget_min: float | None
+    longest_run_min: float = 0.0  # the longest run still to measure (a SLURM job's time limit comes from it)
+    device_hours: float = 0.0  # GPU-hours (CPU: process-hours) of the runs still to measure
+    problem: str = ""  # what stops a run (a micro-batch that does not fit), instead of an estimate
 
 
-def plan_ablation(spec: Ablation, scale: Scale, done: set[str], device: str, workers: int,
-                  gpus: int = 8, gpu_tflops: float = STATED_GPU_TFLOPS,
-                  recorded: Mapping[str, float] | None = None) -> AblationPlan:
-    """The ablation's runs still to measure, their FLOPs and wall time; `recorded`: images/s per model
-    (see recorded_throughput) instead of a live probe."""
+def plan_ablation(spec: Ablation, scale: Scale, done: set[str], assignment: Assignment,
+                  gpu_tflops: float = STATED_GPU_TFLOPS, recorded: Mapping[str, float] | None = None) -> AblationPlan:
+    """The ablation's runs still to measure, their FLOPs and wall time on `assignment` (the one the
+    launchers use); `recorded`: images/s per model (see recorded_throughput) instead of a live probe."""
     runs = spec.runs(scale)
     todo = [r for r in runs if r.key not in done]
     if not spec.trains:  # timings (cost): a few seconds a point, measured one at a time
         return AblationPlan(spec.name, len(runs), len(todo), 0.0, len(todo) * 20 / 60, scale.budget_min)
-    workers = workers if spec.parallel else 1
-    threads = max(1, torch.get_num_threads() // workers)
     costs = {r.key: run_cost(r) for r in runs}
-    seconds = sum(run_seconds(r, costs[r.key], device, threads, gpus, gpu_tflops, recorded) for r in todo)
-    parallel = 1 if device.startswith("cuda") else workers  # on GPUs the runs share the GPUs in turn
-    slowdown = PARALLEL_SLOWDOWN if parallel > 1 else 1.0
-    return AblationPlan(spec.name, len(runs), len(todo), sum(c.flops for c in costs.values()),
-                        seconds / parallel * slowdown / 60, scale.budget_min)
+    flops = sum(c.flops for c in costs.values())
+    try:
+        seconds = [run_seconds(r, costs[r.key], assignment, gpu_tflops, recorded) for r in todo]
+    except OutOfMemory as exc:
+        return AblationPlan(spec.name, len(runs), len(todo), flops, float("nan"), scale.budget_min, problem=str(exc))
+    at_once = assignment.runs_at_once if spec.parallel else 1
+    longest = max(seconds, default=0.0) / 60
+    hours = sum(seconds) * assignment.processes_per_run / 3600
+    if at_once is None:  # SLURM: every job may start at once; the longest bounds the wall time
+        return AblationPlan(spec.name, len(runs), len(todo), flops, longest, scale.budget_min, longest, hours)
+    slowdown = PARALLEL_SLOWDOWN if at_once > 1 and assignment.device == "cpu" else 1.0
+    return AblationPlan(spec.name, len(runs), len(todo), flops, sum(seconds) / at_once * slowdown / 60,
+                        scale.budget_min, longest, hours)
 
 
-def describe(plans: list[AblationPlan], scale: Scale, device: str, workers: int, gpus: int, gpu_tflops: float) -> str:
+def describe(plans: list[AblationPlan], scale: Scale, assignment: Assignment, gpu_tflops: float) -> str:
     from benchmarks.suite import markdown_table
 
-    rows = [[p.name, p.runs, p.to_measure, f"{p.flops:.3g}", f"{p.minutes:.1f}",
-             "" if p.budget_min is None else ("within" if p.minutes <= p.budget_min else "OVER") + f" {p.budget_min:g}"]
-            for p in plans]
-    total = sum(p.minutes for p in plans)
+    def within(minutes: float, budget: float | None) -> str:
+        return "" if budget is None else ("within" if minutes <= budget else "OVER") + f" {budget:g}"
+
+    unit = "GPU-hours" if assignment.device == "cuda" else "process-hours"
+    rows = [[p.name, p.runs, p.to_measure, f"{p.flops:.3g}", "n/a" if p.problem else f"{p.minutes:.1f}",
+             f"{p.longest_run_min:.1f}", f"{p.device_hours:.1f}", within(p.minutes, p.budget_min)] for p in plans]
+    total = sum(p.minutes for p in plans if not p.problem)
+    if assignment.runs_at_once is None:
+        total = max((p.minutes for p in plans if not p.problem), default=0.0)
     rows.append(["all", sum(p.runs for p in plans), sum(p.to_measure for p in plans), f"{sum(p.flops for p in plans):.3g}",
-                 f"{total:.1f}", "" if scale.suite_budget_min is None else
-                 ("within" if total <= scale.suite_budget_min else "OVER") + f" {scale.suite_budget_min:g}"])
+                 f"{total:.1f}", f"{max((p.longest_run_min for p in plans), default=0.0):.1f}",
+                 f"{sum(p.device_hours for p in plans):.1f}", within(total, scale.suite_budget_min)])
     assumed = " (ImageNet-1k's size assumed: no --data given)" if scale.train.get("data") == "imagenet" else ""
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        how = (f"estimated{assumed} from a stated GPU throughput: {gpus} GPUs at {gpu_tflops:g} TFLOP/s each in training "
-               f"(--gpus, --gpu-tflops; an A100 in bf16 reaches about {STATED_GPU_TFLOPS:g})")
+    if assignment.device == "cuda" and not assignment.present:
+        how = (f"estimated{assumed} from a stated GPU throughput of {gpu_tflops:g} TFLOP/s per GPU in training "
+               f"(--gpu-tflops; an A100 in bf16 reaches about {STATED_GPU_TFLOPS:g}), GPUs stated by --gpus")
     else:
-        how = (f"estimated{assumed} from a measured throughput probe on `{device}` ({workers} worker(s), "
-               f"{max(1, torch.get_num_threads() // workers)} thread(s) each)")
-    return (f"Plan at `--scale {scale.name}`, {how}:\n\n"
-            + markdown_table(["ablation", "runs", "to measure", "training FLOPs", "minutes", "budget (min)"], rows))
+        how = f"estimated{assumed} from a measured throughput probe on {assignment.device_name}, in each run's precision"
+    problems = "".join(f"\n\n**{p.name} cannot run as planned**: {p.problem}" for p in plans if p.problem)
+    return (f"Plan at `--scale {scale.name}`, {how}; {assignment.describe()}:\n\n"
+            + markdown_table(["ablation", "runs", "to measure", "training FLOPs", "minutes", "longest run (min)", unit,
+                              "budget (min)"], rows) + problems)
 
 
 def record_throughput(scales: tuple[str, ...] = ("main", "cpu"), threads: int = 1, path: Path = THROUGHPUT) -> dict:

@@ -64,7 +64,7 @@ def draw(spec: FolderSpec, c: int, generator: torch.Generator) -> torch.Tensor:
 
 
 def _write(spec: FolderSpec, root: Path) -> None:
-    from torchvision.io import encode_jpeg
+    from PIL import Image  # (torchvision's own JPEG encoder is deprecated since 0.29)
 
     generator = torch.Generator().manual_seed(spec.seed)
     number = 0
@@ -78,7 +78,7 @@ def _write(spec: FolderSpec, root: Path) -> None:
                 else:
                     number += 1
                     name = f"ILSVRC2012_val_{number:08d}.JPEG"
-                (folder / name).write_bytes(encode_jpeg(draw(spec, c, generator), quality=90).numpy().tobytes())
+                Image.fromarray(draw(spec, c, generator).permute(1, 2, 0).numpy()).save(folder / name, "JPEG", quality=90)
 
 
 def image_folder(root: str | os.PathLike, spec: FolderSpec = FolderSpec()) -> Path:

@@ -38,6 +38,18 @@ class Scale:
     budget_min: float | None = None  # per ablation
     suite_budget_min: float | None = None  # all ablations together
     zoo_name: str = "vit_ti16"  # the named model the options apply to
+    # the cells the ablations take: the scale's own, or another's ("paper": the paper's models, also at
+    # the scales that shrink them)
+    cells_of: str | None = None
+    # the model of every run, changed as the scale says (zoo name, options -> options): the rehearsal
+    # shrinks every dimension of the paper's models, keeping what tells the cells apart
+    shrink: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None
+    processes_per_run: int = 1  # data-parallel processes of a run on the CPU (GPUs: one per GPU)
+
+    @property
+    def cells(self) -> str:
+        """Whose cells the ablations take at this scale: the paper's, or the scale's own."""
+        return self.cells_of or self.name
 
 
 @dataclass(frozen=True)
@@ -50,7 +62,7 @@ class Cell:
     options: dict[str, Any] = field(default_factory=dict)  # model options over the scale's
     train: dict[str, Any] = field(default_factory=dict)  # training options over the scale's
     model: str | None = None  # a zoo name other than the scale's
-    inherit: bool = True  # False: the zoo model as named, only `options` applied (the paper's models)
+    inherit: bool = True  # False: the zoo model as named, only `options` applied (cost's models at their sizes)
 
 
 Contrasts = list[tuple[str, dict[str, float]]]
@@ -97,7 +109,10 @@ class Ablation:
         for cell in self.cells(scale):
             options = {**scale.model, **cell.options} if cell.inherit else dict(cell.options)
             train = {**scale.train, **cell.train} if self.trains else dict(cell.train)
-            config = {"model": cell.model or scale.zoo_name, "options": options, "train": train}
+            model = cell.model or scale.zoo_name
+            if scale.shrink is not None:
+                options = scale.shrink(model, options)
+            config = {"model": model, "options": options, "train": train}
             runs += [Run(self.name, cell.label, config, seed, dict(cell.coords)) for seed in range(seeds)]
         return runs
 

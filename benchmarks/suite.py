@@ -157,58 +157,99 @@ class ResultStore:
             write_text(self.path, json.dumps({"runs": self.runs}, indent=1, sort_keys=True) + "\n")
 
 
-def _measured(measure: Callable[[Run], dict[str, Any]], run: Run, device: str, threads: int | None) -> dict[str, Any]:
-    """One run's outcome with its wall time and the environment it was measured in (in a worker process
-    when the suite runs several at once, so `threads` is that worker's)."""
+def make_record(run: Run, outcome: dict[str, Any], wall_s: float, device: str, **launch: Any) -> dict[str, Any]:
+    """What the store keeps of a measured run: its key and settings, the outcome, its wall time, how it
+    was launched (launcher, processes, `started`: the Unix time it began), and its environment."""
+    return {"key": run.key, "ablation": run.ablation, "label": run.label, "group": run.group, "config": run.config,
+            "seed": run.seed, "wall_s": round(wall_s, 2), **outcome, **launch, **environment(device)}
+
+
+def run_folder(store: ResultStore, run: Run) -> Path:
+    """Where a run trains and keeps its checkpoints, final weights and logs (ignored by git: runs/)."""
+    return store.directory / "runs" / run.key
+
+
+def _measured(measure: Callable[..., dict[str, Any]], run: Run, device: str, out: Path, threads: int | None) -> dict[str, Any]:
+    """One run measured in this process (one of several workers when `threads` is given), with its wall time."""
     if threads is not None:
         torch.set_num_threads(threads)
-    start = time.perf_counter()
-    outcome = measure(run)
-    return {"wall_s": round(time.perf_counter() - start, 2), **outcome, **environment(device)}
+    started, start = time.time(), time.perf_counter()
+    outcome = measure(run, device=device, out=out)
+    return {"outcome": outcome, "wall_s": time.perf_counter() - start, "started": started}
 
 
 def execute(
     runs: Iterable[Run],
-    measure: Callable[[Run], dict[str, Any]],
+    measure: Callable[..., dict[str, Any]],
     store: ResultStore,
-    device: str,
+    assignment: Any,
     quiet: bool = False,
-    workers: int = 1,
+    slurm: Any = None,
+    wait: bool = True,
+    minutes: Callable[[Run], float] | None = None,
 ) -> list[dict[str, Any]]:
-    """Measure every run that has no result yet; return the records of all runs, in order.
+    """Measure every run that has no result yet, as `assignment` (benchmarks.launchers.assign) says;
+    return the records of all runs measured so far, in order.
 
-    `measure(run)` returns {"metrics": {...}, "flops": ..., ...}; wall time and environment are added
-    here. Records of earlier runs of the same config are reused, so an interrupted suite continues.
-    With `workers` > 1, runs are measured in that many processes at once, the CPU threads split among
-    them (small models use two processes of one thread better than one of two); `measure` must then be
-    picklable (a module-level function or a `functools.partial` of one). Each result is stored as soon
-    as it arrives, whichever worker finishes first.
+    `measure(run, device=..., out=...)` returns {"metrics": {...}, "flops": ..., ...} for the run trained
+    in its folder `out`; wall time, launch and environment are added here. Records already in the store
+    (of this process or any other) are reused, so an interrupted suite continues. On the CPU with one
+    process per run, runs go at once in that many worker processes (one CPU thread each on 2 cores); a
+    run of several processes, or on GPUs, is one data-parallel job through the elastic launcher, one per
+    GPU set at once (`benchmarks.launchers.local`); under SLURM each run is submitted as a job
+    (`benchmarks.launchers.slurm`, with `slurm` its options, `minutes(run)` its planned time), and the
+    suite waits for them unless `wait` is False. Each result is stored as soon as it arrives.
     """
+    from benchmarks.launchers import local
+
     runs = list(runs)
+    store.refresh()
     todo = [run for run in runs if store.get(run.key) is None]
+    if assignment.launcher != "local":
+        from benchmarks.launchers import slurm as cluster
+
+        cluster.submit(todo, measure, store, assignment, slurm or cluster.SlurmOptions(), wait, minutes, quiet)
+        store.refresh()
+        return [{**store.get(run.key), "label": run.label, "group": run.group} for run in runs if store.get(run.key)]
     bar = tqdm(total=len(runs), initial=len(runs) - len(todo), desc=runs[0].ablation if runs else "",
                unit="run", disable=quiet, dynamic_ncols=True)
+    launch = {"launcher": "local", "processes": assignment.processes_per_run}
 
-    def done(run: Run, outcome: dict[str, Any]) -> None:
-        store.add({"key": run.key, "ablation": run.ablation, "label": run.label, "group": run.group,
-                   "config": run.config, "seed": run.seed, **outcome})
+    def done(run: Run, result: dict[str, Any]) -> None:
+        store.add(make_record(run, result["outcome"], result["wall_s"], assignment.device, **launch,
+                              started=round(result["started"], 3), **({"gpus": result["slot"]} if result.get("slot") else {})))
         bar.set_postfix_str(f"{run.label} seed {run.seed}")
         bar.update(1)
 
-    if workers <= 1 or len(todo) <= 1:
+    def pending() -> list[Run]:  # what no other process has measured meanwhile
+        store.refresh()
+        return [run for run in todo if store.get(run.key) is None]
+
+    device = assignment.device
+    in_process = assignment.device == "cpu" and assignment.processes_per_run == 1
+    if len(assignment.slots) <= 1 or len(todo) <= 1:
         for run in todo:
-            done(run, _measured(measure, run, device, None))
-    else:
-        threads = max(1, torch.get_num_threads() // workers)
+            if store.get(run.key) is None:
+                if in_process:
+                    done(run, _measured(measure, run, device, run_folder(store, run), None))
+                else:
+                    done(run, local.timed_launch(measure, run, run_folder(store, run), assignment, assignment.slots[0]))
+                store.refresh()
+    elif in_process:
         # spawn, not fork: a forked child of a process that has used OpenMP threads can hang
         context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-            futures = {pool.submit(_measured, measure, run, device, threads): run for run in todo}
+        with ProcessPoolExecutor(max_workers=len(assignment.slots), mp_context=context) as pool:
+            futures = {pool.submit(_measured, measure, run, device, run_folder(store, run),
+                                   assignment.threads_per_process): run for run in pending()}
             for future in as_completed(futures):
                 done(futures[future], future.result())
+    else:
+        for run, result in local.launch_at_once(measure, pending(), lambda run: run_folder(store, run), assignment):
+            done(run, result)
     bar.close()
+    store.refresh()
     # labels are presentation: they follow the current plan, even for results measured earlier
-    return [{**store.get(run.key), "label": run.label, "group": run.group} for run in runs]
+    return [{**store.get(run.key), "label": run.label, "group": run.group} for run in runs if store.get(run.key)]
 
 
 def markdown_table(header: list[str], rows: list[list[Any]]) -> str:

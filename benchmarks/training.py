@@ -9,10 +9,11 @@ times the images seen).
 
 from __future__ import annotations
 
+import functools
 import json
 import multiprocessing
+import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -27,41 +28,100 @@ def training_flops(model: vitzoo.VisionTransformer, images_seen: int) -> float:
     return float(vitzoo.count_flops(model.config, backward=True)) * images_seen
 
 
-def measure(run: Run, device: str) -> dict[str, Any]:
-    return train(run, device)[1]
+class Interrupted(RuntimeError):
+    """The run stopped before its end (a signal: Ctrl-C, SIGTERM, SLURM's USR2), its checkpoint written;
+    measuring it again resumes from there."""
 
 
-def train(run: Run, device: str) -> tuple[vitzoo.VisionTransformer, dict[str, Any]]:
-    """Train the run's model; return it and the measured outcome."""
+def measure(run: Run, device: str, out: Path) -> dict[str, Any]:
+    return train(run, device, out)[1]
+
+
+def train(run: Run, device: str, out: Path) -> tuple[vitzoo.VisionTransformer, dict[str, Any]]:
+    """Train the run's model in its folder `out` (the suite's: RESULTS/<ablation>/runs/<key>/) and
+    return it with the measured outcome, on every process of the run.
+
+    The training run lives in OUT/train/: its settings, checkpoints, metrics, final weights and summary,
+    on the results' disk (a temporary folder could lose a run of hours at its very end). A folder that
+    holds an unfinished run of the same settings is resumed from its last checkpoint; one that holds a
+    finished run is read, not trained again. A run stopped by a signal raises `Interrupted`.
+    """
     config = run.config
-    with tempfile.TemporaryDirectory() as out:
+    folder = Path(out) / "train"
+    summary_path = folder / "summary.json"
+    finished = summary_path.exists() and json.loads(summary_path.read_text()).get("status") == "finished"
+    if finished:
+        model = vitzoo.from_pretrained(folder)
+        summary = json.loads(summary_path.read_text())
+    else:
         # a progress bar for the run when the suite runs in one process in a terminal (several workers'
         # bars would overwrite each other)
         quiet = multiprocessing.parent_process() is not None or not sys.stderr.isatty()
+        settings = {"checkpoint_every": 0, **config["train"]}  # the scale's cadence, else at the end only
         train = TrainConfig(model=config["model"], model_options=dict(config["options"]), seed=run.seed,
-                            device=device, quiet=quiet, tensorboard=False, fewshot=(5,), out=out,
-                            checkpoint_every=0, **config["train"])
+                            device=device, quiet=quiet, tensorboard=False, fewshot=(5,), out=str(folder),
+                            resume=(folder / "train_config.json").exists(), **settings)
         trainer = Trainer.from_config(train)
+        if trainer.resume_from is not None and trainer.env.is_main:  # said in the run's log, quiet or not
+            print(f"resuming run {run.label!r} seed {run.seed} at step {trainer.step} from {trainer.resume_from}",
+                  file=sys.stderr, flush=True)
         summary = trainer.run()
+        if summary["status"] != "finished":
+            raise Interrupted(f"run {run.label!r} seed {run.seed} stopped at step {summary['step']} "
+                              f"({summary['status']}); its checkpoint is in {folder}, and it resumes from there")
         model = trainer.model
-        history = [json.loads(line) for line in Path(out, "metrics.jsonl").read_text().splitlines()]
+    return model, outcome(model, summary, folder)
+
+
+def outcome(model: vitzoo.VisionTransformer, summary: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """What the suite records of a finished training run: accuracies, curves, compute, size."""
+    history = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
     steps_per_epoch = summary["step"] / summary["epochs"] if summary["epochs"] else 1.0
     # accuracy during training: on the test set, or on the validation split when the run holds one out
     curve = [{"epoch": h["step"] / steps_per_epoch, "test_acc": h["eval_top1"]} for h in history if "eval_top1" in h]
     val_curve = [{"epoch": h["step"] / steps_per_epoch, "val_acc": h["val_top1"]} for h in history if "val_top1" in h]
     best = {"best_step": summary["best_step"], "val_acc": summary["best_val_top1"]} if "best_step" in summary else {}
-    return model, {
+    return {
         "metrics": {"test_acc": summary["test_top1"], "fewshot_5": summary["fewshot"].get("5"), "curve": curve,
                     "final_loss": summary["final_loss"], "images_per_s": summary["images_per_s"],
                     **({"val_curve": val_curve} if val_curve else {}), **best},
         "flops": training_flops(model, summary["images_seen"]),
         "params": summary["params"],
         "model_config": summary["model_config"],
+        "world_size": summary["world_size"],
     }
 
 
+# Images of the named datasets' (training, test) splits; an ImageFolder's are counted, and a dataset that
+# is neither (a dry run of the paper's scale without --data) is taken to be ImageNet-1k.
+DATASET_IMAGES = {"fashion-mnist": (60_000, 10_000), "cifar10": (50_000, 10_000), "cifar100": (50_000, 10_000),
+                  "synthetic": (10_000, 2_000)}
+IMAGENET = (1_281_167, 50_000)
+
+
+@functools.lru_cache(maxsize=None)
+def _folder_images(root: str) -> tuple[int, int]:
+    count = lambda split: sum(len(files) for _, _, files in os.walk(Path(root) / split))  # noqa: E731
+    return count("train"), count("val") or count("test")
+
+
+def dataset_images(train: dict) -> tuple[int, int]:
+    """(training images, test images) of the run's dataset, before limits and the validation split."""
+    name = train.get("data", "fashion-mnist")
+    if name in DATASET_IMAGES:
+        return DATASET_IMAGES[name]
+    if Path(name).is_dir():
+        return _folder_images(str(Path(name).resolve()))
+    return IMAGENET
+
+
+def train_images(train: dict) -> int:
+    """The images a run trains on: its dataset's training split less the validation split, cut to its limit."""
+    images = dataset_images(train)[0] - (train.get("val_size") or 0)
+    return min(images, train.get("train_limit") or images)
+
+
 def evaluate_per_epoch(train: dict, per_epoch: int = 1) -> dict:
-    """Evaluate `per_epoch` times an epoch (for accuracy-vs-epoch curves)."""
-    batch = train["batch_size"]
-    images = train.get("train_limit") or 60_000
-    return {**train, "eval_every": max(1, images // batch // per_epoch)}
+    """Evaluate `per_epoch` times an epoch (for accuracy-vs-epoch curves), an epoch being the images the
+    run trains on (its dataset's, not a fixed count)."""
+    return {**train, "eval_every": max(1, train_images(train) // train["batch_size"] // per_epoch)}

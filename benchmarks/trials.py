@@ -12,9 +12,9 @@ measures only the trials without a record.
 from __future__ import annotations
 
 import argparse
-import functools
 import sys
 
+from benchmarks.launchers.assign import assign
 from benchmarks.suite import RESULTS, ResultStore, Run, execute, markdown_table
 from benchmarks.training import measure
 
@@ -89,8 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args(argv)
     store = ResultStore(RESULTS / "trials" / args.set)
-    records = execute(plan(args.set, args.only), functools.partial(measure, device=args.device), store, args.device,
-                      workers=args.workers)
+    records = execute(plan(args.set, args.only), measure, store, assign(args.device, workers=args.workers))
     rows = [[r["label"], r["metrics"]["test_acc"], r["metrics"]["fewshot_5"], round(r["wall_s"]),
              round(r["metrics"]["images_per_s"]), r["threads"], r["commit"]] for r in records]
     print(markdown_table(["trial", "test accuracy", "5-shot", "wall s", "images/s", "threads", "commit"], rows))

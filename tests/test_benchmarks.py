@@ -296,12 +296,15 @@ def test_the_main_job_and_every_cpu_ablation_plan_within_their_budgets():
     from benchmarks import plan
     from benchmarks.scales import SCALES
 
+    from benchmarks.launchers.assign import Assignment
+
     recorded, measured_on = plan.recorded_throughput()
     assert measured_on["cpu"] and measured_on["threads"] == 1
-    main = plan.plan_ablation(ABLATIONS["pos_embed"], SCALES["main"], set(), "cpu", workers=2, recorded=recorded)
+    two_workers = Assignment("local", "cpu", measured_on["cpu"], 1, ((), ()), 1)  # two one-thread runs at once
+    main = plan.plan_ablation(ABLATIONS["pos_embed"], SCALES["main"], set(), two_workers, recorded=recorded)
     assert main.minutes <= SCALES["main"].suite_budget_min, main
     cpu = SCALES["cpu"]
-    plans = [plan.plan_ablation(spec, cpu, set(), "cpu", workers=2, recorded=recorded) for spec in ABLATIONS.values()]
+    plans = [plan.plan_ablation(spec, cpu, set(), two_workers, recorded=recorded) for spec in ABLATIONS.values()]
     over = [(p.name, round(p.minutes)) for p in plans if p.minutes > cpu.budget_min]
     assert not over, f"over {cpu.budget_min:g} min on {measured_on['cpu']}: {over}"
     assert sum(p.minutes for p in plans) <= cpu.suite_budget_min
@@ -309,10 +312,11 @@ def test_the_main_job_and_every_cpu_ablation_plan_within_their_budgets():
 
 def test_a_plan_with_a_recorded_probe_names_a_model_nobody_probed():
     from benchmarks import plan
+    from benchmarks.launchers.assign import assign
     from benchmarks.scales import SCALES
 
     with pytest.raises(KeyError, match="python -m benchmarks.plan --record"):
-        plan.plan_ablation(ABLATIONS["pos_embed"], SCALES["main"], set(), "cpu", workers=2, recorded={})
+        plan.plan_ablation(ABLATIONS["pos_embed"], SCALES["main"], set(), assign("cpu", workers=2), recorded={})
 
 
 def test_dry_run_prints_the_plan_of_both_scales_and_trains_nothing(capsys, monkeypatch):

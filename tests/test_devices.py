@@ -226,7 +226,7 @@ def test_cost_resolves_auto_to_a_real_device_and_records_it(monkeypatch):
     from benchmarks.spec import Scale
     from benchmarks.suite import Run
 
-    monkeypatch.setattr(cost, "cpu_largest_batch", lambda name, size, batch: {"largest_batch": 1})
+    monkeypatch.setattr(cost, "cpu_largest_batch", lambda name, options, batch: {"largest_batch": 1})
     cell = cost.cells(Scale("quick", {}, {}, seeds=1))[0]
     run = Run("cost", cell.label, {"model": cell.model, "options": cell.options, "train": cell.train})
     result = cost.measure(run, "auto")
@@ -494,8 +494,10 @@ def test_the_gpu_matmul_ceiling_times_many_products_with_events():
     """The ceiling on a GPU is positive and finite, and below any GPU's peak (2 PFLOP/s)."""
     from benchmarks.speed import timing
 
-    ceiling = timing.matmul_ceiling(None, reps=3, device=torch.device("cuda", 0))
-    assert 0 < ceiling < 2e6
+    shapes = [(8 * 197, 768, 3072), (8 * 197, 3072, 768)]  # ViT-B/16's MLP at batch 8
+    for dtype in (None, torch.bfloat16):
+        ceiling = timing.matmul_ceiling(shapes, dtype, reps=3, device=torch.device("cuda", 0))
+        assert 0 < ceiling < 2e6
 
 
 def test_a_named_gpu_is_that_gpu(monkeypatch):

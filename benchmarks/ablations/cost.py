@@ -27,7 +27,8 @@ MODELS = {
     "cpu": ["vit_b32", "vit_b16", "vit_l32", "vit_b16_hybrid", "vit_l16"],
     "paper": ["vit_b32", "vit_l32", "vit_b16", "vit_l16", "vit_h14", "vit_b16_hybrid", "vit_l32_hybrid"],
 }
-SIZES = {"cpu": [64, 128, 224, 384], "paper": [64, 128, 224, 384, 512]}
+# the rehearsal's two sizes are every model's at 224 and 448, shrunk with the model (32 and 64 px)
+SIZES = {"cpu": [64, 128, 224, 384], "paper": [64, 128, 224, 384, 512], "rehearsal": [224, 448]}
 CPU_MEMORY_BUDGET_GB = 16.0
 
 
@@ -38,8 +39,8 @@ def sizes_for(name: str, sizes: list[int]) -> list[int]:
 
 def cells(scale: Scale) -> list[Cell]:
     """Each named model at each input size its stride divides; inference at batch 8 in float32."""
-    kind = "paper" if scale.name == "paper" else "cpu"
-    models, sizes = (["vit_s32"], [64]) if scale.name == "quick" else (MODELS[kind], SIZES[kind])
+    kind = "paper" if scale.cells == "paper" else "cpu"
+    models, sizes = (["vit_s32"], [64]) if scale.name == "quick" else (MODELS[kind], SIZES.get(scale.name, SIZES[kind]))
     batch = 2 if scale.name == "quick" else 8
     return [Cell(name, {"model": name, "img_size": size}, {"img_size": size}, {"batch": batch, "dtype": "float32"},
                  model=name, inherit=False)
@@ -95,10 +96,10 @@ def largest_cuda_batch(model: torch.nn.Module, size: int, limit: int = BATCH_CAP
     return good
 
 
-def probe(name: str, size: int, batch: int) -> dict:
+def probe(name: str, options: dict, batch: int) -> dict:
     """In a fresh process: resident memory of the model, and the peak a forward at `batch` adds."""
-    model = vitzoo.create(name, img_size=size).eval()
-    x = torch.randn(batch, 3, size, size)
+    model = vitzoo.create(name, **options).eval()
+    x = torch.randn(batch, 3, *model.config.img_size)
 
     def forward():
         with torch.inference_mode():
@@ -108,10 +109,10 @@ def probe(name: str, size: int, batch: int) -> dict:
             "peak_gb": peak_memory_growth_gb(forward)}
 
 
-def cpu_largest_batch(name: str, size: int, batch: int) -> dict:
+def cpu_largest_batch(name: str, options: dict, batch: int) -> dict:
     points = []
     for b in (max(1, batch // 4), batch):
-        out = subprocess.run([sys.executable, "-m", "benchmarks.ablations.cost", name, str(size), str(b)],
+        out = subprocess.run([sys.executable, "-m", "benchmarks.ablations.cost", name, json.dumps(options), str(b)],
                              capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parents[2])
         points.append((b, json.loads(out.stdout.strip().splitlines()[-1])))
     (b1, p1), (b2, p2) = points
@@ -121,15 +122,17 @@ def cpu_largest_batch(name: str, size: int, batch: int) -> dict:
             "per_image_gb": per_image, "fixed_gb": fixed, "memory_budget_gb": CPU_MEMORY_BUDGET_GB}
 
 
-def measure(run: Run, device: str) -> dict:
-    name, size, batch = run.config["model"], run.config["options"]["img_size"], run.config["train"]["batch"]
+def measure(run: Run, device: str, out: Path | None = None) -> dict:
+    """Inference speed and the largest batch of the run's model (`out`: nothing is trained or written)."""
+    name, options, batch = run.config["model"], run.config["options"], run.config["train"]["batch"]
     where = pick_device(device)  # `auto` becomes a real device; cuda:1 stays cuda:1
-    model = vitzoo.create(name, img_size=size).eval().to(where)
+    model = vitzoo.create(name, **options).eval().to(where)  # the named model at a size (shrunk at the rehearsal)
+    size = model.config.img_size[0]
     rates = images_per_second(model, torch.randn(batch, 3, size, size, device=where), reps=3)
     median = sorted(rates)[len(rates) // 2]
     memory = (
         {"largest_batch": largest_cuda_batch(model, size), "batch_cap": BATCH_CAP} if where.type == "cuda"
-        else cpu_largest_batch(name, size, batch)
+        else cpu_largest_batch(name, options, batch)
     )
     info = vitzoo.count_params(model)
     return {"metrics": {"images_per_s": median, "images_per_s_all": rates, "measured_on": str(where), **memory},
@@ -185,4 +188,4 @@ SPEC = Ablation(
 
 
 if __name__ == "__main__":  # the child process of `cpu_largest_batch`
-    print(json.dumps(probe(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))))
+    print(json.dumps(probe(sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]))))

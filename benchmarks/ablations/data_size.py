@@ -18,6 +18,7 @@ from pathlib import Path
 
 from benchmarks.figures import lines_per_family
 from benchmarks.spec import Ablation, Cell, Finding, Scale, Table, combine, difference
+from benchmarks.training import IMAGENET, dataset_images
 from benchmarks.verdict import POSITIVE
 
 FAMILIES = ("ResNet", "ViT", "hybrid")
@@ -36,7 +37,7 @@ EVALUATIONS = 10  # validation points per run (early stopping picks the best)
 
 def family_options(scale: Scale) -> dict[str, tuple[str | None, dict]]:
     """family -> (zoo name or None for the scale's, options): three models of similar training compute."""
-    if scale.name == "paper":
+    if scale.cells == "paper":
         return {"ResNet": ("vit_b16_hybrid", {"resnet_layers": (3, 4, 6, 3), "depth": 0, "pos_embed": "none", "pool": "gap"}),
                 "ViT": ("vit_b32", {}), "hybrid": ("vit_b16_hybrid", {})}
     # training MFLOPs per image at 28 px: ViT (the scale's, D64) 14.5, hybrid (ResNet root + D48) 31.2,
@@ -48,17 +49,30 @@ def family_options(scale: Scale) -> dict[str, tuple[str | None, dict]]:
     return {"ResNet": (None, resnet), "ViT": (None, vit), "hybrid": (None, hybrid)}
 
 
+def subsets(scale: Scale) -> tuple[tuple[int, ...], int]:
+    """(subset sizes, validation images) of the scale. With the paper's cells they are the paper's share
+    of the dataset the scale trains on: 50,000 of ImageNet's 1,281,167 training images held out (3.9%),
+    subsets of 10k, 100k and 1M of the 1,231,167 left (exactly the paper's on ImageNet; on CIFAR-10, 1,951
+    held out and subsets of 390, 3,903 and 39,027), each at least one global batch."""
+    if scale.cells != "paper":
+        return SUBSETS[scale.name], VALIDATION[scale.name]
+    images = dataset_images(scale.train)[0]
+    validation = round(VALIDATION["paper"] * images / IMAGENET[0])
+    rest, paper_rest = images - validation, IMAGENET[0] - VALIDATION["paper"]
+    return tuple(max(scale.train["batch_size"], round(n * rest / paper_rest)) for n in SUBSETS["paper"]), validation
+
+
 def cells(scale: Scale) -> list[Cell]:
-    sizes = SUBSETS[scale.name]
-    steps = max(1, int(EPOCHS_OF_LARGEST[scale.name] * sizes[-1] / scale.train["batch_size"]))
+    sizes, validation = subsets(scale)
+    epochs = EPOCHS_OF_LARGEST.get(scale.name, scale.train.get("epochs"))
+    steps = max(1, int(epochs * sizes[-1] / scale.train["batch_size"]))
     # the length in steps, not epochs (None overrides the scale's epochs)
-    train = dict(epochs=None, steps=steps, val_size=VALIDATION[scale.name], keep_best=True,
-                 eval_every=max(1, steps // EVALUATIONS))
+    train = dict(epochs=None, steps=steps, val_size=validation, keep_best=True, eval_every=max(1, steps // EVALUATIONS))
     out = []
     for family, (name, options) in family_options(scale).items():
         for size in sizes:
             out.append(Cell(f"{family} {size}", {"family": family, "images": size}, options,
-                            {**train, "train_limit": size}, model=name, inherit=scale.name != "paper"))
+                            {**train, "train_limit": size}, model=name))
     return out
 
 

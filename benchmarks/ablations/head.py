@@ -20,7 +20,7 @@ POOLS = ("token", "gap")
 
 def learning_rates(scale: Scale) -> tuple[float, float]:
     """The class token's learning rate and the lower one (in the paper's ratio 3/8)."""
-    return PAPER_LRS if scale.name == "paper" else (scale.train["lr"], scale.train["lr"] * 3 / 8)
+    return PAPER_LRS if scale.cells == "paper" else (scale.train["lr"], scale.train["lr"] * 3 / 8)
 
 
 def label(pool: str, lr: float) -> str:

@@ -35,7 +35,7 @@ STAGES = {"quick": [(1,)], "main": [(1,), (2,)], "cpu": [(1,), (2,)]}
 
 def families(scale: Scale) -> dict[str, list[tuple[str, str | None, dict]]]:
     """family -> [(size label, zoo name or None for the scale's, options)]"""
-    if scale.name == "paper":
+    if scale.cells == "paper":
         return PAPER_FAMILIES
     hybrid = {"stem": "resnet", "resnet_layers": (), "patch_size": 1}
     resnet = {"embed_dim": 64, "num_heads": 4, "depth": 0, "stem": "resnet", "patch_size": 1, "pos_embed": "none",
@@ -49,8 +49,7 @@ def families(scale: Scale) -> dict[str, list[tuple[str, str | None, dict]]]:
 
 
 def cells(scale: Scale) -> list[Cell]:
-    return [Cell(f"{family} {size}", {"family": family, "size": size}, options, model=name,
-                 inherit=scale.name != "paper")
+    return [Cell(f"{family} {size}", {"family": family, "size": size}, options, model=name)
             for family, sizes in families(scale).items() for size, name, options in sizes]
 
 

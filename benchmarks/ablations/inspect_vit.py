@@ -17,15 +17,15 @@ from benchmarks.suite import Run
 from benchmarks.training import evaluate_per_epoch, train
 from benchmarks.verdict import POSITIVE
 from vitzoo.analysis import attention_rollout, mean_attention_distance, patch_embedding_components, position_embedding_similarity
-from vitzoo.data import load_split
+from vitzoo.data import build_transform, load_split
 
 TRAINED_LONGER = 2  # times the scale's epochs: the analyses are of trained models, not of a model still learning
 
 
 def cells(scale: Scale) -> list[Cell]:
-    if scale.name == "paper":
+    if scale.cells == "paper":
         return [Cell("ViT", {"family": "ViT"}, model="vit_b16"),
-                Cell("hybrid", {"family": "hybrid"}, model="vit_b16_hybrid", inherit=False)]
+                Cell("hybrid", {"family": "hybrid"}, model="vit_b16_hybrid")]
     train = {} if scale.name == "quick" else {"epochs": scale.train["epochs"] * TRAINED_LONGER}
     train = evaluate_per_epoch({**scale.train, **train})  # the test accuracy per epoch shows where it levels off
     return [Cell("ViT", {"family": "ViT"}, train=train),
@@ -42,14 +42,15 @@ def uniform_attention_distance(img_size: list[int], stride: list[int]) -> float:
     return float(torch.cdist(centres, centres).mean())
 
 
-def measure(run: Run, device: str) -> dict:
+def measure(run: Run, device: str, out: Path) -> dict:
     """Train, then measure the trained model; the analyses' arrays are stored in the result."""
-    model, result = train(run, device)
+    model, result = train(run, device, out)
     model = model.eval().cpu()
     cfg = model.config
     test = load_split(run.config["train"]["data"], "test", run.config["train"].get("data_dir"),
                       img_size=cfg.img_size, in_chans=cfg.in_chans)
-    images = torch.stack([test[i][0] for i in range(64)]).float() / 255
+    resize = build_transform(cfg.img_size, None)  # the evaluation transform: image folders hold any size
+    images = torch.stack([resize(test[i][0]) for i in range(min(64, len(test)))]).float() / 255
     mean, std = torch.tensor(cfg.mean).view(1, -1, 1, 1), torch.tensor(cfg.std).view(1, -1, 1, 1)
     x = (images - mean) / std
     analyses = {"attention_distance": mean_attention_distance(model, x).tolist(),

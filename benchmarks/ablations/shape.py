@@ -16,12 +16,12 @@ from benchmarks.verdict import POSITIVE
 
 # Figure 8's base: 8 layers, D 1024, MLP 2048, patch 32
 PAPER_BASE = dict(depth=8, embed_dim=1024, mlp_dim=2048, num_heads=16, patch_size=32)
-SMALLER_PATCH = {28: 4, 224: 16, 32: 4}  # the finer patch size tried per input size
+SMALLER_PATCH = {28: 4, 128: 16, 224: 16, 32: 4}  # the finer patch size tried per input size
 LARGER_PATCH = {28: 14, 32: 16}  # Figure 8 tries no patch larger than its base's 32
 
 
 def base_of(scale: Scale) -> dict:
-    return {**scale.model, **PAPER_BASE} if scale.name == "paper" else dict(scale.model)
+    return {**scale.model, **PAPER_BASE} if scale.cells == "paper" else dict(scale.model)
 
 
 def variations(base: dict, quick: bool) -> dict[str, list[dict]]:

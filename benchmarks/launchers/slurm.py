@@ -45,10 +45,6 @@ class SlurmOptions:
     max_requeues: int = 20  # time limits a run may reach (each resumes from its checkpoint)
 
 
-class Interrupted(Exception):
-    """The run stopped before its end (a signal) with a checkpoint written; it resumes when run again."""
-
-
 class RunJob:
     """What every task of a run's job calls (submitit pickles it). Rank 0 stores the outcome."""
 
@@ -62,14 +58,16 @@ class RunJob:
         import torch
 
         from benchmarks.suite import ResultStore
+        from benchmarks.training import Interrupted
 
         environment = submitit.helpers.TorchDistributedEnvironment()
         if submitit.JobEnvironment().num_nodes == 1:  # one node: rendezvous on this host, whatever its name resolves to
-            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        environment.export(set_cuda_visible_devices=False)
+            environment.master_addr = "127.0.0.1"
+        # the job's own rank and address, over any inherited from the process that submitted it
+        environment.export(set_cuda_visible_devices=False, overwrite=True)
         torch.set_num_threads(self.threads)
         requeue = signal.getsignal(submitit.JobEnvironment._usr_sig())  # submitit's: checkpoint, then requeue
-        start = time.perf_counter()
+        started, start = time.time(), time.perf_counter()
         try:
             outcome = self.measure(self.run, device=self.device, out=self.out)
         except Interrupted:
@@ -78,7 +76,8 @@ class RunJob:
             return None
         if environment.rank != 0:
             return None
-        ResultStore(self.store_dir).add(self.make_record(self.run, outcome, time.perf_counter() - start, self.device))
+        record = self.make_record(self.run, outcome, time.perf_counter() - start, self.device)
+        ResultStore(self.store_dir).add({**record, "started": round(started, 3), "job_id": environment_job_id()})
         return outcome
 
     def checkpoint(self, *args: Any, **kwargs: Any):
@@ -86,6 +85,12 @@ class RunJob:
         import submitit
 
         return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
+
+
+def environment_job_id() -> str:
+    import submitit
+
+    return str(submitit.JobEnvironment().job_id)
 
 
 def executor(assignment: Assignment, folder: Path, minutes: float, name: str, options: SlurmOptions):
@@ -149,5 +154,73 @@ def job_failure(entry: dict) -> str | None:
     return f"no result and no traceback; logs: {', '.join(map(str, logs)) or folder}" if logs else None
 
 
-__all__ = ["Interrupted", "LIVE_STATES", "RunJob", "SlurmOptions", "executor", "job_failure", "job_state", "read_jobs",
-           "write_jobs"]
+def submit(runs: list, measure: Callable[..., dict], store: Any, assignment: Assignment, options: SlurmOptions,
+           wait: bool, minutes: Callable[[Any], float] | None, quiet: bool = False) -> None:
+    """Submit a job for every run without a result and without a live job (a job that ended without a
+    result is said so, and its run submitted again: it resumes from its checkpoint). With `wait`,
+    wait for every job and raise the first failure; otherwise return at once: the jobs store their
+    results themselves, and the next invocation collects them."""
+    from benchmarks.suite import run_folder
+
+    jobs = read_jobs(store.directory)
+    submitted = []
+    for run in runs:
+        entry = jobs.get(run.key)
+        if entry is not None:
+            state = job_state(entry)
+            if state in LIVE_STATES:
+                submitted.append((run, None, entry))
+                continue
+            failure = job_failure(entry)
+            if failure and not quiet:
+                print(f"job {entry['job_id']} of {run.label!r} seed {run.seed} ended without a result ({state}); "
+                      f"submitting it again:\n{failure}", flush=True)
+        folder = store.directory / "jobs"
+        made = executor(assignment, folder, minutes(run) if minutes else 60.0, f"{run.ablation}-{run.key}", options)
+        job = made.submit(RunJob(measure, run, run_folder(store, run), store.directory, assignment.device,
+                                 assignment.threads_per_process, _record_maker(assignment)))
+        entry = {"job_id": str(job.job_id), "folder": str(folder), "launcher": assignment.launcher,
+                 "submitted": time.strftime("%Y-%m-%d %H:%M:%S")}
+        with store.locked():  # other suites may submit into the same results folder
+            write_jobs(store.directory, {**read_jobs(store.directory), run.key: entry})
+        submitted.append((run, job, entry))
+        if not quiet:
+            print(f"submitted {run.label!r} seed {run.seed} as job {job.job_id} ({assignment.launcher})", flush=True)
+    if not wait:
+        return
+    for run, job, entry in submitted:
+        _wait_for(run, job, entry, store)
+
+
+def _wait_for(run: Any, job: Any, entry: dict, store: Any) -> None:
+    """Wait for the job of `run` (one submitted by another invocation: for its result to be stored);
+    a job that ends without a stored result raises RuntimeError with what its logs say."""
+    if job is not None:
+        try:
+            job.results()
+        except Exception as exc:  # submitit raises FailedJobError with the job's traceback
+            raise RuntimeError(f"job {entry['job_id']} of {run.label!r} seed {run.seed} failed: {exc}") from None
+    else:
+        while job_state(entry) in LIVE_STATES:
+            time.sleep(10)
+    store.refresh()
+    if store.get(run.key) is None:
+        raise RuntimeError(f"job {entry['job_id']} of {run.label!r} seed {run.seed} ended without storing a result: "
+                           f"{job_failure(entry) or 'no logs'}")
+
+
+class _record_maker:
+    """make_record with this assignment's launch settings (picklable, for the job to call)."""
+
+    def __init__(self, assignment: Assignment) -> None:
+        self.launch = {"launcher": assignment.launcher, "processes": assignment.processes_per_run,
+                       "nodes": assignment.nodes}
+
+    def __call__(self, run: Any, outcome: dict, wall_s: float, device: str) -> dict:
+        from benchmarks.suite import make_record
+
+        return make_record(run, outcome, wall_s, device, **self.launch)
+
+
+__all__ = ["LIVE_STATES", "RunJob", "SlurmOptions", "executor", "job_failure", "job_state", "read_jobs",
+           "submit", "write_jobs"]

@@ -5,8 +5,8 @@
    checkpoint if asked;
 2. `train`: each `train_step` accumulates gradients over micro-batches, agrees across processes on the
    loss, clips and steps; the steps' losses stay on the device until logging, evaluating or
-   checkpointing needs them (`read_steps`), which stops on a non-finite one; SIGINT / SIGTERM end the
-   loop with a checkpoint;
+   checkpointing needs them (`read_steps`), which stops on a non-finite one; SIGINT, SIGTERM and SIGUSR2 end
+   the loop with a checkpoint (vitzoo.train.signals);
 3. `final_evaluation`, then `finish`: few-shot accuracy, the saved model (save_pretrained) and
    summary.json. `Metrics` writes every line of metrics.jsonl; `Evaluation` measures the model, each
    process a share of the images.

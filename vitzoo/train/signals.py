@@ -1,5 +1,11 @@
-"""SIGINT / SIGTERM during training: the first asks the loop to stop at the end of its step (with a
-checkpoint, so that --resume continues it); a second stops at once."""
+"""Signals during training: each asks the loop to stop at the end of its step, with a checkpoint, so
+that --resume (or a requeued cluster job) continues it.
+
+- SIGINT (Ctrl-C), SIGTERM (a scheduler ending or preempting the job), and SIGUSR2 (SLURM's warning
+  before a time limit or preemption, `--signal=USR2@...`, as submitit asks for): all stop the loop.
+- A second SIGINT stops at once (the user insists). Other signals after the first are taken as the same
+  request: a scheduler often sends SIGTERM and SIGUSR2 together, and the checkpoint must still be written.
+"""
 
 from __future__ import annotations
 
@@ -7,21 +13,23 @@ import contextlib
 import signal
 import threading
 
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGUSR2") if hasattr(signal, name))
+
 
 @contextlib.contextmanager
 def stop_signals(flag: dict):
-    """SIGINT / SIGTERM set flag["signal"]; the loop then checkpoints and returns. A second signal
-    stops at once."""
+    """STOP_SIGNALS set flag["signal"] (the first one received); the loop then checkpoints and returns.
+    A second SIGINT stops at once. The previous handlers are restored on exit."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def handler(signum, frame):
-        if flag.get("signal"):
+        if flag.get("signal") and signum == signal.SIGINT:
             raise KeyboardInterrupt
-        flag["signal"] = signum
+        flag.setdefault("signal", signum)
 
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
     try:
         yield
     finally:
@@ -29,4 +37,4 @@ def stop_signals(flag: dict):
             signal.signal(s, h)
 
 
-__all__ = ["stop_signals"]
+__all__ = ["STOP_SIGNALS", "stop_signals"]
