@@ -14,13 +14,13 @@ import torch._dynamo
 
 import vitzoo
 from benchmarks.speed.cases import (
-    DTYPES,
     STORED_PROBABILITIES,
     Case,
     cases,
     check_parity,
     compiled_training_step,
     converted,
+    precisions,
     train_step_fn,
 )
 from benchmarks.speed.memory import peak_memory_gb
@@ -46,7 +46,7 @@ def inference(case: Case, batches: list[int], reps: int, compile_at: int | None,
     for peer in peers.values():
         peer.to(device)
     rows = []
-    for dtype_name, dtype in DTYPES.items():
+    for dtype_name, dtype in precisions(device).items():
         # the weights cast once (vitzoo.fast converts its model in place: a copy of its own)
         fast = for_inference(copy.deepcopy(model), dtype) if dtype is not None else None
         for batch in batches:
@@ -102,7 +102,7 @@ def training(case_index: int, case: Case, batch: int, reps: int, quick: bool, co
     model = converted(next(iter(peers.values())), case).to(device)
     gflops = vitzoo.count_flops(model.config, backward=True) / 1e9  # one image's forward and backward
     rows = []
-    for dtype_name, dtype in DTYPES.items():
+    for dtype_name, dtype in precisions(device).items():
         ceiling = matmul_ceiling(product_shapes(model, batch), dtype, reps, device)
         contestants = {"vitzoo": model, **peers}
         if compiled:  # (the peers are compiled for inference only: compiling the training step is slow here)

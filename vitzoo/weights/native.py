@@ -37,10 +37,17 @@ class VitzooFormat(WeightFormat):
         return ConvertedWeights(format=FORMAT, state_dict=dict(state_dict), config={}, grid=(side, side) if side else None)
 
 
+def _unshared_host_copy(tensor: torch.Tensor) -> torch.Tensor:
+    """A contiguous copy of `tensor` on the host that shares storage with nothing."""
+    tensor = tensor.detach()
+    return tensor.to("cpu").contiguous() if tensor.device.type != "cpu" else tensor.contiguous().clone()
+
+
 def save_state_dict(state_dict: dict[str, torch.Tensor], path: str | os.PathLike, metadata: dict[str, str] | None = None) -> None:
     """safetensors file written atomically (tensors made contiguous and unshared)."""
-    # clone: safetensors refuses tensors that share storage (e.g. tied or sliced parameters)
-    tensors = {k: v.detach().contiguous().clone() for k, v in state_dict.items()}
+    # a copy of each: safetensors refuses tensors that share storage (e.g. tied or sliced parameters); one
+    # on a GPU is copied straight to the host (a clone on the GPU first would need the model's size twice)
+    tensors = {k: _unshared_host_copy(v) for k, v in state_dict.items()}
     with atomic_path(path) as tmp:
         save_file(tensors, str(tmp), metadata=metadata)
 
