@@ -34,12 +34,13 @@ from pathlib import Path
 
 from benchmarks import plan as planning
 from benchmarks.ablations import ABLATIONS
+from benchmarks.execute import execute
 from benchmarks.figures import MATPLOTLIB_MISSING
 from benchmarks.launchers.assign import LAUNCHERS, Assignment, assign
 from benchmarks.launchers.slurm import SlurmOptions
 from benchmarks.scales import SCALES, get_scale
 from benchmarks.spec import Ablation, Scale, report
-from benchmarks.suite import RESULTS, ResultStore, execute
+from benchmarks.suite import RESULTS, ResultStore
 from benchmarks.verdict import RULE
 from vitzoo.io import write_text
 
@@ -153,7 +154,7 @@ def run_ablation(spec: Ablation, scale: Scale, store: ResultStore, args: argpars
     else:
         minutes = lambda run: plan.longest_run_min  # noqa: E731  (a job's time limit: the longest run's, with a margin)
         records = execute(runs, measure, store, assignment_for(spec, args.assignment), quiet=args.quiet,
-                          slurm=args.slurm, wait=not args.no_wait, minutes=minutes)
+                          cluster=args.slurm, wait=not args.no_wait, minutes=minutes)
     if not records:
         return f"(no results of {spec.name} at --scale {scale.name} in {out} yet)"
     if spec.report is not None:

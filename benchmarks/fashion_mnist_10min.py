@@ -23,9 +23,9 @@ import ast
 import copy
 import json
 import os
-import sys
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import torch
@@ -33,7 +33,8 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.suite import ResultStore, environment
+from benchmarks.machine import environment
+from benchmarks.suite import ResultStore
 from vitzoo.io import write_text
 from vitzoo.train import TrainConfig, fit
 

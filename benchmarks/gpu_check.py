@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     if reason is not None:
         print(f"gpu-check: no GPU to check: {reason}. Run it on a machine with a CUDA GPU.", file=sys.stderr)
         return 2
-    from benchmarks.suite import environment as recorded_environment
+    from benchmarks.machine import environment as recorded_environment
 
     args.out = args.out.resolve()
     args.out.mkdir(parents=True, exist_ok=True)

@@ -28,8 +28,9 @@ import torch
 
 import vitzoo
 from benchmarks.launchers.assign import Assignment
+from benchmarks.machine import environment
 from benchmarks.spec import Ablation, Scale
-from benchmarks.suite import RESULTS, Run, environment
+from benchmarks.suite import RESULTS, Run
 from benchmarks.training import dataset_images, train_images
 from vitzoo.io import write_text
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from benchmarks.execute import execute
 from benchmarks.launchers.assign import assign
-from benchmarks.suite import RESULTS, ResultStore, Run, execute, markdown_table
+from benchmarks.suite import RESULTS, ResultStore, Run, markdown_table
 from benchmarks.training import measure
 
 # Shared by every trial: the 10-minute benchmark's recipe (AdamW, linear decay, short warm-up, flips).

@@ -93,7 +93,7 @@ def test_a_second_run_reuses_every_result(results, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a run with an existing result was measured again")
 
-    monkeypatch.setattr("benchmarks.suite._measured", refuse)  # every measurement of every ablation
+    monkeypatch.setattr("benchmarks.execute._measured", refuse)  # every measurement of every ablation
     assert bench.main(["all", "--quick", "--quiet", "--out", str(results)]) == 0
     assert {a: (results / a / "results.json").read_text() for a in ABLATIONS} == before
 
@@ -294,9 +294,8 @@ def test_the_main_job_and_every_cpu_ablation_plan_within_their_budgets():
     thread per model, the CPU it was measured on recorded beside it), with the workers each is meant to
     run with (two one-thread processes on two cores). A model no one has probed fails with how to record it."""
     from benchmarks import plan
-    from benchmarks.scales import SCALES
-
     from benchmarks.launchers.assign import Assignment
+    from benchmarks.scales import SCALES
 
     recorded, measured_on = plan.recorded_throughput()
     assert measured_on["cpu"] and measured_on["threads"] == 1
@@ -320,7 +319,7 @@ def test_a_plan_with_a_recorded_probe_names_a_model_nobody_probed():
 
 
 def test_dry_run_prints_the_plan_of_both_scales_and_trains_nothing(capsys, monkeypatch):
-    monkeypatch.setattr("benchmarks.suite._measured", lambda *a, **k: pytest.fail("a dry run trained"))
+    monkeypatch.setattr("benchmarks.execute._measured", lambda *a, **k: pytest.fail("a dry run trained"))
     assert bench.main(["pos_embed", "data", "--scale", "cpu", "--dry-run", "--workers", "2"]) == 0
     text = capsys.readouterr().out
     assert "--scale cpu" in text and "measured throughput probe" in text and "| pos_embed | 24 |" in text
@@ -499,7 +498,7 @@ def test_without_matplotlib_the_benchmarks_say_how_to_install_it_before_they_tra
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if not installed
     with pytest.raises(ModuleNotFoundError, match=re.escape("pip install -e '.[bench]'")):
         figures.plt()
-    monkeypatch.setattr("benchmarks.suite._measured", lambda *a, **k: pytest.fail("trained without matplotlib"))
+    monkeypatch.setattr("benchmarks.execute._measured", lambda *a, **k: pytest.fail("trained without matplotlib"))
     with pytest.raises(SystemExit):
         bench.main(["pos_embed", "--quick", "--quiet"])
     assert "pip install -e '.[bench]'" in capsys.readouterr().err

@@ -16,11 +16,12 @@ import pytest
 pytest.importorskip("submitit", reason="the cluster launcher's tests need submitit (pip install -e '.[test]')")
 
 from benchmarks.ablations import ABLATIONS  # noqa: E402
+from benchmarks.execute import execute  # noqa: E402
 from benchmarks.launchers import slurm  # noqa: E402
 from benchmarks.launchers.assign import assign  # noqa: E402
 from benchmarks.rehearsal_data import image_folder  # noqa: E402
 from benchmarks.scales import get_scale  # noqa: E402
-from benchmarks.suite import ResultStore, Run, execute  # noqa: E402
+from benchmarks.suite import ResultStore, Run  # noqa: E402
 from benchmarks.training import measure  # noqa: E402
 
 CHECKOUT = Path(__file__).resolve().parents[1]

@@ -480,13 +480,13 @@ def test_the_pinned_memory_path_with_workers_gives_the_losses_of_the_plain_one(t
 # ---------------------------------------------------------------------------- the speed benchmark on GPUs
 def test_results_measured_on_a_gpu_record_its_name(monkeypatch):
     """A record says which GPU (`cuda` alone does not), for cuda:1 that GPU's; CPU records have no GPU."""
-    from benchmarks import suite
+    from benchmarks import machine
 
     asked = []
     fake_gpus(monkeypatch, 2)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: asked.append(device) or "Some GPU 80GB")
-    assert suite.environment("cuda:1")["gpu"] == "Some GPU 80GB" and asked == [torch.device("cuda", 1)]
-    assert "gpu" not in suite.environment("cpu")
+    assert machine.environment("cuda:1")["gpu"] == "Some GPU 80GB" and asked == [torch.device("cuda", 1)]
+    assert "gpu" not in machine.environment("cpu")
 
 
 @CUDA

@@ -81,9 +81,9 @@ class _Imports(ast.NodeVisitor):
             self._add(submodule if submodule in self.modules else module)
 
 
-def import_graph(type_checking: bool = False) -> dict[str, set[str]]:
+def import_graph(type_checking: bool = False, package: str = PACKAGE) -> dict[str, set[str]]:
     """module -> the modules of the package it imports."""
-    modules = module_names()
+    modules = module_names(package)
     graph = {}
     for name, path in modules.items():
         visitor = _Imports(name, path.name == "__init__.py", modules, type_checking)
@@ -147,6 +147,14 @@ def test_the_package_has_no_import_circle():
     found = circles(import_graph())
     assert not found, "import circles in vitzoo/ (outside `if TYPE_CHECKING:`), one through each group of " \
         "modules that import each other:\n" + "\n".join(" -> ".join(circle) for circle in found)
+
+
+def test_the_benchmarks_have_no_import_circle_either():
+    """spec -> plan -> launchers -> execute, the results store and the machine's record below them all."""
+    graph = import_graph(package="benchmarks")
+    assert "benchmarks.launchers.slurm" in graph["benchmarks.execute"]
+    found = circles(graph)
+    assert not found, "\n".join(" -> ".join(circle) for circle in found)
 
 
 def test_no_circle_runs_through_the_model_module_even_counting_type_only_imports():

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
+from benchmarks.machine import cpu_model
+
 LAUNCHERS = ("local", "slurm", "submitit-local")  # submitit-local: SLURM's code path on this machine
 
 
@@ -51,12 +53,6 @@ class Assignment:
         return f"{len(self.slots)} run(s) at once, each {where}{sets}{via}{idle}"
 
 
-def cpu_name() -> str:
-    from benchmarks.suite import cpu_model
-
-    return cpu_model()
-
-
 def resolve_device(device: str) -> str:
     """`auto` is CUDA where present, else the CPU (a run of several processes has no MPS path)."""
     if device == "auto":
@@ -84,8 +80,8 @@ def assign(device: str, launcher: str = "local", *, gpus_per_run: int | None = N
         if procs < 1 or workers < 1:
             raise ValueError("--processes-per-run and --workers must be at least 1")
         if launcher == "slurm":
-            return Assignment(launcher, "cpu", cpu_name(), procs * nodes, (), max(1, threads // procs), nodes)
-        return Assignment(launcher, "cpu", cpu_name(), procs, ((),) * workers, max(1, threads // (workers * procs)))
+            return Assignment(launcher, "cpu", cpu_model(), procs * nodes, (), max(1, threads // procs), nodes)
+        return Assignment(launcher, "cpu", cpu_model(), procs, ((),) * workers, max(1, threads // (workers * procs)))
     present = torch.cuda.is_available()
     name = torch.cuda.get_device_name(0) if present else "a GPU that is not here"
     cpus = os.cpu_count() or 1

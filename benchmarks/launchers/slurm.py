@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from benchmarks.launchers.assign import Assignment
+from benchmarks.suite import ResultStore, make_record, run_folder
 from vitzoo.io import write_text
 
 # the states in which a job still holds its place: not submitted again (sacct's names)
@@ -57,7 +58,6 @@ class RunJob:
         import submitit
         import torch
 
-        from benchmarks.suite import ResultStore
         from benchmarks.training import Interrupted
 
         environment = submitit.helpers.TorchDistributedEnvironment()
@@ -160,8 +160,6 @@ def submit(runs: list, measure: Callable[..., dict], store: Any, assignment: Ass
     result is said so, and its run submitted again: it resumes from its checkpoint). With `wait`,
     wait for every job and raise the first failure; otherwise return at once: the jobs store their
     results themselves, and the next invocation collects them."""
-    from benchmarks.suite import run_folder
-
     jobs = read_jobs(store.directory)
     submitted = []
     for run in runs:
@@ -217,8 +215,6 @@ class _record_maker:
                        "nodes": assignment.nodes}
 
     def __call__(self, run: Any, outcome: dict, wall_s: float, device: str) -> dict:
-        from benchmarks.suite import make_record
-
         return make_record(run, outcome, wall_s, device, **self.launch)
 
 

@@ -13,6 +13,7 @@ import torch
 import torch._dynamo
 
 import vitzoo
+from benchmarks.machine import environment
 from benchmarks.speed.cases import (
     STORED_PROBABILITIES,
     Case,
@@ -26,7 +27,7 @@ from benchmarks.speed.cases import (
 from benchmarks.speed.memory import peak_memory_gb
 from benchmarks.speed.report import report
 from benchmarks.speed.timing import fresh_compiler, interleaved, matmul_ceiling, product_shapes, sdpa_backends
-from benchmarks.suite import RESULTS, ResultStore, environment
+from benchmarks.suite import RESULTS, ResultStore
 from vitzoo.fast import compile_for_inference, compile_for_training, for_inference
 from vitzoo.io import write_text
 from vitzoo.precision import autocast

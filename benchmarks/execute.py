@@ -1,0 +1,101 @@
+"""How an ablation's runs are measured: in this process or worker processes (one CPU process per run),
+as data-parallel jobs through PyTorch's elastic launcher (several processes, or GPUs), or as SLURM
+jobs; each result goes to the ablation's results store as soon as it arrives."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from collections.abc import Iterable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from tqdm import tqdm
+
+from benchmarks.launchers import local, slurm
+from benchmarks.launchers.assign import Assignment
+from benchmarks.suite import ResultStore, Run, make_record, run_folder
+
+
+def _measured(measure: Callable[..., dict[str, Any]], run: Run, device: str, out: Path, threads: int | None) -> dict[str, Any]:
+    """One run measured in this process (one of several workers when `threads` is given), with its wall time."""
+    if threads is not None:
+        torch.set_num_threads(threads)
+    started, start = time.time(), time.perf_counter()
+    outcome = measure(run, device=device, out=out)
+    return {"outcome": outcome, "wall_s": time.perf_counter() - start, "started": started}
+
+
+def execute(
+    runs: Iterable[Run],
+    measure: Callable[..., dict[str, Any]],
+    store: ResultStore,
+    assignment: Assignment,
+    quiet: bool = False,
+    cluster: slurm.SlurmOptions | None = None,
+    wait: bool = True,
+    minutes: Callable[[Run], float] | None = None,
+) -> list[dict[str, Any]]:
+    """Measure every run that has no result yet, as `assignment` (benchmarks.launchers.assign) says;
+    return the records of all runs measured so far, in order.
+
+    `measure(run, device=..., out=...)` returns {"metrics": {...}, "flops": ..., ...} for the run trained
+    in its folder `out`; wall time, launch and environment are added here. Records already in the store
+    (of this process or any other) are reused, so an interrupted suite continues. On the CPU with one
+    process per run, runs go at once in that many worker processes (one CPU thread each on 2 cores); a
+    run of several processes, or on GPUs, is one data-parallel job through the elastic launcher, one per
+    GPU set at once (`benchmarks.launchers.local`); under SLURM each run is submitted as a job
+    (`benchmarks.launchers.slurm`, with `cluster` its options, `minutes(run)` its planned time), and the
+    suite waits for them unless `wait` is False. Each result is stored as soon as it arrives.
+    """
+    runs = list(runs)
+    store.refresh()
+    todo = [run for run in runs if store.get(run.key) is None]
+    if assignment.launcher != "local":
+        slurm.submit(todo, measure, store, assignment, cluster or slurm.SlurmOptions(), wait, minutes, quiet)
+        store.refresh()
+        return [{**store.get(run.key), "label": run.label, "group": run.group} for run in runs if store.get(run.key)]
+    bar = tqdm(total=len(runs), initial=len(runs) - len(todo), desc=runs[0].ablation if runs else "",
+               unit="run", disable=quiet, dynamic_ncols=True)
+    launch = {"launcher": "local", "processes": assignment.processes_per_run}
+
+    def done(run: Run, result: dict[str, Any]) -> None:
+        store.add(make_record(run, result["outcome"], result["wall_s"], assignment.device, **launch,
+                              started=round(result["started"], 3), **({"gpus": result["slot"]} if result.get("slot") else {})))
+        bar.set_postfix_str(f"{run.label} seed {run.seed}")
+        bar.update(1)
+
+    def pending() -> list[Run]:  # what no other process has measured meanwhile
+        store.refresh()
+        return [run for run in todo if store.get(run.key) is None]
+
+    device = assignment.device
+    in_process = assignment.device == "cpu" and assignment.processes_per_run == 1
+    if len(assignment.slots) <= 1 or len(todo) <= 1:
+        for run in todo:
+            if store.get(run.key) is None:
+                if in_process:
+                    done(run, _measured(measure, run, device, run_folder(store, run), None))
+                else:
+                    done(run, local.timed_launch(measure, run, run_folder(store, run), assignment, assignment.slots[0]))
+                store.refresh()
+    elif in_process:
+        # spawn, not fork: a forked child of a process that has used OpenMP threads can hang
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=len(assignment.slots), mp_context=context) as pool:
+            futures = {pool.submit(_measured, measure, run, device, run_folder(store, run),
+                                   assignment.threads_per_process): run for run in pending()}
+            for future in as_completed(futures):
+                done(futures[future], future.result())
+    else:
+        for run, result in local.launch_at_once(measure, pending(), lambda run: run_folder(store, run), assignment):
+            done(run, result)
+    bar.close()
+    store.refresh()
+    # labels are presentation: they follow the current plan, even for results measured earlier
+    return [{**store.get(run.key), "label": run.label, "group": run.group} for run in runs if store.get(run.key)]
+
+
+__all__ = ["execute"]
