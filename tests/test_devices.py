@@ -617,16 +617,16 @@ def test_the_host_copy_of_the_weights_is_a_copy_that_training_does_not_change():
 def test_a_checkpoint_and_the_final_model_hand_the_writer_host_copies(tmp_path, monkeypatch):
     """What the safetensors writer gets, for every checkpoint and for the final model, is host copies:
     its own copy (made to unshare tensors) is then made on the host, not on the GPU."""
-    from vitzoo.weights import files
+    from vitzoo.weights import native
 
     handed = []
-    real = files.save_state_dict
+    real = native.save_state_dict
 
     def record(state_dict, path, metadata=None):
         handed.append(state_dict)
         return real(state_dict, path, metadata)
 
-    monkeypatch.setattr(files, "save_state_dict", record)
+    monkeypatch.setattr(native, "save_state_dict", record)
     trainer = loop.Trainer.from_config(tiny_config(tmp_path, checkpoint_every=2, keep_best=True, val_size=32, eval_every=2))
     summary = trainer.run()
     assert summary["status"] == "finished" and len(handed) == 3  # steps 2 and 4, and the final model
