@@ -35,6 +35,7 @@ from pathlib import Path
 from benchmarks import plan as planning
 from benchmarks.ablations import ABLATIONS
 from benchmarks.execute import execute
+from benchmarks.execute import records as measured
 from benchmarks.figures import MATPLOTLIB_MISSING
 from benchmarks.launchers.assign import LAUNCHERS, Assignment, assign
 from benchmarks.launchers.slurm import SlurmOptions
@@ -149,8 +150,7 @@ def run_ablation(spec: Ablation, scale: Scale, store: ResultStore, args: argpars
         from benchmarks.training import measure
     runs = spec.runs(scale)
     if args.report_only:  # the runs measured so far, e.g. of a suite still running
-        store.refresh()
-        records = [{**store.get(run.key), "label": run.label, "group": run.group} for run in runs if store.get(run.key)]
+        records = measured(runs, store)
     else:
         minutes = lambda run: plan.longest_run_min  # noqa: E731  (a job's time limit: the longest run's, with a margin)
         records = execute(runs, measure, store, assignment_for(spec, args.assignment), quiet=args.quiet,

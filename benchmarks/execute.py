@@ -55,8 +55,7 @@ def execute(
     todo = [run for run in runs if store.get(run.key) is None]
     if assignment.launcher != "local":
         slurm.submit(todo, measure, store, assignment, cluster or slurm.SlurmOptions(), wait, minutes, quiet)
-        store.refresh()
-        return [{**store.get(run.key), "label": run.label, "group": run.group} for run in runs if store.get(run.key)]
+        return records(runs, store)
     bar = tqdm(total=len(runs), initial=len(runs) - len(todo), desc=runs[0].ablation if runs else "",
                unit="run", disable=quiet, dynamic_ncols=True)
     launch = {"launcher": "local", "processes": assignment.processes_per_run}
@@ -93,9 +92,14 @@ def execute(
         for run, result in local.launch_at_once(measure, pending(), lambda run: run_folder(store, run), assignment):
             done(run, result)
     bar.close()
+    return records(runs, store)
+
+
+def records(runs: list[Run], store: ResultStore) -> list[dict[str, Any]]:
+    """The stored records of `runs` (those measured so far, by any process), in the runs' order; labels are
+    presentation: they follow the current plan, even for results measured earlier."""
     store.refresh()
-    # labels are presentation: they follow the current plan, even for results measured earlier
     return [{**store.get(run.key), "label": run.label, "group": run.group} for run in runs if store.get(run.key)]
 
 
-__all__ = ["execute"]
+__all__ = ["execute", "records"]

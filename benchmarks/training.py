@@ -13,6 +13,7 @@ import functools
 import json
 import multiprocessing
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,8 @@ def train(run: Run, device: str, out: Path) -> tuple[vitzoo.VisionTransformer, d
     The training run lives in OUT/train/: its settings, checkpoints, metrics, final weights and summary,
     on the results' disk (a temporary folder could lose a run of hours at its very end). A folder that
     holds an unfinished run of the same settings is resumed from its last checkpoint; one that holds a
-    finished run is read, not trained again. A run stopped by a signal raises `Interrupted`.
+    finished run is read, not trained again (its checkpoints are removed once it has finished: the final
+    weights stay). A run stopped by a signal raises `Interrupted`.
     """
     config = run.config
     folder = Path(out) / "train"
@@ -70,6 +72,8 @@ def train(run: Run, device: str, out: Path) -> tuple[vitzoo.VisionTransformer, d
             raise Interrupted(f"run {run.label!r} seed {run.seed} stopped at step {summary['step']} "
                               f"({summary['status']}); its checkpoint is in {folder}, and it resumes from there")
         model = trainer.model
+        if trainer.env.is_main:  # a finished run is read back from its summary and final weights, never resumed
+            shutil.rmtree(folder / "checkpoints", ignore_errors=True)
     return model, outcome(model, summary, folder)
 
 

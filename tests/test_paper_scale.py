@@ -61,9 +61,11 @@ def test_the_rehearsal_trains_every_ablation_as_two_process_jobs(rehearsal):
         # every finding judged by the rule: with one seed a cell has no standard error, and the verdict says so
         verdicts = {f["verdict"] for f in findings["findings"]}
         assert verdicts and verdicts <= {"not testable", "not compared"} and "not testable" in verdicts, name
-        for key in records:  # each run trained in its own folder under the results, resumable, with its logs
+        for key in records:  # each run trained in its own folder under the results, with its logs
             folder = out / name / "runs" / key
-            assert (folder / "train" / "model.safetensors").is_file() and (folder / "train" / "checkpoints").is_dir()
+            assert json.loads((folder / "train" / "train_config.json").read_text())["checkpoint_every"] == 10
+            # finished: its final weights stay, its checkpoints (written every 10 steps) are gone
+            assert (folder / "train" / "model.safetensors").is_file() and not (folder / "train" / "checkpoints").exists()
             assert list((folder / "logs").rglob("stderr.log"))
     assert "1 run(s) at once, each 2 CPU process(es)" in printed  # the plan describes that assignment
 
