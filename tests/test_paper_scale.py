@@ -244,3 +244,29 @@ def test_the_speed_benchmark_times_the_half_precision_the_gpu_computes(monkeypat
     assert list(precisions(torch.device("cuda", 0))) == ["float32", "fp16"]
     monkeypatch.setattr("vitzoo.precision.native_bf16", lambda device: True)  # an A100 or an H100
     assert list(precisions(torch.device("cuda", 0))) == ["float32", "bf16"]
+
+
+# ---------------------------------------------------------------------------- on a GPU (skipped without one)
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@CUDA
+def test_on_a_gpu_the_probe_trains_in_the_run_s_precision_and_reports_what_does_not_fit():
+    run = ABLATIONS["head"].runs(get_scale("paper", "imagenet"))[0]
+    key = planning._model_key(run)
+    precision = planning.run_precision(run, "cuda")
+    assert precision in ("bfloat16", "float16")
+    assert planning.probe_images_per_s(key, "cuda", 1, precision, steps=2) > 0
+    huge = json.dumps({**json.loads(key), "model": "vit_h14", "batch": 65_536})
+    with pytest.raises(planning.OutOfMemory, match="does not fit"):
+        planning.probe_images_per_s(huge, "cuda", 1, precision, steps=1)
+
+
+@CUDA
+@pytest.mark.slow
+def test_on_a_gpu_the_rehearsal_trains_each_run_on_its_gpu_set(tmp_path):
+    result = benchmarks("head", "--scale", "rehearsal", "--device", "cuda", "--seeds", "1", "--out", str(tmp_path), "--quiet")
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    records = json.loads((tmp_path / "head" / "results.json").read_text())["runs"]
+    assert len(records) == 4 and all(r["device"] == "cuda" and r["gpus"] for r in records)
+    assert {r["world_size"] for r in records} == {len(records[0]["gpus"])}
