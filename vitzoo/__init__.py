@@ -37,8 +37,11 @@ from vitzoo.transforms import transforms_for
 from vitzoo.version import __version__ as __version__  # the release, kept in a leaf that any module may read
 
 
-def list_models(pattern: str = "*") -> list[str]:
-    """Names of the registered models, filtered with an fnmatch pattern."""
+def list_models(pattern: str = "*", pretrained: bool = False) -> list[str]:
+    """Names of the registered models, filtered with an fnmatch pattern; with `pretrained`, the names
+    that have weights, as timm lists them: every pretrained tag, MODEL.TAG (`vitzoo.list_pretrained`)."""
+    if pretrained:
+        return catalog.list_pretrained(pattern if "." in pattern or pattern.endswith("*") else pattern + ".*")
     return [name for name in get_registry().names("model") if fnmatch.fnmatchcase(name, pattern)]
 
 
@@ -105,14 +108,18 @@ def count_params(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def count_flops(config: ViTConfig, backward: bool = False, computed: bool = False) -> int:
-    """FLOPs of one image through the model of `config` (forward, or forward and backward), counted by
+def count_flops(model: ViTConfig | VisionTransformer | str, backward: bool = False, computed: bool = False) -> int:
+    """FLOPs of one image through `model` (a ViTConfig, a VisionTransformer, or a model or tag name;
+    forward, or forward and backward), counted by
     torch.utils.flop_counter on the meta device: nothing is allocated, and attention runs there as
     matrix products the counter sees (a CPU's fused attention kernel is invisible to it). Every token
     goes through every layer, as the paper counts compute, although `forward` skips the last block's
     patch-token outputs when only the class token is pooled (`computed=True` counts what it computes)."""
     from torch.utils.flop_counter import FlopCounterMode
 
+    config = catalog.config_of(model) if isinstance(model, str) else getattr(model, "config", model)
+    if not isinstance(config, ViTConfig):
+        raise TypeError(f"count_flops takes a ViTConfig, a VisionTransformer or a model name, not {type(model).__name__}")
     with torch.device("meta"):
         model = VisionTransformer(config).train(backward)
     x = torch.empty(1, config.in_chans, *config.img_size, device="meta")

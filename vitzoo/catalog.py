@@ -104,6 +104,13 @@ def lookup(name: str, pretrained: bool) -> tuple[str, PretrainedTag | None, str 
     return model, default_tag(model) if pretrained else None, None
 
 
+def config_of(name: str):
+    """The config a model name or a tag (`MODEL.TAG`) stands for: the architecture, and for a tag the
+    preprocessing and classes of its weights (resolution, mean/std, crop), as `create(name)` builds it."""
+    model, tag, _ = lookup(name, pretrained=False)
+    return get_registry().get("model", model).replace(**(tag.config_options() if tag else {}))
+
+
 # ------------------------------------------------------------------------------------------- the table
 def markdown_table(pattern: str = "*") -> str:
     """The registered tags as a Markdown table (the README's "Pretrained weights" section)."""

@@ -6,7 +6,16 @@ from __future__ import annotations
 
 import torch.nn.functional as F
 
-ACTIVATIONS = {
-    "gelu": lambda x: F.gelu(x),  # exact (erf): PyTorch, timm, torchvision, transformers
-    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),  # the official Flax code's nn.gelu
-}
+def gelu(x):
+    """Exact (erf) GELU: PyTorch's, timm's, torchvision's, transformers'."""
+    return F.gelu(x)
+
+
+def gelu_tanh(x):
+    """GELU's tanh approximation: the official Flax code's nn.gelu."""
+    return F.gelu(x, approximate="tanh")
+
+
+# module-level functions, not lambdas: a model holding one pickles (torch.save(model), deepcopy across
+# processes)
+ACTIVATIONS = {"gelu": gelu, "gelu_tanh": gelu_tanh}

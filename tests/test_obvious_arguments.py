@@ -1,0 +1,57 @@
+"""The functions a timm user reaches for take the argument they would pass: a model where a config is
+asked for, a tag's name where a model is, and a model pickles like any module."""
+
+import io
+import pickle
+
+import pytest
+import torch
+
+import vitzoo
+
+
+def test_count_flops_takes_a_model_a_config_or_a_name():
+    model = vitzoo.create("vit_ti16", num_classes=10, img_size=32, patch_size=8)
+    assert vitzoo.count_flops(model) == vitzoo.count_flops(model.config) > 0
+    assert vitzoo.count_flops("vit_s16") == vitzoo.count_flops(vitzoo.get_config("vit_s16"))
+    with pytest.raises(TypeError, match="ViTConfig, a VisionTransformer or a model name"):
+        vitzoo.count_flops(12)
+
+
+def test_transforms_for_a_tag_name_are_the_tag_s_preprocessing():
+    tag = vitzoo.create("vit_s16.augreg_in21k_ft_in1k")  # its architecture and preprocessing, no weights
+    by_name = vitzoo.transforms_for("vit_s16.augreg_in21k_ft_in1k")
+    image = torch.randint(0, 256, (3, 300, 260), dtype=torch.uint8)
+    assert torch.equal(by_name(image), vitzoo.transforms_for(tag)(image))
+    assert tag.config.crop_pct == 0.9 and "Resize(size=[248]" in repr(by_name)  # 224 / 0.9, as timm resizes
+
+
+def test_training_transforms_crop_at_random_and_give_the_input_size():
+    model = vitzoo.create("vit_ti16", img_size=32, patch_size=8)
+    train = vitzoo.transforms_for(model, is_training=True)
+    image = torch.randint(0, 256, (3, 64, 48), dtype=torch.uint8)
+    torch.manual_seed(0)
+    first, second = train(image), train(image)
+    assert first.shape == second.shape == (3, 32, 32) and first.dtype == torch.float32
+    assert not torch.equal(first, second)  # a random-resized crop and a flip, drawn anew each call
+    evaluation = vitzoo.transforms_for(model)
+    assert torch.equal(evaluation(image), evaluation(image))
+
+
+def test_list_models_with_pretrained_lists_the_tags_as_timm_does():
+    tags = vitzoo.list_models("vit_s16", pretrained=True)
+    assert tags and all(name.startswith("vit_s16.") for name in tags)
+    assert set(tags) == set(vitzoo.list_pretrained("vit_s16.*"))
+    assert "vit_s16" in vitzoo.list_models("vit_s16")  # without it: the architectures
+
+
+def test_a_model_pickles_and_saves_whole_with_torch_save():
+    model = vitzoo.create("vit_ti16", num_classes=4, img_size=32, patch_size=8, act="gelu_tanh").eval()
+    x = torch.randn(2, 3, 32, 32)
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    copied = pickle.loads(pickle.dumps(model))
+    with torch.no_grad():
+        assert torch.equal(loaded(x), model(x)) and torch.equal(copied(x), model(x))
