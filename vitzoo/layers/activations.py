@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import torch.nn.functional as F
 
+
 def gelu(x):
     """Exact (erf) GELU: PyTorch's, timm's, torchvision's, transformers'."""
     return F.gelu(x)
