@@ -409,3 +409,59 @@ def test_the_readme_table_is_the_registry_s():
     assert start in readme and end in readme, "the README's Pretrained weights section lost its markers"
     table = readme.split(start, 1)[1].split(end, 1)[0]
     assert table == markdown_table(), "regenerate the table: vitzoo list --pretrained --markdown"
+
+
+# ------------------------------------------------------------------------------------------- fine-tuning
+FINE_TUNED = "vit_s16.augreg_in21k_ft_in1k"
+
+
+def image_folder(root: Path, classes: int = 3, per_class: int = 6) -> Path:
+    """An ImageFolder of a user's own: train/ and val/, `classes` classes of small PNGs."""
+    from PIL import Image
+
+    generator = torch.Generator().manual_seed(0)
+    for split, count in (("train", per_class), ("val", 2)):
+        for c in range(classes):
+            folder = root / split / f"class_{c}"
+            folder.mkdir(parents=True)
+            for i in range(count):
+                pixels = (torch.rand(40, 48, 3, generator=generator) * 80 + 60 * c).to(torch.uint8).numpy()
+                Image.fromarray(pixels).save(folder / f"{i}.png")
+    return root
+
+
+@pytest.mark.parametrize("source", [FINE_TUNED, f"hf-hub:{registered()[FINE_TUNED].hub_id}"])
+def test_fine_tuning_released_weights_on_an_image_folder_is_one_command(server, tmp_path, source):
+    import subprocess
+    import sys
+
+    data = image_folder(tmp_path / "pets")
+    shrunk = [f"--{k.replace('_', '-')}={v}" for k, v in SMALL.items()]  # the test Hub's weights are shrunk so
+    result = subprocess.run([sys.executable, "-m", "vitzoo", "train", "--pretrained", source, "--data", str(data),
+                             "--recipe", "paper-finetune", "--steps", "2", "--batch-size", "6", "--device", "cpu",
+                             "--out", str(tmp_path / "run"), "--quiet", "--no-tensorboard", *shrunk],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["model_config"]["num_classes"] == 3  # a new head, the folder's
+    tuned = vitzoo.from_pretrained(tmp_path / "run")
+    released = vitzoo.create(FINE_TUNED, pretrained=True, **SMALL)
+    # the weights' own preprocessing stays (mean, std, crop), and the encoder starts from them: two SGD
+    # steps move it by little
+    assert (tuned.config.mean, tuned.config.crop_pct) == (released.config.mean, released.config.crop_pct) == ((0.5,) * 3, 0.9)
+    moved = (tuned.state_dict()["stem.proj.weight"] - released.state_dict()["stem.proj.weight"]).abs().max()
+    assert 0 < moved < 0.05
+
+
+def test_a_hub_repo_is_a_name_as_in_timm_and_keeps_its_preprocessing(server):
+    tag = registered()[FINE_TUNED]
+    x = image_input(tag)
+    by_repo = vitzoo.create(f"hf-hub:{tag.hub_id}", pretrained=True, **SMALL)
+    by_tag = vitzoo.create(FINE_TUNED, pretrained=True, **SMALL)
+    with torch.no_grad():
+        torch.testing.assert_close(by_repo.eval()(x), by_tag.eval()(x), atol=0, rtol=0)
+    # weights from the repo under a model name: the repo's crop (0.9), not the model's default (1.0)
+    named = vitzoo.create("vit_s16", pretrained=f"hf-hub:{tag.hub_id}", **SMALL)
+    assert named.config.crop_pct == by_repo.config.crop_pct == 0.9 and vitzoo.get_config("vit_s16").crop_pct == 1.0
+    architecture = vitzoo.create(f"hf-hub:{tag.hub_id}", **SMALL)  # no weights: the repo's architecture
+    assert architecture.config == by_repo.config

@@ -34,7 +34,8 @@ from vitzoo.pretrained import load_pretrained, load_tag
 from vitzoo.registry import COMPONENT_KINDS, get_registry
 from vitzoo.tags import PretrainedTag
 from vitzoo.transforms import transforms_for
-from vitzoo.version import __version__ as __version__  # the release, kept in a leaf that any module may read
+from vitzoo.version import __version__ as __version__
+from vitzoo.weights.layout import HUB_PREFIX  # the release, kept in a leaf that any module may read
 
 
 def list_models(pattern: str = "*", pretrained: bool = False) -> list[str]:
@@ -82,6 +83,15 @@ def create(
     Options the weights decide (GELU variant, pooling, head) follow the weights unless given here.
     `device="meta"` builds without allocating memory.
     """
+    if name.startswith(HUB_PREFIX):  # timm's habit: a Hub repo as the name, its weights with pretrained=True
+        if pretrained is True:
+            return from_pretrained(name, strict=strict, device=device, **options)
+        if pretrained:
+            raise ConfigError(f"{name!r} names a Hub repo's model: pass pretrained=True for its weights, or give a "
+                              f"model name with pretrained={pretrained!r}")
+        config = from_pretrained(name, strict=strict, device="meta", **options).config  # its architecture alone
+        with torch.device(device) if device is not None else contextlib.nullcontext():
+            return VisionTransformer(config)
     model_name, tag, revision = catalog.lookup(name, pretrained is True)
     config = get_config(model_name, **{**(tag.config_options() if tag else {}), **options})
     with torch.device(device) if device is not None else contextlib.nullcontext():

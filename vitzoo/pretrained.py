@@ -47,10 +47,12 @@ def model_with_weights(config: ViTConfig, checkpoint: ConvertedWeights, requeste
     if checkpoint.grid is not None and checkpoint.grid != model.grid:
         # load at the checkpoint's grid, then resample: the components own the resampling rule
         model.set_img_size((checkpoint.grid[0] * model.stride[0], checkpoint.grid[1] * model.stride[1]))
+    on_meta = any(p.is_meta for p in model.parameters())  # device="meta": the architecture, nothing to copy into
     if strict:
         check_state_dict(model, state_dict, source)
-        model.load_state_dict(state_dict)
-    else:
+        if not on_meta:
+            model.load_state_dict(state_dict)
+    elif not on_meta:
         expected = model.state_dict()
         fitting = {k: v for k, v in state_dict.items() if k in expected and expected[k].shape == v.shape}
         result = model.load_state_dict(fitting, strict=False)
@@ -118,6 +120,8 @@ def _build(config: ViTConfig | None, src, location: str, requested: dict[str, An
         return model_with_weights(built, checkpoint, requested, location, strict=strict)
     checkpoint = src.checkpoint
     _check_options_known(checkpoint, location)
+    if config is not None:  # the preprocessing the source states (a timm repo's crop, mean, std), unless asked otherwise
+        config = config.replace(**{k: v for k, v in src.hints.items() if k not in requested})
     if config is None:
         overrides = {k: v for k, v in requested.items() if k not in HEAD_OPTIONS}
         try:

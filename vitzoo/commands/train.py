@@ -8,6 +8,7 @@ line are set, so `--resume RUN` takes the saved train_config.json and changes on
     vitzoo train vit_ti16 --data fashion-mnist --img-size 28 --patch-size 4 --epochs 10 --out runs/a
     torchrun --nproc_per_node 8 -m vitzoo train vit_b16 --data /data/imagenet --recipe paper-pretrain ...
     vitzoo train vit_b16 --pretrained runs/a --recipe paper-finetune --img-size 384 ...
+    vitzoo train --pretrained vit_s16.augreg_in21k_ft_in1k --data DIR --recipe paper-finetune --out runs/ft
     vitzoo train --resume runs/a
     vitzoo eval runs/a --data fashion-mnist --fewshot 1,5,10,25
 """
@@ -108,7 +109,8 @@ MODEL_PREFIX = "model__"
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train or fine-tune a model (torchrun for several processes)",
                        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("model", nargs="?", default=argparse.SUPPRESS, help="model name (vitzoo list); default vit_ti16")
+    p.add_argument("model", nargs="?", default=argparse.SUPPRESS,
+                   help="model name or pretrained tag (vitzoo list); default vit_ti16, or the tag --pretrained names")
     p.add_argument("--out", default=argparse.SUPPRESS, help="run directory (default runs/<model>)")
     p.add_argument("--resume", nargs="?", const=True, default=argparse.SUPPRESS, metavar="RUN",
                    help="continue the run RUN (or --out) from its last checkpoint, with its saved settings")
@@ -150,8 +152,17 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
             raise ConfigError(f"--resume {run}: the run trains {saved.model}, not {given['model']}")
         # stop_at belongs to one invocation: a resumed run goes on to the end unless told otherwise
         return dataclasses.replace(saved, **{"stop_at": None, **train}, model_options=options, out=str(run), resume=True)
-    model = given.get("model", "vit_ti16")
+    # no model named: the one --pretrained holds when it is a tag (MODEL.TAG: fine-tuning in one command)
+    pretrained = str(train.get("pretrained") or "")
+    default = pretrained.split("@")[0] if pretrained.split("@")[0] in vitzoo_tags() else "vit_ti16"
+    model = given.get("model", default)
     return TrainConfig(model=model, model_options=model_options, out=given.get("out", f"runs/{model}"), **train)
+
+
+def vitzoo_tags() -> list[str]:
+    from vitzoo.catalog import list_pretrained
+
+    return list_pretrained()
 
 
 def run_train(args: argparse.Namespace) -> int:

@@ -17,12 +17,13 @@ import torch
 from torch.utils.data import Dataset
 
 import vitzoo
+from vitzoo import catalog
 from vitzoo import data as datasets
 from vitzoo.config import SHAPE_OPTIONS, shape_differences
 from vitzoo.errors import ConfigError
 from vitzoo.precision import native_bf16
 from vitzoo.train.config import TrainConfig
-from vitzoo.weights.layout import CONFIG_NAME
+from vitzoo.weights.layout import CONFIG_NAME, HUB_PREFIX
 from vitzoo.weights.native import read_config
 
 
@@ -44,9 +45,29 @@ def model_options(cfg: TrainConfig, info: datasets.DataInfo, base: vitzoo.ViTCon
     return options
 
 
+def pretrained_kind(source: str) -> str:
+    """What `--pretrained` names: "directory" (save_pretrained's), "file" (weights of any format), "hub"
+    (hf-hub:ORG/NAME[@REV]) or "tag" (MODEL.TAG[@REV], `vitzoo list --pretrained`); an error otherwise."""
+    if os.path.isdir(source):
+        return "directory"
+    if os.path.isfile(source):
+        return "file"
+    if source.startswith(HUB_PREFIX):
+        return "hub"
+    if source.split("@")[0] in vitzoo.list_pretrained():
+        return "tag"
+    raise FileNotFoundError(f"--pretrained {source}: no such file or directory, and no pretrained tag of that name "
+                            f"(MODEL.TAG: `vitzoo list --pretrained`; a Hub repo: {HUB_PREFIX}ORG/NAME)")
+
+
 def base_config(cfg: TrainConfig) -> vitzoo.ViTConfig:
     """The model's config before the dataset's options (for its resolution and channels)."""
-    if cfg.pretrained and os.path.isdir(cfg.pretrained):
+    kind = pretrained_kind(cfg.pretrained) if cfg.pretrained else None
+    if kind in ("hub", "tag"):  # the model the weights describe (downloaded once; built without memory)
+        source = vitzoo.create(cfg.pretrained, pretrained=True, device="meta", **shape_options(cfg)) if kind == "tag" \
+            else vitzoo.from_pretrained(cfg.pretrained, device="meta", **shape_options(cfg))
+        config = source.config
+    elif kind == "directory":
         config = read_config(Path(cfg.pretrained) / CONFIG_NAME)
         differ = []
         if cfg.model in vitzoo.list_models():  # the named model with the shape options given with it
@@ -56,9 +77,13 @@ def base_config(cfg: TrainConfig) -> vitzoo.ViTConfig:
             warnings.warn(f"--pretrained {cfg.pretrained} holds another model than {cfg.model}: {', '.join(differ)}; "
                           "training the saved model", stacklevel=2)
     else:
-        config = vitzoo.get_config(cfg.model)
+        config = catalog.config_of(cfg.model)  # a model, or a tag: its architecture and preprocessing
     options = {k: v for k, v in cfg.model_options.items() if k not in ("num_classes",)}
     return config.replace(**options) if options else config
+
+
+def shape_options(cfg: TrainConfig) -> dict[str, Any]:
+    return {k: v for k, v in cfg.model_options.items() if k in SHAPE_OPTIONS}
 
 
 def load_splits(cfg: TrainConfig, base: vitzoo.ViTConfig) -> tuple[Dataset, Dataset | None, Dataset, datasets.DataInfo]:
@@ -80,10 +105,11 @@ def load_splits(cfg: TrainConfig, base: vitzoo.ViTConfig) -> tuple[Dataset, Data
 
 def build_model(cfg: TrainConfig, options: dict[str, Any]) -> vitzoo.VisionTransformer:
     if cfg.pretrained:
-        if not os.path.exists(cfg.pretrained):
-            raise FileNotFoundError(f"--pretrained {cfg.pretrained}: no such file or directory")
-        if os.path.isdir(cfg.pretrained):
+        kind = pretrained_kind(cfg.pretrained)
+        if kind in ("directory", "hub"):
             model = vitzoo.from_pretrained(cfg.pretrained, **options)  # new img_size: pos-embed resampled
+        elif kind == "tag":
+            model = vitzoo.create(cfg.pretrained, pretrained=True, **options)
         else:
             model = vitzoo.create(cfg.model, pretrained=cfg.pretrained, **options)
     else:

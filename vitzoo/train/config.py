@@ -66,9 +66,12 @@ class TrainConfig(Options):
 
     KIND = "training"  # in errors: "unknown training option ..."
 
-    model: str = _help("registered model name (vitzoo list)", default="vit_ti16")
+    model: str = _help("registered model name, or a pretrained tag MODEL.TAG for its architecture and preprocessing "
+                       "(vitzoo list)", default="vit_ti16")
     model_options: dict = _help("ViTConfig options for vitzoo.create", default_factory=dict)
-    pretrained: str | None = _help("start from these weights: a save_pretrained directory or an official .npz", default=None)
+    pretrained: str | None = _help("start from these weights: a pretrained tag (MODEL.TAG[@REV]), a Hub repo "
+                                   "(hf-hub:ORG/NAME[@REV]), a save_pretrained directory, or a weights file of any "
+                                   "format vitzoo reads", default=None)
     # data
     data: str = _help("fashion-mnist | cifar10 | cifar100 | synthetic | an ImageFolder directory", default="fashion-mnist")
     data_dir: str | None = _help("where the named dataset's files are", default=None)
