@@ -18,7 +18,7 @@ import torch
 
 from vitzoo import catalog
 from vitzoo.catalog import list_pretrained
-from vitzoo.config import ViTConfig
+from vitzoo.config import ViTConfig, from_timm_names
 from vitzoo.errors import (
     CheckpointError,
     ConfigError,
@@ -34,8 +34,8 @@ from vitzoo.pretrained import load_pretrained, load_tag
 from vitzoo.registry import COMPONENT_KINDS, get_registry
 from vitzoo.tags import PretrainedTag
 from vitzoo.transforms import transforms_for
-from vitzoo.version import __version__ as __version__
-from vitzoo.weights.layout import HUB_PREFIX  # the release, kept in a leaf that any module may read
+from vitzoo.version import __version__ as __version__  # the release, kept in a leaf that any module may read
+from vitzoo.weights.layout import HUB_PREFIX
 
 
 def list_models(pattern: str = "*", pretrained: bool = False) -> list[str]:
@@ -59,7 +59,9 @@ def list_weight_formats() -> list[str]:
 
 
 def get_config(name: str, **options) -> ViTConfig:
-    """The config of a named model with options changed; unknown option names fail at once."""
+    """The config of a named model with options changed (timm's names of the same options taken too:
+    drop_rate, global_pool, class_token, ...); unknown option names fail at once."""
+    options = from_timm_names(options)
     ViTConfig.check_option_names(options)
     return get_registry().get("model", name).replace(**options)
 
@@ -83,6 +85,7 @@ def create(
     Options the weights decide (GELU variant, pooling, head) follow the weights unless given here.
     `device="meta"` builds without allocating memory.
     """
+    options = from_timm_names(options)
     if name.startswith(HUB_PREFIX):  # timm's habit: a Hub repo as the name, its weights with pretrained=True
         if pretrained is True:
             return from_pretrained(name, strict=strict, device=device, **options)
@@ -109,6 +112,7 @@ def from_pretrained(
     or in any format `create(..., pretrained=...)` reads, the model inferred from the weights; options
     change its config (a new `num_classes` replaces the head, a new `img_size` resamples the position
     embeddings, `num_heads` when the weights cannot say)."""
+    options = from_timm_names(options)
     ViTConfig.check_option_names(options)
     with torch.device(device) if device is not None else contextlib.nullcontext():
         return load_pretrained(None, source, options, strict=strict)

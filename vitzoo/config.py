@@ -16,6 +16,27 @@ from vitzoo.options import Options, check_number, check_numbers, closest
 # The names an option may take. The config is plain data: it names what the layers build, and the
 # layers (which import the config) hold what each name means.
 POS_EMBED_MODES = ("input", "every_layer", "every_layer_shared")
+# timm's names for options vitzoo spells otherwise, taken where the meaning is the same (`from_timm_names`)
+TIMM_SYNONYMS = {"drop_rate": "dropout", "attn_drop_rate": "attn_dropout", "drop_path_rate": "drop_path"}
+POOLS_OF_TIMM = {"token": "token", "avg": "gap"}  # timm's global_pool -> vitzoo's pool
+
+
+def from_timm_names(options: dict) -> dict:
+    """`options` with timm's names of vitzoo's options translated: drop_rate, attn_drop_rate,
+    drop_path_rate, global_pool ("token", "avg") and class_token (False: global average pooling)."""
+    options = {TIMM_SYNONYMS.get(k, k): v for k, v in options.items()}
+    if "global_pool" in options:
+        pool = options.pop("global_pool")
+        if pool not in POOLS_OF_TIMM:
+            raise ConfigError(f"global_pool={pool!r}: vitzoo pools with the class token (timm's 'token') or the "
+                              f"average of all tokens ('avg', vitzoo's pool='gap')")
+        options.setdefault("pool", POOLS_OF_TIMM[pool])
+    if "class_token" in options:
+        if options.pop("class_token") is False and options.setdefault("pool", "gap") == "token":
+            raise ConfigError("class_token=False with pool='token': pooling the class token needs one")
+    return options
+
+
 # how an image is resized to the model's input (torchvision's InterpolationMode names)
 INTERPOLATIONS = ("bicubic", "bilinear", "nearest")
 # `act`: the MLP's nonlinearity, exact GELU or the official Flax code's tanh approximation (their
@@ -60,6 +81,12 @@ class ViTConfig(Options):
     """Every option of a Vision Transformer, with the defaults of ViT-B/16 at 224 px."""
 
     KIND = "model"  # in errors: "unknown model option ..."
+    OTHER_NAMES = {  # timm's names without a vitzoo equivalent: what to do instead
+        "mlp_ratio": "vitzoo takes mlp_dim, the MLP's width (timm's mlp_ratio times embed_dim)",
+        "qkv_bias": "vitzoo's attention always has q, k and v biases, as the paper's",
+        "no_embed_class": "vitzoo adds the position embedding to the class token too, as the paper does",
+        "reg_tokens": "register tokens are not part of the paper's ViT",
+    }
 
     # input
     img_size: tuple[int, int] = (224, 224)

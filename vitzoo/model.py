@@ -17,14 +17,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from vitzoo.config import ViTConfig
+from vitzoo.config import POOLS_OF_TIMM, ViTConfig
 from vitzoo.errors import ConfigError, InputError, PluginError
 from vitzoo.layers.encoder import Encoder
 from vitzoo.registry import COMPONENT_KINDS, get_registry
+from vitzoo.timm_surface import TimmSurface
 from vitzoo.weights import native, publish
 
 
-class VisionTransformer(nn.Module):
+class VisionTransformer(TimmSurface, nn.Module):
     def __init__(self, config: ViTConfig) -> None:
         super().__init__()
         registry = get_registry()
@@ -151,9 +152,14 @@ class VisionTransformer(nn.Module):
         return maps
 
     # ------------------------------------------------------------------ training helpers
-    def reset_classifier(self, num_classes: int, head: str | None = None) -> None:
+    def reset_classifier(self, num_classes: int, global_pool: str | None = None, head: str | None = None) -> None:
         """A new zero-initialised head for `num_classes` (fine-tuning); head='linear' also drops the
-        pre-logits layer, as the paper's fine-tuning does."""
+        pre-logits layer, as the paper's fine-tuning does. `global_pool` as timm's: the pooling stays
+        (it decides whether there is a class token); naming another one is an error saying so."""
+        if global_pool is not None and POOLS_OF_TIMM.get(global_pool, global_pool) != self.config.pool:
+            raise ConfigError(f"reset_classifier(global_pool={global_pool!r}): this model pools with "
+                              f"{self.config.pool!r}; the pooling decides the class token, so build the model with "
+                              f"pool={POOLS_OF_TIMM.get(global_pool, global_pool)!r} instead")
         changes: dict = {"num_classes": num_classes}
         if head is not None:
             changes["head"] = head

@@ -81,15 +81,18 @@ class Options:
     def field_names(cls) -> tuple[str, ...]:
         return tuple(f.name for f in dataclasses.fields(cls))
 
+    # what to say of a name another library uses for an option this one spells otherwise
+    OTHER_NAMES: ClassVar[dict[str, str]] = {}
+
     @classmethod
     def check_option_names(cls, options) -> None:
-        """Fail on an unknown option, naming the valid ones and the closest match."""
+        """Fail on an unknown option, naming the valid ones and the closest match (or, for another
+        library's name of an option, this one's)."""
         valid = cls.field_names()
         for name in options:
             if name not in valid:
-                raise ConfigError(
-                    f"unknown {cls.KIND} option {name!r}." + closest(name, valid) + f" Valid options: {', '.join(valid)}"
-                )
+                hint = f" {cls.OTHER_NAMES[name]}." if name in cls.OTHER_NAMES else closest(name, valid)
+                raise ConfigError(f"unknown {cls.KIND} option {name!r}." + hint + f" Valid options: {', '.join(valid)}")
 
     def replace(self, **changes: Any) -> Self:
         """A copy with some options changed (names checked, the result validated)."""

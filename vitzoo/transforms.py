@@ -29,15 +29,15 @@ def transforms_for(model_or_config, *, is_training: bool = False):
     config: ViTConfig = model_or_config if isinstance(model_or_config, ViTConfig) else model_or_config.config
     height, width = config.img_size
     interpolation = v2.InterpolationMode(config.interpolation)
-    normalise = [v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean=list(config.mean), std=list(config.std))]
+    # a PIL image is resized as a PIL image (ToImage after the geometry), as timm's transforms do: the
+    # same pixels as timm's, where resizing the tensor differs by rounding
+    normalise = [v2.ToImage(), v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean=list(config.mean), std=list(config.std))]
     if is_training:
-        return v2.Compose([v2.ToImage(), v2.RandomResizedCrop((height, width), scale=(0.08, 1.0),
-                                                              interpolation=interpolation, antialias=True),
-                           v2.RandomHorizontalFlip(), *normalise])
+        return v2.Compose([v2.RandomResizedCrop((height, width), scale=(0.08, 1.0), interpolation=interpolation,
+                                                antialias=True), v2.RandomHorizontalFlip(), *normalise])
     # as timm: floor(size / crop_pct); a square input resizes the shorter side and keeps the aspect ratio
     scaled = (math.floor(height / config.crop_pct), math.floor(width / config.crop_pct))
     return v2.Compose([
-        v2.ToImage(),
         v2.Resize(scaled[0] if height == width else scaled, interpolation=interpolation, antialias=True),
         v2.CenterCrop((height, width)),
         *normalise,

@@ -12,7 +12,6 @@ of every layer. An embedding that acts in attention (relative) lives inside each
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
@@ -118,10 +117,12 @@ class Encoder(nn.Module):
         return pos_embed(x, grid)
 
     def forward(self, x: torch.Tensor, grid: tuple[int, int], attn_maps: list | None = None,
-                outputs: int | None = None) -> torch.Tensor:
+                outputs: int | None = None, layer_outputs: list | None = None, until: int | None = None) -> torch.Tensor:
         """The normed output tokens (B, T, D); with `outputs`, only the first `outputs` of them (B,
         outputs, D), which spares the last block's work for the others: its MLP and attention output
-        for the patch tokens when only the class token is pooled (84% of that block's FLOPs in ViT-B/16)."""
+        for the patch tokens when only the class token is pooled (84% of that block's FLOPs in ViT-B/16).
+        `layer_outputs` collects each block's output tokens (before the final norm); `until` stops after
+        that block (the normed tokens are then its)."""
         x = self.dropout(self.inject(0, x, grid))
         last = len(self.blocks) - 1
         for layer, block in enumerate(self.blocks):
@@ -132,6 +133,10 @@ class Encoder(nn.Module):
                 x = checkpoint(block, x, grid, None, kept, use_reentrant=False)
             else:
                 x = block(x, grid, attn_maps, kept)
+            if layer_outputs is not None:
+                layer_outputs.append(x)
+            if layer == until:
+                break
         return self.norm(x)
 
     def position_embeddings(self) -> list[nn.Module]:

@@ -1,0 +1,108 @@
+"""What a timm user reaches for on a model, with timm's names and meaning: intermediate features for
+dense tasks (`forward_intermediates`), the preprocessing config that `timm.data.resolve_data_config`
+reads (`pretrained_cfg`), the classifier, and the parameter groups of layer-wise learning-rate decay
+(`group_matcher`). `VisionTransformer` takes it as a base; it reads the model's own parts only.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+from torch import nn
+
+OUTPUT_FORMATS = ("NCHW", "NLC")
+
+
+def take_indices(blocks: int, indices: int | Sequence[int] | None) -> list[int]:
+    """The blocks to take, as timm counts them: None every block, an int n the last n, a sequence those
+    (negative from the end)."""
+    if indices is None:
+        indices = blocks
+    if isinstance(indices, int):
+        if not 0 < indices <= blocks:
+            raise ValueError(f"indices={indices}: take the last 1 to {blocks} blocks, or name them in a list")
+        return list(range(blocks - indices, blocks))
+    taken = [i + blocks if i < 0 else i for i in indices]
+    if any(not 0 <= i < blocks for i in taken):
+        raise ValueError(f"indices={list(indices)}: the model has blocks 0 to {blocks - 1} (or -1 to -{blocks})")
+    return taken
+
+
+class TimmSurface:
+    """Methods and attributes a timm VisionTransformer has, on vitzoo's model."""
+
+    def forward_intermediates(
+        self,
+        x: torch.Tensor,
+        indices: int | Sequence[int] | None = None,
+        return_prefix_tokens: bool = False,
+        norm: bool = False,
+        stop_early: bool = False,
+        output_fmt: str = "NCHW",
+        intermediates_only: bool = False,
+    ):
+        """The tokens after the encoder blocks `indices` (timm's meaning: None all, n the last n, a list
+        those), as (B, D, h, w) feature maps (`output_fmt="NCHW"`) or (B, h * w, D) tokens ("NLC"), the
+        class token apart (`return_prefix_tokens`: pairs of (features, prefix tokens)); `norm` applies
+        the final LayerNorm to each. Returns (the final normed tokens, the intermediates), or the
+        intermediates alone; `stop_early` runs no block after the last one taken (the final tokens are
+        then that block's, normed)."""
+        if output_fmt not in OUTPUT_FORMATS:
+            raise ValueError(f"output_fmt={output_fmt!r} is not one of {OUTPUT_FORMATS}")
+        taken = take_indices(len(self.encoder.blocks), indices)
+        tokens, (h, w) = self.embed(x)
+        outputs: list[torch.Tensor] = []
+        final = self.encoder(tokens, (h, w), layer_outputs=outputs, until=max(taken) if stop_early else None)
+        prefix = self.num_prefix_tokens
+        chosen = [self.encoder.norm(outputs[i]) if norm else outputs[i] for i in taken]
+        spatial = [t[:, prefix:] for t in chosen]
+        if output_fmt == "NCHW":
+            spatial = [t.reshape(t.shape[0], h, w, -1).permute(0, 3, 1, 2).contiguous() for t in spatial]
+        intermediates = list(zip(spatial, [t[:, :prefix] for t in chosen])) if return_prefix_tokens and prefix else spatial
+        return intermediates if intermediates_only else (final, intermediates)
+
+    @property
+    def num_features(self) -> int:
+        """The width of the features the head reads (timm's name)."""
+        return self.config.embed_dim
+
+    @property
+    def embed_dim(self) -> int:
+        return self.config.embed_dim
+
+    @property
+    def num_classes(self) -> int:
+        return self.config.num_classes
+
+    @property
+    def pretrained_cfg(self) -> dict[str, Any]:
+        """The preprocessing the weights expect, as timm's `pretrained_cfg`: what
+        `timm.data.resolve_data_config({}, model=model)` reads (input size, interpolation, crop, mean/std)."""
+        config = self.config
+        tag = self.pretrained_tag
+        return {"input_size": (config.in_chans, *config.img_size), "interpolation": config.interpolation,
+                "crop_pct": config.crop_pct, "crop_mode": "center", "mean": tuple(config.mean), "std": tuple(config.std),
+                "num_classes": config.num_classes, "first_conv": "stem.proj" if config.stem == "patch" else "stem",
+                "classifier": "head.fc",
+                **({"tag": tag.tag, "hf_hub_id": tag.hub_id} if tag is not None else {})}
+
+    @property
+    def default_cfg(self) -> dict[str, Any]:
+        """timm's older name of `pretrained_cfg`."""
+        return self.pretrained_cfg
+
+    def get_classifier(self) -> nn.Module:
+        """The final classifier layer (nn.Identity with no classes)."""
+        return getattr(self.head, "fc", self.head)
+
+    def group_matcher(self, coarse: bool = False) -> dict[str, Any]:
+        """Parameter groups by depth, for timm's layer-wise learning-rate decay
+        (`timm.optim.create_optimizer_v2(model, layer_decay=...)`): the embedding first, each block, the
+        final norm last (the head is what is left)."""
+        return {"stem": r"^cls_token|^stem|^encoder\.pos_embed",
+                "blocks": r"^encoder\.blocks\.(\d+)" if coarse else [(r"^encoder\.blocks\.(\d+)", None),
+                                                                     (r"^encoder\.norm", (99999,))]}
+
+
+__all__ = ["TimmSurface", "take_indices"]
