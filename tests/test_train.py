@@ -339,3 +339,12 @@ def test_a_pretrained_directory_of_another_model_than_named_is_trained_with_a_wa
         cfg = tiny_config(tmp_path / "ft", model="vit_b16", pretrained=str(tmp_path / "pre" / "run"), steps=3, warmup=1)
         summary = fit(dataclasses.replace(cfg, model_options={}))  # B/16 as named, nothing of TINY
     assert summary["model_config"]["embed_dim"] == 32
+
+
+def test_the_small_recipe_is_the_cpu_scales_and_warms_up_over_a_twentieth_of_the_run():
+    from benchmarks.scales import SMALL_RECIPE
+
+    cfg = TrainConfig(recipe="small").resolved()
+    for knob in ("lr", "batch_size", "weight_decay", "schedule", "clip_grad"):
+        assert getattr(cfg, knob) == {**SMALL_RECIPE, "lr": 2e-3}[knob], knob
+    assert cfg.optimizer == "adamw" and cfg.recipe_warmup(total_steps=468) == 0.05  # a fraction of the run

@@ -6,11 +6,13 @@ A recipe fills the knobs left at None:
 |---|---|---|---|---|---|---|---|---|
 | `paper-pretrain` | AdamW b1 0.9, b2 0.999 | 1e-3 | 512 | 0.1 | linear decay | 10k steps | 1.0 | as built |
 | `paper-finetune` | SGD momentum 0.9 | 0.01 | 512 | 0 | cosine decay | 500 steps | 1.0 | zero-init linear |
+| `small` | AdamW b1 0.9, b2 0.999 | 2e-3 | 128 | 0.05 | linear decay | 5% of the run | 1.0 | as built |
 
 The paper pre-trained with batch 4096 and fine-tuned with batch 512 (Tables 3, 4); the default batch
 here is 512 for both so that a single machine gets enough steps (`--batch-size 4096` for the paper's).
 A recipe's warm-up is capped at a tenth of the run (a 10k-step warm-up cannot fit a 2k-step run); a
 warm-up given explicitly is used as given: an int >= 1 is steps, a float < 1 a fraction of the run.
+`small` is the CPU benchmark scales' recipe, for small models trained in minutes on a CPU.
 Weight decay skips biases, norms, the class token and position embeddings.
 
 Early stopping as in the paper's section 4.3 (the best accuracy during training), judged on held-out
@@ -32,6 +34,9 @@ RECIPES: dict[str, dict[str, Any]] = {
                            momentum=0.9, schedule="linear", warmup=10_000, clip_grad=1.0, reset_head=False),
     "paper-finetune": dict(optimizer="sgd", lr=0.01, batch_size=512, weight_decay=0.0, betas=(0.9, 0.999),
                            momentum=0.9, schedule="cosine", warmup=500, clip_grad=1.0, reset_head=True),
+    # the CPU scales' (benchmarks/scales.py, chosen by measured trials): small models in minutes on a CPU
+    "small": dict(optimizer="adamw", lr=2e-3, batch_size=128, weight_decay=0.05, betas=(0.9, 0.999), momentum=0.9,
+                  schedule="linear", warmup=0.05, clip_grad=1.0, reset_head=False),
 }
 OPTIMIZERS = ("adamw", "sgd")
 SCHEDULES = ("linear", "cosine", "constant")
@@ -88,7 +93,8 @@ class TrainConfig(Options):
     mixup: float = _help("MixUp alpha (0: off)", default=0.0)
     cutmix: float = _help("CutMix alpha (0: off)", default=0.0)
     # recipe and its knobs
-    recipe: str = _help("paper-pretrain | paper-finetune", default="paper-pretrain")
+    recipe: str = _help("paper-pretrain | paper-finetune | small (the CPU scales': small models in minutes)",
+                        default="paper-pretrain")
     optimizer: str | None = _help("adamw | sgd", default=None)
     lr: float | None = _help("peak learning rate", default=None)
     batch_size: int | None = _help("global batch size (fixed across world sizes)", default=None)
