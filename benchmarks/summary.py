@@ -25,7 +25,7 @@ METRIC_NAMES = {"test_acc": "test accuracy", "fewshot_5": "5-shot"}
 def settings_of(readme: Path) -> str:
     """The results README's settings line and its incompleteness note, if any."""
     text = readme.read_text() if readme.exists() else ""
-    lines = [line for line in text.splitlines() if line.startswith(("Settings:", "**Incomplete"))]
+    lines = [line for line in text.splitlines() if line.startswith(("Settings:", "**Incomplete", "**Mixed"))]
     return " ".join(lines)
 
 
@@ -42,7 +42,7 @@ def evidence(e: dict) -> str:
 
 
 def findings_table(results: Path, link_prefix: str) -> str:
-    rows, notes, earlier_rule = [], [], []
+    rows, notes, mixed, versions, earlier_rule = [], [], [], {}, []
     for name, spec in ABLATIONS.items():
         path = results / name / "findings.json"
         if not path.exists() or not spec.findings:
@@ -56,8 +56,13 @@ def findings_table(results: Path, link_prefix: str) -> str:
                 continue
             numbers = "; ".join(map(evidence, f["evidence"])) or "no cells to compare"
             rows.append([link, f["claim"], METRIC_NAMES.get(f["metric"], f["metric"]), f"**{f['verdict']}**", numbers])
-        if "Incomplete" in settings_of(results / name / "README.md"):
+        settings = settings_of(results / name / "README.md")
+        if "Incomplete" in settings:
             notes.append(name)
+        if "**Mixed" in settings:
+            mixed.append(name)
+        for version in recorded.get("numerics", [0]):  # a findings.json without versions: runs before them
+            versions.setdefault(version, []).append(name)
     if not rows:
         return "(no findings measured yet: run `python -m benchmarks all --workers 2`)"
     text = markdown_table(["ablation", "finding of the paper", "metric", "here", "the numbers behind it"], rows)
@@ -69,6 +74,13 @@ def findings_table(results: Path, link_prefix: str) -> str:
                  "their stored runs again).**")
     if notes:
         text += " Incomplete (a suite still running or interrupted): " + ", ".join(notes) + "."
+    if mixed:
+        text += " **Tables that mix code versions (numerics versions): " + ", ".join(mixed) + ".**"
+    if len(versions) > 1:
+        text += (" **The tables come from code of different numerics versions: " + "; ".join(
+            f"version {v}: {', '.join(names)}" for v, names in sorted(versions.items())) + ".**")
+    elif versions:
+        text += f" Every table's runs are of numerics version {next(iter(versions))}."
     return text
 
 

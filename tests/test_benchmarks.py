@@ -17,7 +17,7 @@ from benchmarks import __main__ as bench
 from benchmarks import suite
 from benchmarks.ablations import ABLATIONS
 
-RECORD_FIELDS = {"config", "seed", "metrics", "wall_s", "device", "torch", "commit", "cpu", "threads", "date", "key"}
+RECORD_FIELDS = {"config", "seed", "metrics", "wall_s", "device", "torch", "commit", "cpu", "threads", "date", "key", "numerics"}
 VERDICT = re.compile(r"^- \*(?P<claim>.+?)\* \(paper: .+?\): \*\*(?P<verdict>reproduced|not reproduced|inconclusive|not testable)\*\*")
 
 
@@ -33,9 +33,11 @@ def test_each_ablation_writes_results_table_and_the_figures_its_readme_names(res
     folder = results / ablation
     runs = json.loads((folder / "results.json").read_text())["runs"]
     assert runs and all(RECORD_FIELDS <= set(r) for r in runs)
+    assert {r["numerics"] for r in runs} == {suite.NUMERICS_VERSION}
     assert runs[0]["cpu"] not in ("", "x86_64", "aarch64")  # the CPU's model, not only its architecture
     readme = (folder / "README.md").read_text()
     assert readme.startswith("# ") and "| " in readme and "--scale quick" in readme and "CPU " in readme
+    assert f"numerics version {suite.NUMERICS_VERSION}." in readme and "Mixed" not in readme
     figures = re.findall(r"`([\w.]+\.png)`", readme) or [f"{ablation}.png"]
     for name in figures:
         assert (folder / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
@@ -101,6 +103,45 @@ def test_run_keys_depend_on_config_and_seed_not_on_labels():
     a = suite.Run("x", "label a", {"lr": 1}, 0)
     assert a.key == suite.Run("x", "another label", {"lr": 1}, 0).key
     assert a.key != suite.Run("x", "label a", {"lr": 2}, 0).key != suite.Run("x", "label a", {"lr": 1}, 1).key
+
+
+def test_report_only_reports_runs_of_every_numerics_version_and_says_loudly_that_they_mix(tmp_path, monkeypatch):
+    """One table, one code version: --report-only keeps reporting what is there, and the README says
+    which numerics versions its runs are of, loudly when they mix; a suite would measure the old ones again."""
+    from benchmarks.ablations.pos_embed import SPEC
+    from benchmarks.scales import SCALES
+
+    monkeypatch.setattr("benchmarks.execute._measured", lambda *a, **k: pytest.fail("--report-only trained"))
+    runs = SPEC.runs(SCALES["main"])
+    records = [{"key": r.key, "ablation": r.ablation, "label": r.label, "group": r.group, "config": r.config,
+                "seed": r.seed, "metrics": {"test_acc": 0.85 + 0.01 * i, "fewshot_5": 0.8 + 0.01 * i}, "flops": 1.0,
+                "params": 1, "date": "2026-12-01T00:00:00", **({"numerics": suite.NUMERICS_VERSION} if i % 2 else {})}
+               for i, r in enumerate(runs)]
+    (tmp_path / "pos_embed").mkdir()
+    (tmp_path / "pos_embed" / "results.json").write_text(json.dumps({"runs": records}))
+    assert bench.main(["pos_embed", "--scale", "main", "--report-only", "--quiet", "--out", str(tmp_path)]) == 0
+    readme = (tmp_path / "pos_embed" / "README.md").read_text()
+    assert (f"**Mixed code versions: 2 runs of version 0 (recorded before the version existed); 2 runs of version "
+            f"{suite.NUMERICS_VERSION}.") in readme
+    assert f"numerics version 0 (recorded before the version existed), {suite.NUMERICS_VERSION}. " in readme
+    assert json.loads((tmp_path / "pos_embed" / "findings.json").read_text())["numerics"] == [0, suite.NUMERICS_VERSION]
+    assert suite.ResultStore(tmp_path / "pos_embed").keys() == {r["key"] for r in records if "numerics" in r}
+
+
+def test_the_summary_names_the_numerics_versions_and_findings_of_an_earlier_rule(tmp_path):
+    from benchmarks import summary
+    from benchmarks.verdict import RULE
+
+    finding = {"claim": "c", "verdict": "inconclusive", "metric": "test_acc",
+               "evidence": [{"compared": "a - b", "d": 0.002, "se": 0.001, "df": 4.0, "low": -0.001, "high": 0.005,
+                             "within": {"margin": 0.004}}]}
+    for name, recorded in (("pos_embed", {"rule": RULE, "numerics": [1]}), ("head", {"rule": "|d| > 2 SE"})):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "findings.json").write_text(json.dumps({**recorded, "scale": "cpu", "findings": [finding]}))
+    table = summary.findings_table(tmp_path, "")
+    assert "a - b: d = +0.0020 [-0.0010, +0.0050], margin ±0.0040" in table and "**inconclusive**" in table
+    assert "**The tables come from code of different numerics versions: version 0: head; version 1: pos_embed.**" in table
+    assert "**Judged by an earlier rule, not this one: head" in table
 
 
 def test_unknown_ablation_is_refused(capsys):
@@ -327,7 +368,8 @@ VIT_FLOOR, CONVOLUTIONAL_FLOOR, SEEDS = 0.86, 0.88, 3
 
 def _committed_cells(spec, scale) -> dict[str, list[dict]]:
     """The committed records of every run the spec plans at this scale, by cell label (all must be there)."""
-    store = suite.ResultStore(suite.RESULTS / spec.name)
+    # every record, whatever its numerics version: the committed ones predate the versions (0) until regenerated
+    store = suite.ResultStore(suite.RESULTS / spec.name, numerics=None)
     planned = spec.runs(scale)
     missing = [f"{run.label} seed {run.seed}" for run in planned if store.get(run.key) is None]
     assert not missing, f"{spec.name}: the committed results lack {missing}; run python -m benchmarks {spec.name}"

@@ -21,7 +21,7 @@ from benchmarks.launchers import slurm  # noqa: E402
 from benchmarks.launchers.assign import assign  # noqa: E402
 from benchmarks.rehearsal_data import image_folder  # noqa: E402
 from benchmarks.scales import get_scale  # noqa: E402
-from benchmarks.suite import ResultStore, Run  # noqa: E402
+from benchmarks.suite import ResultStore, Run, run_folder  # noqa: E402
 from benchmarks.training import measure  # noqa: E402
 
 CHECKOUT = Path(__file__).resolve().parents[1]
@@ -81,7 +81,7 @@ def test_a_preempted_job_is_requeued_and_resumes_where_it_stopped(tmp_path):
     slurm.submit([run], measure, store, assign("cpu", "submitit-local", processes_per_run=2), slurm.SlurmOptions(),
                  wait=False, minutes=lambda r: 10.0, quiet=True)
     entry = slurm.read_jobs(store.directory)[run.key]
-    metrics = store.directory / "runs" / run.key / "train" / "metrics.jsonl"
+    metrics = run_folder(store, run) / "train" / "metrics.jsonl"
     deadline = time.time() + 120
     while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):  # training is under way
         assert time.time() < deadline, "the job did not start training"
@@ -99,7 +99,7 @@ def test_a_preempted_job_is_requeued_and_resumes_where_it_stopped(tmp_path):
     assert "Requeued job" in logs  # submitit requeued it ...
     assert "resuming run" in logs  # ... and the new attempt went on from the checkpoint the stop wrote
     record = store.get(run.key)
-    summary = json.loads((store.directory / "runs" / run.key / "train" / "summary.json").read_text())
+    summary = json.loads((run_folder(store, run) / "train" / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["step"] == 300
     # resumed exactly: the same final loss and test accuracy as the run that was never stopped
     assert record["metrics"]["final_loss"] == pytest.approx(reference["metrics"]["final_loss"], abs=1e-6)
