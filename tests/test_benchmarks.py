@@ -45,7 +45,7 @@ def test_each_ablation_writes_results_table_and_the_figures_its_readme_names(res
 
 @pytest.mark.parametrize("ablation", [name for name, spec in ABLATIONS.items() if spec.findings])
 def test_every_finding_is_stated_with_the_verdict_of_the_one_rule(results, ablation):
-    """README lines and findings.json agree, finding by finding; the wording is one of three, and
+    """README lines and findings.json agree, finding by finding; the wording is one of four, and
     "not reproduced" can never pass for "reproduced"."""
     readme = (results / ablation / "README.md").read_text()
     stated = [m.group("verdict") for line in readme.splitlines() if (m := VERDICT.match(line))]
