@@ -19,7 +19,10 @@ Results go to benchmarks/results/<ablation>/ (the rehearsal's to runs/rehearsal/
 run, its settings and environment), findings.json (the verdicts), README.md (the table beside the
 paper's numbers, each finding judged by one rule), PNG figures; each run's folder (checkpoints, final
 weights, logs) under <ablation>/runs/, ignored by git. Runs whose results exist are skipped, so an
-interrupted suite continues, and a run interrupted mid-way resumes from its checkpoint.
+interrupted suite continues, and a run interrupted mid-way resumes from its checkpoint. A result of
+another numerics version (benchmarks/suite.py's NUMERICS_VERSION: the version of training's numbers)
+counts as not measured and is measured again; `--report-only` reports whatever is there, and every
+README's settings line names the numerics versions of its runs, loudly when they mix.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from benchmarks.launchers.assign import LAUNCHERS, Assignment, assign
 from benchmarks.launchers.slurm import SlurmOptions
 from benchmarks.scales import SCALES, get_scale
 from benchmarks.spec import Ablation, Scale, report
-from benchmarks.suite import RESULTS, ResultStore
+from benchmarks.suite import NUMERICS_VERSION, RESULTS, ResultStore, numerics_of
 from benchmarks.verdict import RULE
 from vitzoo.io import write_text
 
@@ -133,12 +136,39 @@ def assignment_for(spec: Ablation, assignment: Assignment) -> Assignment:
                                threads_per_process=max(assignment.threads_per_process * assignment.processes_per_run, 1))
 
 
+def numerics_versions(records: list[dict]) -> dict[int, int]:
+    """Runs per numerics version of the code that measured them (0: before versions were recorded)."""
+    counts: dict[int, int] = {}
+    for r in records:
+        counts[numerics_of(r)] = counts.get(numerics_of(r), 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def numerics_named(version: int) -> str:
+    return f"{version} (recorded before the version existed)" if version == 0 else str(version)
+
+
+def mixed_versions(records: list[dict], rerun: str) -> str:
+    """A loud paragraph when the table's runs come from code of several numerics versions, else ''."""
+    versions = numerics_versions(records)
+    if len(versions) < 2:
+        return ""
+    each = "; ".join(f"{n} runs of version {numerics_named(v)}" for v, n in versions.items())
+    return (f"**Mixed code versions: {each}. Training's numbers differ between versions, so this table compares "
+            f"numbers of different code; measure the rest again with the current code (numerics version "
+            f"{NUMERICS_VERSION}): `{rerun}`.**\n\n")
+
+
 def settings_line(scale: Scale, records: list[dict]) -> str:
     seen = lambda field: ", ".join(sorted({str(r.get(field, "?")) for r in records})) or "?"  # noqa: E731
     dates = sorted(r["date"] for r in records if "date" in r)
     when = f"measured {dates[0][:10]} to {dates[-1][:10]}" if dates else "dates not recorded"
+    versions = ", ".join(numerics_named(v) for v in numerics_versions(records)) or "?"
+    if NUMERICS_VERSION not in numerics_versions(records):
+        versions += f", not the current code's {NUMERICS_VERSION}"
     return (f"Settings: `--scale {scale.name}`; {len(records)} runs, {when}; device {seen('device')}; "
-            f"CPU {seen('cpu')}; threads per run {seen('threads')}; torch {seen('torch')}; commit {seen('commit')}. "
+            f"CPU {seen('cpu')}; threads per run {seen('threads')}; torch {seen('torch')}; commit {seen('commit')}; "
+            f"numerics version {versions}. "
             f"Every option of every run is in `results.json`; the verdicts in `findings.json`.")
 
 
@@ -149,7 +179,7 @@ def run_ablation(spec: Ablation, scale: Scale, store: ResultStore, args: argpars
     if measure is None:
         from benchmarks.training import measure
     runs = spec.runs(scale)
-    if args.report_only:  # the runs measured so far, e.g. of a suite still running
+    if args.report_only:  # the runs measured so far, e.g. of a suite still running, of any numerics version
         records = measured(runs, store)
     else:
         minutes = lambda run: plan.longest_run_min  # noqa: E731  (a job's time limit: the longest run's, with a margin)
@@ -161,12 +191,14 @@ def run_ablation(spec: Ablation, scale: Scale, store: ResultStore, args: argpars
         body, verdicts = spec.report(records, out), []
     else:
         body, verdicts = report(spec, records, out)
-    write_text(out / "findings.json", json.dumps({"rule": RULE, "scale": scale.name, "findings": verdicts}, indent=1) + "\n")
+    write_text(out / "findings.json", json.dumps({"rule": RULE, "scale": scale.name, "numerics": list(numerics_versions(records)),
+                                                  "findings": verdicts}, indent=1) + "\n")
     missing = len(runs) - len(records)
     partial = (f"**Incomplete: {len(records)} of {len(runs)} runs measured** (the rest resume with "
                f"`python -m benchmarks {spec.name} --scale {scale.name}`); cells without all their seeds are "
                "judged on those they have.\n\n") if missing else ""
-    write_text(out / "README.md", f"# {spec.title}\n\n{partial}{settings_line(scale, records)}\n\n{body}\n")
+    mixed = mixed_versions(records, f"python -m benchmarks {spec.name} --scale {scale.name}")
+    write_text(out / "README.md", f"# {spec.title}\n\n{partial}{mixed}{settings_line(scale, records)}\n\n{body}\n")
     return body
 
 
@@ -185,8 +217,10 @@ def main(argv: list[str] | None = None) -> int:
         image_folder(scale.train["data"])
     args.slurm = SlurmOptions(partition=args.partition, account=args.account, time_limit_min=args.time_limit_min)
     specs = [ABLATIONS[name] for name in args.names if name in ABLATIONS]
-    stores = {spec.name: ResultStore(args.out / spec.name) for spec in specs}
-    plans = {spec.name: planning.plan_ablation(spec, scale, {r["key"] for r in stores[spec.name].runs},
+    # --report-only reports what is there, whatever its numerics version; a suite measures for the current one
+    numerics = None if args.report_only else NUMERICS_VERSION
+    stores = {spec.name: ResultStore(args.out / spec.name, numerics=numerics) for spec in specs}
+    plans = {spec.name: planning.plan_ablation(spec, scale, stores[spec.name].keys(),
                                                assignment_for(spec, args.assignment), args.gpu_tflops) for spec in specs}
     print(planning.describe(list(plans.values()), scale, args.assignment, args.gpu_tflops), flush=True)
     if args.dry_run:

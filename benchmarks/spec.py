@@ -20,7 +20,19 @@ from pathlib import Path
 from typing import Any, Callable
 
 from benchmarks.suite import Run, markdown_table
-from benchmarks.verdict import NOT_COMPARED, RULE, Estimate, Judgement, contrast, judge, mean_and_variance
+from benchmarks.verdict import (
+    NOT_COMPARED,
+    POSITIVE,
+    RULE,
+    ZERO,
+    Comparison,
+    Estimate,
+    Judgement,
+    Within,
+    contrast,
+    judge,
+    mean_and_variance,
+)
 
 METRICS = {"test_acc": "test accuracy", "fewshot_5": "5-shot linear"}
 
@@ -69,20 +81,77 @@ Contrasts = list[tuple[str, dict[str, float]]]
 
 
 @dataclass(frozen=True)
+class Margin:
+    """How far from zero a difference may lie and still count as none, for a finding that claims no
+    difference: stated in its spec from the paper's numbers, before the runs it judges, with `why`.
+    Either `points`, in the metric's own units (absolute), or `fraction` of a `reference` contrast
+    measured in the same table (relative: e.g. a quarter of the gap between no position embedding and
+    the learned ones); `reference(table)` names that contrast and its weights, None when the table
+    lacks its cells. A relative margin is estimated with the table's noise (`benchmarks.verdict`)."""
+
+    why: str
+    points: float | None = None
+    fraction: float | None = None
+    reference: Callable[[Table], tuple[str, dict[str, float]] | None] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.why.strip():
+            raise ValueError("a margin states why it is what it is (from the paper's numbers)")
+        if (self.points is None) == (self.fraction is None) or (self.fraction is None) != (self.reference is None):
+            raise ValueError("a margin is either `points` (absolute) or `fraction` of a `reference` contrast (relative)")
+        if self.points is not None and not self.points > 0:
+            raise ValueError(f"a margin in points is above zero, got {self.points}")
+        if self.fraction is not None and not 0 < self.fraction <= 1:
+            raise ValueError(f"a margin's fraction of its reference lies in (0, 1], got {self.fraction}")
+
+    def describe(self, table: Table | None = None) -> str:
+        if self.points is not None:
+            return f"±{self.points:g} (absolute)"
+        named = self.reference(table) if table is not None else None
+        return f"±{self.fraction:g} × ({named[0] if named else 'the reference contrast'}) (relative)"
+
+    def within(self, table: Table, weights: dict[str, float], metric: str, d: Estimate) -> Within | None:
+        """The difference with `weights` (estimated as `d`) against this margin; None when the table
+        lacks the reference's cells."""
+        if self.points is not None:
+            return Within.absolute(d, self.points)
+        named = self.reference(table)
+        if named is None:
+            return None
+        margin = combine((self.fraction, named[1]))
+        return Within(table.estimate(margin, metric).value, table.estimate(combine((1.0, margin), (-1.0, weights)), metric),
+                      table.estimate(combine((1.0, margin), (1.0, weights)), metric))
+
+
+@dataclass(frozen=True)
 class Finding:
     """A claim of the paper, tested as contrasts of cells: `contrasts(table)` names each comparison and
     its weights per cell label (e.g. ("learned_1d - none", {"learned_1d": 1, "none": -1})); `expect`
-    says whether the paper claims a positive difference or none (`benchmarks.verdict`)."""
+    says whether the paper claims a positive difference or none (`benchmarks.verdict`). A claim of
+    no difference states its `margin`."""
 
     claim: str
     paper: str
     expect: str
     contrasts: Callable[[Table], Contrasts]
     metric: str = "test_acc"
+    margin: Margin | None = None
+
+    def __post_init__(self) -> None:
+        if self.expect == ZERO and self.margin is None:
+            raise ValueError(f"{self.claim!r} claims no difference: state its margin (benchmarks.spec.Margin) and why")
+        if self.expect == POSITIVE and self.margin is not None:
+            raise ValueError(f"{self.claim!r} claims a difference: a margin is for claims of no difference")
 
     def judge(self, table: Table) -> Judgement:
-        named = self.contrasts(table)
-        return judge(self.expect, [(name, table.estimate(weights, self.metric)) for name, weights in named])
+        evidence = []
+        for name, weights in self.contrasts(table):
+            d = table.estimate(weights, self.metric)
+            within = self.margin.within(table, weights, self.metric, d) if self.margin is not None else None
+            if self.margin is not None and within is None:  # the margin's reference is not in the table
+                return judge(self.expect, [])
+            evidence.append(Comparison(name, d, within))
+        return judge(self.expect, evidence)
 
 
 @dataclass(frozen=True)
@@ -191,20 +260,45 @@ def metric_cell(row: dict, metric: str) -> str:
     return f"{row[metric]:.4f} ± {row[metric + '_std']:.4f}"
 
 
+def _numbers(e: Estimate) -> dict[str, float | None]:
+    finite = lambda x: x if math.isfinite(x) else None  # noqa: E731  (JSON has no nan)
+    low, high = e.interval if e.testable else (math.nan, math.nan)
+    return {"d": e.value, "se": finite(e.se), "df": finite(e.df), "low": finite(low), "high": finite(high)}
+
+
+def _evidence(c: Comparison) -> dict:
+    out = {"compared": c.name, **_numbers(c.estimate)}
+    if c.within is not None:
+        out["within"] = {"margin": c.within.margin, "margin - d": _numbers(c.within.below),
+                         "margin + d": _numbers(c.within.above)}
+    return out
+
+
 def format_findings(spec: Ablation, table: Table) -> tuple[str, list[dict]]:
     """The verdict lines (markdown) and their machine-readable form. Findings whose cells the table
-    lacks are named in one line after the others, not judged."""
-    lines, verdicts, absent = [], [], []
+    lacks are named in one line after the others, not judged; the margins of claims of no difference
+    are stated with why, once each."""
+    lines, verdicts, absent, margins = [], [], [], {}
     for finding in spec.findings:
         judgement = finding.judge(table)
-        verdicts.append({"claim": finding.claim, "verdict": judgement.verdict, "metric": finding.metric,
-                         "evidence": [{"compared": name, "d": e.value, "se": e.se if math.isfinite(e.se) else None}
-                                      for name, e in judgement.evidence]})
+        verdict = {"claim": finding.claim, "verdict": judgement.verdict, "metric": finding.metric,
+                   "evidence": [_evidence(c) for c in judgement.evidence]}
+        if finding.margin is not None:
+            margin = finding.margin
+            verdict["margin"] = {"kind": "absolute" if margin.points is not None else "relative", "points": margin.points,
+                                 "fraction": margin.fraction, "stated": margin.describe(table), "why": margin.why}
+        verdicts.append(verdict)
         if judgement.verdict == NOT_COMPARED:
             absent += [finding.claim] if finding.claim not in absent else []
             continue
-        lines.append(f"- *{finding.claim}* (paper: {finding.paper}): **{judgement.verdict}** "
+        stated = f"; margin {finding.margin.describe(table)}" if finding.margin is not None else ""
+        if finding.margin is not None:
+            margins.setdefault(finding.claim, finding.margin.why)
+        lines.append(f"- *{finding.claim}* (paper: {finding.paper}{stated}): **{judgement.verdict}** "
                      f"({METRICS.get(finding.metric, finding.metric)}; {judgement.describe()}).")
+    if margins:
+        lines.append("\nMargins of the claims of no difference, stated in the specs from the paper's numbers alone: "
+                     + " ".join(f"*{claim}*: {why}" for claim, why in margins.items()))
     if absent:
         lines.append("\nNot compared (their cells are not run at this scale): " + "; ".join(f"*{c}*" for c in absent) + ".")
     return "\n".join(lines), verdicts

@@ -1,6 +1,12 @@
 """What every ablation's runs share: a run keyed by its config, the results store that survives
 interruption and is shared by many processes, the record of a measured run, tables and figures.
-Where a number was measured is `benchmarks.machine`; how runs are measured, `benchmarks.execute`."""
+Where a number was measured is `benchmarks.machine`; how runs are measured, `benchmarks.execute`.
+
+A run's key hashes its config, not the code that trained it; the code is named by NUMERICS_VERSION,
+stored in every record: a record of another version is not a result of the current code, so the
+store does not count it as measured (a resumed suite measures it again instead of mixing versions in
+one table), and only `--report-only` reports it, saying that the versions mix.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +23,19 @@ from benchmarks.machine import environment
 from vitzoo.io import write_text
 
 RESULTS = Path(__file__).parent / "results"
+
+# The version of training's numbers: bump it with every change that changes what a run of a given config
+# and seed measures (initialisation, layers, the loss, the optimizer or its schedule, data order or
+# augmentation, evaluation, torch's version), and re-record the trace that guards it
+# (`python -m benchmarks.numerics --record`; tests/test_numerics.py fails until both are done).
+# Records written before the version existed (every record committed up to issue 24) lack the field and
+# count as version 0: they predate the check, and their code is named only by their `commit`.
+NUMERICS_VERSION = 1
+
+
+def numerics_of(record: dict[str, Any]) -> int:
+    """The numerics version a record was measured with (0: before versions were recorded)."""
+    return int(record.get("numerics", 0))
 
 
 @dataclass(frozen=True)
@@ -43,11 +62,17 @@ class ResultStore:
     meanwhile, merges the record in and writes the file atomically: two suites on one `--out`, or the
     jobs of a cluster, each keep every result. `runs` is what the file held at the last read or add;
     `order`, if given, sorts the records as they are written (a key function of a record).
+
+    `numerics`: the numerics version whose records count as measured (`get`, `keys`); records of other
+    versions stay in the file until a new measurement of the same run replaces them. None counts every
+    record whatever its version (reporting what is there: `--report-only`).
     """
 
-    def __init__(self, directory: Path, order: Callable[[dict[str, Any]], Any] | None = None) -> None:
+    def __init__(self, directory: Path, order: Callable[[dict[str, Any]], Any] | None = None,
+                 numerics: int | None = NUMERICS_VERSION) -> None:
         self.directory = Path(directory)
         self.order = order
+        self.numerics = numerics
         self.path = self.directory / "results.json"
         self.runs: list[dict[str, Any]] = self._read()
 
@@ -69,8 +94,17 @@ class ResultStore:
         """Read the results other processes have added since."""
         self.runs = self._read()
 
+    def counts(self, record: dict[str, Any]) -> bool:
+        """Whether the record is a result of the code this store measures for (its numerics version)."""
+        return self.numerics is None or numerics_of(record) == self.numerics
+
     def get(self, key: str) -> dict[str, Any] | None:
-        return next((r for r in self.runs if r["key"] == key), None)
+        """The record of the run with this key, if one of the store's numerics version is there."""
+        return next((r for r in self.runs if r["key"] == key and self.counts(r)), None)
+
+    def keys(self) -> set[str]:
+        """The keys of the runs measured (of the store's numerics version)."""
+        return {r["key"] for r in self.runs if self.counts(r)}
 
     def add(self, record: dict[str, Any]) -> None:
         with self.locked():
@@ -81,15 +115,19 @@ class ResultStore:
 
 
 def make_record(run: Run, outcome: dict[str, Any], wall_s: float, device: str, **launch: Any) -> dict[str, Any]:
-    """What the store keeps of a measured run: its key and settings, the outcome, its wall time, how it
-    was launched (launcher, processes, `started`: the Unix time it began), and its environment."""
+    """What the store keeps of a measured run: its key and settings, the numerics version of the code
+    that measured it, the outcome, its wall time, how it was launched (launcher, processes, `started`:
+    the Unix time it began), and its environment."""
     return {"key": run.key, "ablation": run.ablation, "label": run.label, "group": run.group, "config": run.config,
-            "seed": run.seed, "wall_s": round(wall_s, 2), **outcome, **launch, **environment(device)}
+            "seed": run.seed, "numerics": NUMERICS_VERSION, "wall_s": round(wall_s, 2), **outcome, **launch,
+            **environment(device)}
 
 
 def run_folder(store: ResultStore, run: Run) -> Path:
-    """Where a run trains and keeps its checkpoints, final weights and logs (ignored by git: runs/)."""
-    return store.directory / "runs" / run.key
+    """Where a run trains and keeps its checkpoints, final weights and logs (ignored by git: runs/): one
+    folder per numerics version, so that a run of other code, finished or not, is neither read as a
+    result of this code nor resumed by it."""
+    return store.directory / "runs" / f"{run.key}-n{NUMERICS_VERSION}"
 
 
 def markdown_table(header: list[str], rows: list[list[Any]]) -> str:

@@ -25,32 +25,62 @@ METRIC_NAMES = {"test_acc": "test accuracy", "fewshot_5": "5-shot"}
 def settings_of(readme: Path) -> str:
     """The results README's settings line and its incompleteness note, if any."""
     text = readme.read_text() if readme.exists() else ""
-    lines = [line for line in text.splitlines() if line.startswith(("Settings:", "**Incomplete"))]
+    lines = [line for line in text.splitlines() if line.startswith(("Settings:", "**Incomplete", "**Mixed"))]
     return " ".join(lines)
 
 
+def evidence(e: dict) -> str:
+    """One contrast of a finding: d with its confidence interval, and its margin for a claim of no difference."""
+    text = f"{e['compared']}: d = {e['d']:+.4f}"
+    if e.get("low") is not None:
+        text += f" [{e['low']:+.4f}, {e['high']:+.4f}]"
+    elif "low" not in e and e.get("se") is not None:  # a findings.json of the rule before intervals
+        text += f", 2 SE = {2 * e['se']:.4f}"
+    if e.get("within"):
+        text += f", margin ±{e['within']['margin']:.4f}"
+    return text
+
+
 def findings_table(results: Path, link_prefix: str) -> str:
-    rows, notes = [], []
+    rows, notes, mixed, versions, earlier_rule = [], [], [], {}, []
     for name, spec in ABLATIONS.items():
         path = results / name / "findings.json"
         if not path.exists() or not spec.findings:
             continue
         recorded = json.loads(path.read_text())
+        if recorded.get("rule") != RULE:
+            earlier_rule.append(name)
         link = f"[{name}]({link_prefix}{name}/README.md)"
         for f in recorded["findings"]:
             if f["verdict"] == NOT_COMPARED:  # its cells are not run at the scale measured
                 continue
-            evidence = "; ".join(f"{e['compared']}: d = {e['d']:+.4f}" + (f", 2 SE = {2 * e['se']:.4f}" if e["se"] is not None else "")
-                                 for e in f["evidence"]) or "no cells to compare"
-            rows.append([link, f["claim"], METRIC_NAMES.get(f["metric"], f["metric"]), f"**{f['verdict']}**", evidence])
-        if "Incomplete" in settings_of(results / name / "README.md"):
+            numbers = "; ".join(map(evidence, f["evidence"])) or "no cells to compare"
+            rows.append([link, f["claim"], METRIC_NAMES.get(f["metric"], f["metric"]), f"**{f['verdict']}**", numbers])
+        settings = settings_of(results / name / "README.md")
+        if "Incomplete" in settings:
             notes.append(name)
+        if "**Mixed" in settings:
+            mixed.append(name)
+        for version in recorded.get("numerics", [0]):  # a findings.json without versions: runs before them
+            versions.setdefault(version, []).append(name)
     if not rows:
         return "(no findings measured yet: run `python -m benchmarks all --workers 2`)"
     text = markdown_table(["ablation", "finding of the paper", "metric", "here", "the numbers behind it"], rows)
-    text += f"\n\nThe rule for every verdict: {RULE}; d is the difference named, over the seeds of each cell."
+    text += (f"\n\nThe rule for every verdict: {RULE}; d is the difference named, over the seeds of each cell, "
+             "with its interval in brackets.")
+    if earlier_rule:
+        text += (" **Judged by an earlier rule, not this one: " + ", ".join(earlier_rule) + " (`python -m benchmarks "
+                 + " ".join(earlier_rule) + " --scale SCALE --report-only`, at the scale each README names, judges "
+                 "their stored runs again).**")
     if notes:
         text += " Incomplete (a suite still running or interrupted): " + ", ".join(notes) + "."
+    if mixed:
+        text += " **Tables that mix code versions (numerics versions): " + ", ".join(mixed) + ".**"
+    if len(versions) > 1:
+        text += (" **The tables come from code of different numerics versions: " + "; ".join(
+            f"version {v}: {', '.join(names)}" for v, names in sorted(versions.items())) + ".**")
+    elif versions:
+        text += f" Every table's runs are of numerics version {next(iter(versions))}."
     return text
 
 

@@ -39,8 +39,8 @@ def measure(run: Run, device: str, out: Path) -> dict[str, Any]:
 
 
 def train(run: Run, device: str, out: Path) -> tuple[vitzoo.VisionTransformer, dict[str, Any]]:
-    """Train the run's model in its folder `out` (the suite's: RESULTS/<ablation>/runs/<key>/) and
-    return it with the measured outcome, on every process of the run.
+    """Train the run's model in its folder `out` (the suite's: RESULTS/<ablation>/runs/<key>-n<version>/,
+    `benchmarks.suite.run_folder`) and return it with the measured outcome, on every process of the run.
 
     The training run lives in OUT/train/: its settings, checkpoints, metrics, final weights and summary,
     on the results' disk (a temporary folder could lose a run of hours at its very end). A folder that

@@ -16,10 +16,9 @@ import torch
 from benchmarks import __main__ as bench
 from benchmarks import suite
 from benchmarks.ablations import ABLATIONS
-from benchmarks.verdict import POSITIVE, ZERO, Estimate, judge
 
-RECORD_FIELDS = {"config", "seed", "metrics", "wall_s", "device", "torch", "commit", "cpu", "threads", "date", "key"}
-VERDICT = re.compile(r"^- \*(?P<claim>.+?)\* \(paper: .+?\): \*\*(?P<verdict>reproduced|not reproduced|not testable)\*\*")
+RECORD_FIELDS = {"config", "seed", "metrics", "wall_s", "device", "torch", "commit", "cpu", "threads", "date", "key", "numerics"}
+VERDICT = re.compile(r"^- \*(?P<claim>.+?)\* \(paper: .+?\): \*\*(?P<verdict>reproduced|not reproduced|inconclusive|not testable)\*\*")
 
 
 @pytest.fixture(scope="module")
@@ -34,9 +33,11 @@ def test_each_ablation_writes_results_table_and_the_figures_its_readme_names(res
     folder = results / ablation
     runs = json.loads((folder / "results.json").read_text())["runs"]
     assert runs and all(RECORD_FIELDS <= set(r) for r in runs)
+    assert {r["numerics"] for r in runs} == {suite.NUMERICS_VERSION}
     assert runs[0]["cpu"] not in ("", "x86_64", "aarch64")  # the CPU's model, not only its architecture
     readme = (folder / "README.md").read_text()
     assert readme.startswith("# ") and "| " in readme and "--scale quick" in readme and "CPU " in readme
+    assert f"numerics version {suite.NUMERICS_VERSION}." in readme and "Mixed" not in readme
     figures = re.findall(r"`([\w.]+\.png)`", readme) or [f"{ablation}.png"]
     for name in figures:
         assert (folder / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
@@ -44,7 +45,7 @@ def test_each_ablation_writes_results_table_and_the_figures_its_readme_names(res
 
 @pytest.mark.parametrize("ablation", [name for name, spec in ABLATIONS.items() if spec.findings])
 def test_every_finding_is_stated_with_the_verdict_of_the_one_rule(results, ablation):
-    """README lines and findings.json agree, finding by finding; the wording is one of three, and
+    """README lines and findings.json agree, finding by finding; the wording is one of four, and
     "not reproduced" can never pass for "reproduced"."""
     readme = (results / ablation / "README.md").read_text()
     stated = [m.group("verdict") for line in readme.splitlines() if (m := VERDICT.match(line))]
@@ -104,6 +105,45 @@ def test_run_keys_depend_on_config_and_seed_not_on_labels():
     assert a.key != suite.Run("x", "label a", {"lr": 2}, 0).key != suite.Run("x", "label a", {"lr": 1}, 1).key
 
 
+def test_report_only_reports_runs_of_every_numerics_version_and_says_loudly_that_they_mix(tmp_path, monkeypatch):
+    """One table, one code version: --report-only keeps reporting what is there, and the README says
+    which numerics versions its runs are of, loudly when they mix; a suite would measure the old ones again."""
+    from benchmarks.ablations.pos_embed import SPEC
+    from benchmarks.scales import SCALES
+
+    monkeypatch.setattr("benchmarks.execute._measured", lambda *a, **k: pytest.fail("--report-only trained"))
+    runs = SPEC.runs(SCALES["main"])
+    records = [{"key": r.key, "ablation": r.ablation, "label": r.label, "group": r.group, "config": r.config,
+                "seed": r.seed, "metrics": {"test_acc": 0.85 + 0.01 * i, "fewshot_5": 0.8 + 0.01 * i}, "flops": 1.0,
+                "params": 1, "date": "2026-12-01T00:00:00", **({"numerics": suite.NUMERICS_VERSION} if i % 2 else {})}
+               for i, r in enumerate(runs)]
+    (tmp_path / "pos_embed").mkdir()
+    (tmp_path / "pos_embed" / "results.json").write_text(json.dumps({"runs": records}))
+    assert bench.main(["pos_embed", "--scale", "main", "--report-only", "--quiet", "--out", str(tmp_path)]) == 0
+    readme = (tmp_path / "pos_embed" / "README.md").read_text()
+    assert (f"**Mixed code versions: 2 runs of version 0 (recorded before the version existed); 2 runs of version "
+            f"{suite.NUMERICS_VERSION}.") in readme
+    assert f"numerics version 0 (recorded before the version existed), {suite.NUMERICS_VERSION}. " in readme
+    assert json.loads((tmp_path / "pos_embed" / "findings.json").read_text())["numerics"] == [0, suite.NUMERICS_VERSION]
+    assert suite.ResultStore(tmp_path / "pos_embed").keys() == {r["key"] for r in records if "numerics" in r}
+
+
+def test_the_summary_names_the_numerics_versions_and_findings_of_an_earlier_rule(tmp_path):
+    from benchmarks import summary
+    from benchmarks.verdict import RULE
+
+    finding = {"claim": "c", "verdict": "inconclusive", "metric": "test_acc",
+               "evidence": [{"compared": "a - b", "d": 0.002, "se": 0.001, "df": 4.0, "low": -0.001, "high": 0.005,
+                             "within": {"margin": 0.004}}]}
+    for name, recorded in (("pos_embed", {"rule": RULE, "numerics": [1]}), ("head", {"rule": "|d| > 2 SE"})):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "findings.json").write_text(json.dumps({**recorded, "scale": "cpu", "findings": [finding]}))
+    table = summary.findings_table(tmp_path, "")
+    assert "a - b: d = +0.0020 [-0.0010, +0.0050], margin ±0.0040" in table and "**inconclusive**" in table
+    assert "**The tables come from code of different numerics versions: version 0: head; version 1: pos_embed.**" in table
+    assert "**Judged by an earlier rule, not this one: head" in table
+
+
 def test_unknown_ablation_is_refused(capsys):
     with pytest.raises(SystemExit):
         bench.main(["posembed"])
@@ -132,7 +172,7 @@ def test_speed_benchmark_measures_every_contestant_on_the_same_weights(tmp_path)
         assert set(r["compiler_memory_gb"]) == {n for n in r["speeds"] if "compile" in n}  # none in --quick
         assert all(s["page_faults_per_call"] >= 0 for s in r["speeds"].values())
     for r in data["runs"]:  # the ablations' store: a key per case, the environment in every record
-        assert RECORD_FIELDS - {"seed", "config", "metrics", "wall_s"} <= set(r), set(r)
+        assert RECORD_FIELDS - {"seed", "config", "metrics", "wall_s", "numerics"} <= set(r), set(r)  # a timing: no training numbers
         assert isinstance(r["cpu_flags"], list)  # the instruction sets, which decide how CPUs compare
         assert r["key"] == f"{r['kind']} {r['model']} {r['dtype']} batch {r['batch']} quick"
     readme = (out / "README.md").read_text()
@@ -209,18 +249,7 @@ def test_ten_minute_benchmark_trains_data_parallel_in_one_thread_processes(tmp_p
     assert (tmp_path / "README.md").read_text().count("| 2 x 1 |") == 2
 
 
-# ---------------------------------------------------------------------------- the one rule
-def test_a_difference_counts_only_beyond_twice_its_standard_error():
-    assert judge(POSITIVE, [("a - b", Estimate(0.030, 0.010))]).verdict == "reproduced"
-    assert judge(POSITIVE, [("a - b", Estimate(0.019, 0.010))]).verdict == "not reproduced"  # within 2 SE
-    assert judge(POSITIVE, [("a - b", Estimate(-0.030, 0.010))]).verdict == "not reproduced"  # the other way
-    assert judge(POSITIVE, [("x", Estimate(0.03, 0.01)), ("y", Estimate(0.01, 0.01))]).verdict == "not reproduced"
-    assert judge(ZERO, [("a - b", Estimate(0.019, 0.010))]).verdict == "reproduced"
-    assert judge(ZERO, [("a - b", Estimate(-0.021, 0.010))]).verdict == "not reproduced"
-    assert judge(POSITIVE, [("a - b", Estimate(0.5, float("nan")))]).verdict == "not testable"
-    assert judge(ZERO, []).verdict == "not compared"  # the scale ran none of the finding's cells
-
-
+# ---------------------------------------------------------------------------- the one rule (tests/test_verdict.py)
 def test_the_main_jobs_report_judges_its_cells_and_names_the_findings_it_does_not_run(tmp_path):
     """At --scale main only two cells of Table 8 run: the finding on them is judged, the one on the
     other encodings is named once as not compared, not printed as a verdict."""
@@ -231,8 +260,9 @@ def test_the_main_jobs_report_judges_its_cells_and_names_the_findings_it_does_no
         return {"label": label, "group": {"pos_embed": pos_embed, "mode": "input"}, "seed": seed, "flops": 1.0,
                 "params": 1, "metrics": {"test_acc": acc, "fewshot_5": acc - 0.03}}
 
-    records = [record("none / input", "none", s, a) for s, a in ((0, 0.85), (1, 0.86))]
-    records += [record("learned_1d / input", "learned_1d", s, a) for s, a in ((0, 0.87), (1, 0.872))]
+    # the main job's measured spread (README): two seeds, so t's quantile at about one degree of freedom
+    records = [record("none / input", "none", s, a) for s, a in ((0, 0.8560), (1, 0.8588))]
+    records += [record("learned_1d / input", "learned_1d", s, a) for s, a in ((0, 0.8751), (1, 0.8759))]
     body, verdicts = report(SPEC, records, tmp_path)
     assert [v["verdict"] for v in verdicts if v["claim"].startswith("No position")] == ["reproduced", "reproduced"]
     assert {v["verdict"] for v in verdicts if v["claim"].startswith("How position")} == {"not compared"}
@@ -246,6 +276,7 @@ def test_the_standard_error_of_a_contrast_adds_the_cells_variances_over_their_se
     estimate = contrast(cells, {"a": 1.0, "b": -1.0})
     assert estimate.value == pytest.approx(0.12)
     assert estimate.se == pytest.approx((0.02**2 / 3) ** 0.5)  # b has no spread; a's std is 0.02
+    assert estimate.df == pytest.approx(2.0)  # and a's 3 seeds give the contrast their 2 degrees of freedom
 
 
 def _records(label_values: dict[str, list[float]], **group) -> list[dict]:
@@ -337,7 +368,8 @@ VIT_FLOOR, CONVOLUTIONAL_FLOOR, SEEDS = 0.86, 0.88, 3
 
 def _committed_cells(spec, scale) -> dict[str, list[dict]]:
     """The committed records of every run the spec plans at this scale, by cell label (all must be there)."""
-    store = suite.ResultStore(suite.RESULTS / spec.name)
+    # every record, whatever its numerics version: the committed ones predate the versions (0) until regenerated
+    store = suite.ResultStore(suite.RESULTS / spec.name, numerics=None)
     planned = spec.runs(scale)
     missing = [f"{run.label} seed {run.seed}" for run in planned if store.get(run.key) is None]
     assert not missing, f"{spec.name}: the committed results lack {missing}; run python -m benchmarks {spec.name}"

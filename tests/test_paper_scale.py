@@ -20,7 +20,7 @@ from benchmarks.launchers import local
 from benchmarks.launchers.assign import Assignment, assign
 from benchmarks.rehearsal_data import FolderSpec, image_folder
 from benchmarks.scales import get_scale, rehearsal_model
-from benchmarks.suite import Run
+from benchmarks.suite import ResultStore, Run, run_folder
 from benchmarks.training import evaluate_per_epoch, train_images
 
 CHECKOUT = Path(__file__).resolve().parents[1]
@@ -61,8 +61,8 @@ def test_the_rehearsal_trains_every_ablation_as_two_process_jobs(rehearsal):
         # every finding judged by the rule: with one seed a cell has no standard error, and the verdict says so
         verdicts = {f["verdict"] for f in findings["findings"]}
         assert verdicts and verdicts <= {"not testable", "not compared"} and "not testable" in verdicts, name
-        for key in records:  # each run trained in its own folder under the results, with its logs
-            folder = out / name / "runs" / key
+        for run in runs:  # each run trained in its own folder under the results, with its logs
+            folder = run_folder(ResultStore(out / name), run)
             assert json.loads((folder / "train" / "train_config.json").read_text())["checkpoint_every"] == 10
             # finished: its final weights stay, its checkpoints (written every 10 steps) are gone
             assert (folder / "train" / "model.safetensors").is_file() and not (folder / "train" / "checkpoints").exists()

@@ -1,10 +1,15 @@
 """An ablation's results store is shared by every process that measures its runs: two suites on one
-`--out`, or the jobs of a cluster, each keep every result they add."""
+`--out`, or the jobs of a cluster, each keep every result they add. A result counts as measured only
+for the code of its numerics version."""
 
 import json
 import multiprocessing
 
-from benchmarks.suite import ResultStore
+from benchmarks.execute import execute
+from benchmarks.launchers.assign import assign
+from benchmarks.suite import NUMERICS_VERSION, ResultStore, Run, run_folder
+
+NOW = {"numerics": NUMERICS_VERSION}  # a record of the current code
 
 
 def _add_many(directory: str, writer: int, count: int, start) -> None:
@@ -30,11 +35,11 @@ def test_two_processes_adding_at_once_keep_every_result(tmp_path):
 
 def test_a_store_opened_earlier_sees_what_others_added_once_refreshed(tmp_path):
     early, other = ResultStore(tmp_path), ResultStore(tmp_path)
-    other.add({"key": "a"})
+    other.add({"key": "a", **NOW})
     assert early.get("a") is None
     early.refresh()
-    assert early.get("a") == {"key": "a"}
-    early.add({"key": "b"})  # merged with what is on disk, not with what it had read
+    assert early.get("a") == {"key": "a", **NOW}
+    early.add({"key": "b", **NOW})  # merged with what is on disk, not with what it had read
     assert {r["key"] for r in ResultStore(tmp_path).runs} == {"a", "b"}
 
 
@@ -43,3 +48,27 @@ def test_adding_a_key_again_replaces_its_record(tmp_path):
     store.add({"key": "a", "value": 1})
     store.add({"key": "a", "value": 2})
     assert ResultStore(tmp_path).runs == [{"key": "a", "value": 2}]
+
+
+def test_a_record_of_other_code_is_not_a_result_and_is_measured_again(tmp_path):
+    """A record without a numerics version (before versions were recorded) or of another version is not
+    measured for the current code: a resumed suite measures its run again, in a folder of its own, and
+    the new record replaces it; a store of every version (--report-only) still reads it."""
+    run = Run("x", "a", {"lr": 1}, 0)
+    old = {"key": run.key, "label": "a", "metrics": {"v": 0}}
+    (tmp_path / "results.json").write_text(json.dumps({"runs": [old, {"key": "other", "numerics": NUMERICS_VERSION + 1}]}))
+    store = ResultStore(tmp_path)
+    assert store.get(run.key) is None and store.get("other") is None and store.keys() == set()
+    assert ResultStore(tmp_path, numerics=None).get(run.key) == old
+    assert ResultStore(tmp_path, numerics=0).keys() == {run.key}
+    measured = []
+
+    def measure(run, device, out):
+        measured.append(out)
+        return {"metrics": {"v": 1}}
+
+    records = execute([run], measure, store, assign("cpu"), quiet=True)
+    assert measured == [run_folder(store, run)] and run_folder(store, run).name == f"{run.key}-n{NUMERICS_VERSION}"
+    assert records[0]["numerics"] == NUMERICS_VERSION and records[0]["metrics"] == {"v": 1}
+    assert [r["key"] for r in ResultStore(tmp_path, numerics=None).runs] == ["other", run.key]  # replaced, not added
+    assert execute([run], measure, ResultStore(tmp_path), assign("cpu"), quiet=True) == records and len(measured) == 1

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks.figures import plt, save_figure
-from benchmarks.spec import Ablation, Cell, Finding, Scale, difference
+from benchmarks.spec import Ablation, Cell, Finding, Margin, Scale, combine, difference
 from benchmarks.verdict import POSITIVE, ZERO
 
 CELLS = [("none", "input"), ("learned_1d", "input"), ("learned_1d", "every_layer"), ("learned_1d", "every_layer_shared"),
@@ -50,13 +50,33 @@ def _encoding_barely_matters(t):
         if DEFAULT in t.by_label else []
 
 
+def _learned_gap(t):
+    """What a position embedding is worth in this table: the learned embeddings' mean minus none."""
+    learned = [row["label"] for row in t.rows if row["pos_embed"] in ("learned_1d", "learned_2d")]
+    if "none / input" not in t.by_label or not learned:
+        return None
+    mean = combine(*((1.0 / len(learned), {label: 1.0}) for label in learned))
+    return "learned mean - none", combine((1.0, mean), (-1.0, {"none / input": 1.0}))
+
+
+# How far an encoding may lie from the default and still "barely matter": a quarter of the gap the same
+# table measures between no position embedding and the learned ones. Relative, not in points: the scales
+# reach other accuracies on other data than Table 8's 5-shot ImageNet, and the claim is one of proportion.
+ENCODING_MARGIN = Margin(
+    "Table 8's learned embeddings average 0.6409 against 0.6138 without one, a gap of 2.7 points, and every "
+    "encoding lies within 0.24 points of the default (9% of the gap). A quarter of the gap measured in the same "
+    "table leaves room for a smaller scale's noisier encodings (about three times the paper's largest share) "
+    "while every encoding stays far nearer the default than no embedding is.",
+    fraction=0.25, reference=_learned_gap)
+
 # judged on both metrics: the paper's (5-shot) and the steadier test accuracy
 FINDINGS = tuple(
     finding
     for metric in ("test_acc", "fewshot_5")
     for finding in (
         Finding("No position embedding is clearly worse", "0.614 vs 0.640-0.643", POSITIVE, _position_helps, metric),
-        Finding("How position is encoded barely matters", "every variant within 0.004", ZERO, _encoding_barely_matters, metric),
+        Finding("How position is encoded barely matters", "every variant within 0.004", ZERO, _encoding_barely_matters, metric,
+                margin=ENCODING_MARGIN),
     )
 )
 
