@@ -21,7 +21,7 @@ from safetensors.torch import load_file
 
 from vitzoo.config import ViTConfig
 from vitzoo.errors import CheckpointError, PluginError
-from vitzoo.hub import cache, transport
+from vitzoo.hub import transport
 from vitzoo.registry import get_registry
 from vitzoo.weights import native
 from vitzoo.weights.converted import ConvertedWeights, converting, read_failed
@@ -187,19 +187,9 @@ def open_directory(directory: str | os.PathLike) -> Source:
 # ---------------------------------------------------------------------------------------- any source
 def open_hub(source: str, **hub_options: Any) -> Source:
     """A Hub repo, downloaded through the Hugging Face cache (`hub_options` go to
-    `vitzoo.hub.transport.download`); a cached file that no longer matches the Hub's hash is removed,
-    so the next call fetches it again."""
+    `vitzoo.hub.transport.download`, which loads no cached file that no longer matches its hash)."""
     directory = transport.download(source, **hub_options)
-    try:
-        opened = open_directory(directory)
-    except CheckpointError as exc:
-        damaged = cache.evict_damaged(directory)
-        if damaged:
-            raise CheckpointError(
-                f"{exc}\nThe cached {', '.join(damaged)} no longer match(es) the Hub's hash (damaged on disk) "
-                f"and was removed from the cache: the next call downloads it again"
-            ) from exc
-        raise
+    opened = open_directory(directory)
     opened.location = f"{source} (cached at {directory})"
     return opened
 

@@ -1,0 +1,137 @@
+"""What comes from the Hub, and what goes to it, is what it says it is (issue 23): a cached file that no
+longer matches its hash is never loaded, a folder that does not load as a model is never pushed, a
+repo asked to be private is private, and no Hub call waits past its deadline."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from hub_testing import TOKEN, hermetic_hub_environment, tiny  # tests/hub_testing.py
+
+import vitzoo
+from vitzoo.errors import HubError
+from vitzoo.hub.transport import download
+from vitzoo.testing.hubserver import HubServer
+
+
+@pytest.fixture(autouse=True)
+def hermetic(monkeypatch, tmp_path):
+    hermetic_hub_environment(monkeypatch, tmp_path)
+
+
+@pytest.fixture
+def server(tmp_path, monkeypatch):
+    with HubServer(tmp_path / "hub", token=TOKEN) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        yield hub
+
+
+def same_model(a, b) -> bool:
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        return a.config == b.config and torch.equal(a.eval()(x), b.eval()(x))
+
+
+def cached_blob(repo_id: str, name: str) -> Path:
+    """The blob a cached snapshot file points to (the file's bytes; the cache names it by its hash)."""
+    return (download(f"hf-hub:{repo_id}", local_files_only=True) / name).resolve()
+
+
+def flip_a_byte(path: Path, offset_from_end: int = 13) -> None:
+    """Change one byte of `path` in place (as a failing disk would); the file's size stays the same. The
+    default: an exponent bit of the last float of a safetensors file (the one weight changes a lot)."""
+    time.sleep(0.02)  # past the file system's timestamp tick: the file's state changes with its bytes
+    with open(path, "r+b") as f:
+        f.seek(-offset_from_end, 2)
+        byte = f.read(1)
+        f.seek(-offset_from_end, 2)
+        f.write(bytes([byte[0] ^ 0x40]))
+
+
+def edit_config(path: Path, **changes) -> None:
+    time.sleep(0.02)
+    document = json.loads(path.read_text())
+    document["model"].update(changes)
+    path.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
+
+
+def go_offline(monkeypatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+# ------------------------------------------------------------------ 1. a damaged file in the Hub cache
+def test_a_bit_flipped_cached_weights_blob_is_downloaded_again_online(server, caplog):
+    """One byte changed inside the tensor data of a cached model.safetensors blob: the next load online
+    notices that the blob no longer matches its sha256, removes it, downloads it again and loads the
+    model that was pushed, saying so."""
+    model = tiny()
+    model.push_to_hub("alice/flip", token=TOKEN)
+    vitzoo.from_pretrained("hf-hub:alice/flip")
+    blob = cached_blob("alice/flip", "model.safetensors")
+    flip_a_byte(blob)
+    with caplog.at_level(logging.WARNING, logger="vitzoo"):
+        again = vitzoo.from_pretrained("hf-hub:alice/flip")
+    assert same_model(again, model)
+    assert "model.safetensors" in caplog.text and "sha256" in caplog.text and "downloaded again" in caplog.text
+
+
+def test_a_bit_flipped_cached_weights_blob_is_refused_offline_and_pull_repairs_it(server, monkeypatch, capsys, caplog):
+    """Offline, the damaged blob is not loaded: a HubError names the file, says its bytes no longer match
+    the sha256 the cache names it by, and that `vitzoo pull REPO` repairs it; online, `vitzoo pull`
+    does, and the model then loads offline."""
+    from vitzoo.cli import main
+
+    model = tiny()
+    model.push_to_hub("alice/flip", token=TOKEN)
+    assert main(["pull", "alice/flip"]) == 0
+    flip_a_byte(cached_blob("alice/flip", "model.safetensors"))
+    go_offline(monkeypatch)
+    with pytest.raises(HubError, match=r"(?s)cached model.safetensors of alice/flip is damaged: .*sha256.*`vitzoo pull alice/flip`"):
+        vitzoo.from_pretrained("hf-hub:alice/flip")
+    assert main(["pull", "alice/flip"]) == 2  # offline: the same message, in one line
+    assert "vitzoo pull alice/flip" in capsys.readouterr().err
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    with caplog.at_level(logging.WARNING, logger="vitzoo"):
+        assert main(["pull", "alice/flip"]) == 0
+    assert "downloaded again" in caplog.text
+    go_offline(monkeypatch)
+    assert same_model(vitzoo.from_pretrained("hf-hub:alice/flip"), model)
+
+
+def test_a_hand_edited_cached_config_is_not_used(server, monkeypatch):
+    """A cached config.json edited by hand (it still reads as a valid config) no longer matches the
+    git hash the cache names its blob by: offline it is refused, online it is downloaded again."""
+    model = tiny()
+    model.push_to_hub("alice/edited", token=TOKEN)
+    vitzoo.from_pretrained("hf-hub:alice/edited")
+    edit_config(cached_blob("alice/edited", "config.json"), act="gelu_tanh")
+    go_offline(monkeypatch)
+    with pytest.raises(HubError, match=r"(?s)cached config.json of alice/edited is damaged: .*git blob sha1.*`vitzoo pull alice/edited`"):
+        vitzoo.from_pretrained("hf-hub:alice/edited")
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    again = vitzoo.from_pretrained("hf-hub:alice/edited")
+    assert again.config.act == "gelu" and same_model(again, model)
+
+
+def test_a_cached_file_is_hashed_once_per_file_state(server, monkeypatch):
+    """A blob whose hash matched is not hashed again while its size, times and inode stay the same;
+    touched, it is hashed again."""
+    from vitzoo.hub import cache
+
+    tiny().push_to_hub("alice/once", token=TOKEN)
+    vitzoo.from_pretrained("hf-hub:alice/once")
+    hashed = []
+    real = cache.hash_matches_name
+    monkeypatch.setattr(cache, "hash_matches_name", lambda blob: hashed.append(blob.name) or real(blob))
+    vitzoo.from_pretrained("hf-hub:alice/once")
+    vitzoo.from_pretrained("hf-hub:alice/once")
+    assert hashed == []
+    time.sleep(0.02)
+    cached_blob("alice/once", "model.safetensors").touch()
+    vitzoo.from_pretrained("hf-hub:alice/once")
+    assert len(hashed) == 1
