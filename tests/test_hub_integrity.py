@@ -135,3 +135,57 @@ def test_a_cached_file_is_hashed_once_per_file_state(server, monkeypatch):
     cached_blob("alice/once", "model.safetensors").touch()
     vitzoo.from_pretrained("hf-hub:alice/once")
     assert len(hashed) == 1
+
+
+# ------------------------------------------------------------------ 2. a folder that does not load is never pushed
+def nothing_on_the_hub(hub, repo_id: str) -> bool:
+    from huggingface_hub import HfApi
+
+    return not HfApi(endpoint=hub.url, token=TOKEN).repo_exists(repo_id)
+
+
+def break_weights(saved: Path, how: str) -> None:
+    weights = saved / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes({"truncated": data[: len(data) // 2], "100 bytes": data[:100], "empty": b""}[how])
+
+
+@pytest.mark.parametrize("how", ["truncated", "100 bytes", "empty"])
+def test_a_folder_with_broken_weights_is_not_pushed(server, tmp_path, capsys, how):
+    """`vitzoo push` of a folder whose model.safetensors is truncated, 100 bytes or empty fails in one
+    line naming the file, before anything is uploaded: the repo is not even created."""
+    from vitzoo.cli import main
+
+    tiny().save_pretrained(tmp_path / "saved")
+    break_weights(tmp_path / "saved", how)
+    assert main(["push", str(tmp_path / "saved"), "alice/broken", "--token", TOKEN]) == 2
+    err = capsys.readouterr().err
+    assert "model.safetensors" in err and "nothing was pushed to alice/broken" in err and "Traceback" not in err
+    assert nothing_on_the_hub(server, "alice/broken")
+
+
+@pytest.mark.parametrize("change", [{"mlp_dim": 96}, {"depth": 3}, {"num_classes": 7}, {"pos_embed": "none"}])
+def test_a_folder_whose_config_does_not_fit_its_weights_is_not_pushed(server, tmp_path, capsys, change):
+    """A config.json that describes another model than the weights beside it is refused before any
+    upload, listing what does not fit."""
+    from vitzoo.cli import main
+
+    tiny().save_pretrained(tmp_path / "saved")
+    config = tmp_path / "saved" / "config.json"
+    edit_config(config, **change)
+    assert main(["push", str(tmp_path / "saved"), "alice/misfit", "--token", TOKEN]) == 2
+    err = capsys.readouterr().err
+    assert "do not fit the model" in err and "nothing was pushed to alice/misfit" in err
+    assert nothing_on_the_hub(server, "alice/misfit")
+
+
+def test_a_model_changed_after_it_was_built_is_not_pushed(server):
+    """push_to_hub of a model whose head was replaced by hand (its config still says 5 classes) is
+    refused before any upload: what would be pushed does not load."""
+    from vitzoo.errors import CheckpointError
+
+    model = tiny()
+    model.head.fc = torch.nn.Linear(32, 9)
+    with pytest.raises(CheckpointError, match=r"(?s)nothing was pushed to alice/changed.*head.fc.weight"):
+        model.push_to_hub("alice/changed", token=TOKEN)
+    assert nothing_on_the_hub(server, "alice/changed")

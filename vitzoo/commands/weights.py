@@ -43,9 +43,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run_push(args) -> int:
+    from vitzoo.model import VisionTransformer
     from vitzoo.weights.publish import push_folder
 
-    url = push_folder(args.directory, args.repo_id, token=args.token, private=args.private,
+    url = push_folder(args.directory, args.repo_id, model_class=VisionTransformer, token=args.token, private=args.private,
                       revision=args.revision, commit_message=args.message)
     print(url)
     return 0
