@@ -189,3 +189,68 @@ def test_a_model_changed_after_it_was_built_is_not_pushed(server):
     with pytest.raises(CheckpointError, match=r"(?s)nothing was pushed to alice/changed.*head.fc.weight"):
         model.push_to_hub("alice/changed", token=TOKEN)
     assert nothing_on_the_hub(server, "alice/changed")
+
+
+# ------------------------------------------------------------------ 3. --private makes the repo private
+def anonymous_read_works(hub, repo_id: str) -> bool:
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import RepositoryNotFoundError
+
+    try:
+        HfApi(endpoint=hub.url, token=False).model_info(repo_id)
+    except RepositoryNotFoundError:
+        return False
+    return True
+
+
+def test_the_test_server_changes_a_repos_visibility_as_the_hub_does(server):
+    """PUT /api/models/ORG/NAME/settings (huggingface_hub's update_repo_settings) makes a repo private
+    or public; it needs a token, answers 404 for a repo that does not exist, and refuses a visibility
+    a model repo cannot have."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
+
+    api = HfApi(endpoint=server.url, token=TOKEN)
+    api.create_repo("alice/vis")
+    assert anonymous_read_works(server, "alice/vis")
+    api.update_repo_settings("alice/vis", private=True)
+    assert api.model_info("alice/vis").private and not anonymous_read_works(server, "alice/vis")
+    api.update_repo_settings("alice/vis", visibility="public")
+    assert anonymous_read_works(server, "alice/vis")
+    with pytest.raises(HfHubHTTPError) as refused:
+        HfApi(endpoint=server.url, token=False).update_repo_settings("alice/vis", private=True)
+    assert refused.value.response.status_code == 401 and anonymous_read_works(server, "alice/vis")
+    with pytest.raises(RepositoryNotFoundError):
+        api.update_repo_settings("alice/none", private=True)
+    with pytest.raises(HfHubHTTPError) as refused:
+        api.update_repo_settings("alice/vis", gated="manual")
+    assert refused.value.response.status_code in (400, 501)
+
+
+def test_push_private_to_an_existing_public_repo_makes_it_private(server, tmp_path, capsys, caplog):
+    """`vitzoo push --private` to a repo that exists and is public makes it private before the upload,
+    says so, and anonymous reads stop working; a push without --private leaves a private repo private."""
+    from vitzoo.cli import main
+
+    tiny().push_to_hub("alice/public", token=TOKEN)
+    assert anonymous_read_works(server, "alice/public")
+    tiny(1).save_pretrained(tmp_path / "saved")
+    with caplog.at_level(logging.WARNING, logger="vitzoo"):
+        assert main(["push", str(tmp_path / "saved"), "alice/public", "--private", "--token", TOKEN]) == 0
+    assert "alice/public was public: made it private" in caplog.text
+    assert not anonymous_read_works(server, "alice/public")
+    assert main(["push", str(tmp_path / "saved"), "alice/public", "--token", TOKEN]) == 0
+    assert not anonymous_read_works(server, "alice/public")
+
+
+def test_push_private_fails_when_the_server_cannot_make_the_repo_private(server, monkeypatch):
+    """A server that does not change the visibility (it refuses, or answers yes and leaves it public) is
+    a HubError saying the repo is still public; nothing is uploaded."""
+    from huggingface_hub import HfApi
+
+    tiny().push_to_hub("alice/stays", token=TOKEN)
+    before = HfApi(endpoint=server.url, token=TOKEN).model_info("alice/stays").sha
+    monkeypatch.setattr(HfApi, "update_repo_settings", lambda self, *a, **k: None)  # says nothing, does nothing
+    with pytest.raises(HubError, match=r"alice/stays on \S+ is still public.*nothing was uploaded"):
+        tiny(1).push_to_hub("alice/stays", token=TOKEN, private=True)
+    assert HfApi(endpoint=server.url, token=TOKEN).model_info("alice/stays").sha == before

@@ -196,6 +196,8 @@ def upload_folder(
     api = HfApi(endpoint=endpoint, token=token, library_name="vitzoo")
     try:
         api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
+        if private:
+            _make_private(api, repo_id, endpoint)
         if revision is not None and revision != "main":
             api.create_branch(repo_id, branch=revision, repo_type="model", exist_ok=True)
         names = [name for name in files if (directory / name).exists()]
@@ -203,7 +205,21 @@ def upload_folder(
             repo_id=repo_id, folder_path=directory, repo_type="model", revision=revision,
             commit_message=commit_message, allow_patterns=names,
         )
+    except HubError:
+        raise
     except Exception as exc:
         raise explain(exc, repo_id, revision, endpoint, offline=False, writing=True,
                       sent_token=settings.token_sent(token)) from exc
     return str(getattr(info, "commit_url", info))
+
+
+def _make_private(api, repo_id: str, endpoint: str) -> None:
+    """An existing repo that is public is made private (`private=` of create_repo applies to a new repo
+    only), before anything is uploaded to it; a HubError when it is still public afterwards."""
+    if api.repo_info(repo_id, repo_type="model").private:
+        return
+    api.update_repo_settings(repo_id, repo_type="model", private=True)
+    if not api.repo_info(repo_id, repo_type="model").private:
+        raise HubError(f"{repo_id} on {endpoint} is still public after asking the Hub to make it private; nothing "
+                       "was uploaded: make it private in its settings on the Hub, or push without --private")
+    log.warning("vitzoo: %s was public: made it private, as asked (--private / private=True)", repo_id)
