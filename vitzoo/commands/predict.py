@@ -14,7 +14,8 @@ MAX_TOP = 20
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("predict", help="classify images with pretrained weights: the top-k labels and probabilities")
-    p.add_argument("images", nargs="+", metavar="IMAGE", help="image files (any format Pillow reads: PNG, JPEG, ...; 16-bit and float images by their range)")
+    p.add_argument("images", nargs="+", metavar="IMAGE",
+                   help="image files (any format Pillow reads: PNG, JPEG, ...; 16-bit and float images by their range)")
     p.add_argument("--model", required=True,
                    help="a pretrained tag MODEL.TAG[@REVISION] (`vitzoo list --pretrained`), or a model for its default tag")
     p.add_argument("--top", type=int, default=5, help=f"how many classes to show per image (1-{MAX_TOP}, default 5)")
