@@ -13,7 +13,7 @@ from hub_testing import tiny  # tests/hub_testing.py
 from safetensors.torch import save_file
 
 import vitzoo
-from vitzoo.errors import CheckpointError
+from vitzoo.errors import CheckpointError, InputError
 
 
 # ------------------------------------------------------------------ 4. integer and boolean tensors where floats belong
@@ -158,3 +158,22 @@ def test_a_huge_image_is_not_called_damaged(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="larger than Pillow reads by default") as err:
         read_image(path)
     assert "damaged" not in str(err.value)
+
+
+# ------------------------------------------------------------------ 6. the fast path refuses what the model refuses
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int64, torch.bool, torch.int32])
+@pytest.mark.parametrize("inference_dtype", [torch.float32, torch.bfloat16])
+def test_the_fast_path_refuses_integer_images_as_the_model_does(dtype, inference_dtype):
+    """for_inference(model, dtype) given uint8, int64, int32 or bool images raises the plain model's
+    InputError ("expected floating-point images", with how to convert), instead of casting them."""
+    from vitzoo.fast import for_inference
+
+    model = tiny()
+    x = torch.randint(0, 2 if dtype is torch.bool else 255, (2, 3, 32, 32)).to(dtype)
+    with pytest.raises(InputError) as plain:
+        model(x)
+    fast = for_inference(model, inference_dtype)
+    with pytest.raises(InputError) as refused:
+        fast(x)
+    assert "expected floating-point images" in str(refused.value) and str(refused.value) == str(plain.value)
+    assert fast(torch.rand(2, 3, 32, 32, dtype=torch.float64)).dtype == inference_dtype  # floats are cast
