@@ -254,3 +254,166 @@ def test_push_private_fails_when_the_server_cannot_make_the_repo_private(server,
     with pytest.raises(HubError, match=r"alice/stays on \S+ is still public.*nothing was uploaded"):
         tiny(1).push_to_hub("alice/stays", token=TOKEN, private=True)
     assert HfApi(endpoint=server.url, token=TOKEN).model_info("alice/stays").sha == before
+
+
+# ------------------------------------------------------------------ 9. a server that answers slowly
+@pytest.fixture
+def dribbling_server():
+    """A loopback server that answers every request with a status line, then one header line every
+    0.3 s, never finishing the head: each read succeeds well within any per-read timeout. It stops by
+    itself after 40 s (and at teardown). Yields its URL."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.1)
+    stop = threading.Event()
+    started = time.monotonic()
+
+    def dribble(conn):
+        with conn:
+            try:
+                conn.settimeout(1)
+                conn.recv(65536)
+                conn.sendall(b"HTTP/1.1 200 OK\r\n")
+                n = 0
+                while not stop.wait(0.3) and time.monotonic() - started < 40:
+                    conn.sendall(f"X-Wait-{n}: still coming\r\n".encode())
+                    n += 1
+            except OSError:
+                pass
+
+    def accept():
+        while not stop.is_set() and time.monotonic() - started < 40:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                continue
+            threading.Thread(target=dribble, args=(conn,), daemon=True).start()
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    stop.set()
+    thread.join()
+    listener.close()
+
+
+def within(seconds: float, call):
+    """`call()`'s result (or its exception), failing the test when it is still waiting after `seconds`."""
+    import threading
+
+    outcome = {}
+
+    def run():
+        try:
+            outcome["value"] = call()
+        except BaseException as exc:  # handed to the test thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still waiting after {seconds} s"
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+@pytest.fixture
+def one_second(monkeypatch):
+    monkeypatch.setenv("VITZOO_HUB_TIMEOUT", "1")
+
+
+def test_a_pull_from_a_dribbling_server_stops_at_the_deadline(one_second, dribbling_server, monkeypatch):
+    """A server that sends a header line every 0.3 s (never a whole answer) is given up after the Hub
+    timeout, as a silent server is: a HubError naming the server and VITZOO_HUB_TIMEOUT, in seconds."""
+    monkeypatch.setenv("HF_ENDPOINT", dribbling_server)
+    started = time.monotonic()
+    with pytest.raises(HubError, match=rf"(?s){dribbling_server} did not answer within 1 s.*VITZOO_HUB_TIMEOUT"):
+        within(20, lambda: vitzoo.from_pretrained("hf-hub:alice/slow"))
+    assert time.monotonic() - started < 12
+
+
+def test_a_cached_model_loads_when_the_server_dribbles(tmp_path, one_second, dribbling_server, monkeypatch, capsys):
+    """A model pulled once loads from the cache when the server later dribbles (from_pretrained and
+    `vitzoo pull`), as when it is silent."""
+    from vitzoo.cli import main
+
+    model = tiny()
+    with HubServer(tmp_path / "hub", token=TOKEN) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        model.push_to_hub("alice/cached", token=TOKEN)
+        vitzoo.from_pretrained("hf-hub:alice/cached")
+    monkeypatch.setenv("HF_ENDPOINT", dribbling_server)
+    started = time.monotonic()
+    assert same_model(within(20, lambda: vitzoo.from_pretrained("hf-hub:alice/cached")), model)
+    assert within(20, lambda: main(["pull", "alice/cached"])) == 0
+    assert time.monotonic() - started < 20
+
+
+def test_a_push_to_a_dribbling_server_stops_at_the_deadline(one_second, dribbling_server, monkeypatch):
+    monkeypatch.setenv("HF_ENDPOINT", dribbling_server)
+    started = time.monotonic()
+    with pytest.raises(HubError, match=rf"{dribbling_server} did not answer within 1 s"):
+        within(20, lambda: tiny().push_to_hub("alice/slow", token=TOKEN))
+    assert time.monotonic() - started < 12
+
+
+def test_a_calls_requests_share_one_deadline(dribbling_server):
+    """Inside one Hub call, the requests' waits for answers add up to at most the timeout: the second
+    request to a dribbling server fails at once, where a deadline per request would wait again."""
+    import httpx2
+    from huggingface_hub.utils import get_session
+
+    from vitzoo.hub import deadline, transport
+
+    transport._bounded_session()
+    started = time.monotonic()
+    with deadline.call(2.0):
+        for _ in range(2):
+            with pytest.raises(httpx2.TimeoutException):
+                get_session().get(f"{dribbling_server}/api/anything")
+    assert 1.9 < time.monotonic() - started < 3.5
+    with pytest.raises(httpx2.TimeoutException, match="waited 2 s in all"):
+        with deadline.call(2.0):
+            for _ in range(2):
+                try:
+                    get_session().get(f"{dribbling_server}/api/anything")
+                except httpx2.TimeoutException as exc:
+                    error = exc
+            raise error
+
+
+def test_a_download_that_keeps_coming_is_not_cut_off(monkeypatch):
+    """The deadline is on waiting, not on transfers: a 1 MiB answer sent in 128 KiB pieces every 0.4 s
+    (3 s in all, three times the timeout) arrives whole."""
+    import socket
+    import threading
+
+    from huggingface_hub.utils import get_session
+
+    from vitzoo.hub import deadline, transport
+
+    body = bytes(range(256)) * 4096
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve():
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode())
+            for start in range(0, len(body), 128 * 1024):
+                time.sleep(0.4)
+                conn.sendall(body[start:start + 128 * 1024])
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    monkeypatch.setenv("VITZOO_HUB_TIMEOUT", "1")
+    transport._bounded_session()
+    started = time.monotonic()
+    with deadline.call(1.0):
+        response = get_session().get(f"http://127.0.0.1:{listener.getsockname()[1]}/file")
+    assert response.content == body and time.monotonic() - started > 3
+    thread.join(5)
+    listener.close()

@@ -88,7 +88,8 @@ def explain(exc: Exception, repo_id: str, revision: str | None, endpoint: str, *
     network = _connection_error(exc)
     if network is not None and any("Timeout" in c.__name__ for c in type(network).__mro__):
         return HubError(
-            f"the Hub at {endpoint} did not answer within {settings.timeout():g} s ({type(network).__name__}) while "
+            f"the Hub at {endpoint} did not answer within {settings.timeout():g} s ({type(network).__name__}"
+            f"{': ' + str(network) if str(network) else ''}) while "
             f"{'uploading' if writing else 'downloading'} {where}"
             + ("" if writing else f", and {where} is not in the Hugging Face cache ({cache})")
             + ": check the server and HF_ENDPOINT, wait longer with VITZOO_HUB_TIMEOUT=SECONDS"

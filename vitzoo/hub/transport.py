@@ -11,8 +11,9 @@ vitzoo keeps no cache of its own (`vitzoo.hub.cache` verifies and repairs the Hu
 file that no longer hashes to what the cache names it by is never loaded). huggingface_hub's
 errors become `HubError`s that name the cause and the fix (`vitzoo.hub.explain`).
 
-No Hub call waits for a silent server longer than `VITZOO_HUB_TIMEOUT` seconds (default 30) to
-connect, or between two reads or writes: huggingface_hub sends some requests with no timeout at all.
+No request to the Hub waits longer than `VITZOO_HUB_TIMEOUT` seconds (default 30) for a silent server,
+nor for a slow one: each has that long to connect and move its first 64 KiB, and as long again for
+each 64 KiB after (`vitzoo.hub.deadline`); huggingface_hub sends some requests with no timeout at all.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 
 from vitzoo import refname
 from vitzoo.errors import HubError
-from vitzoo.hub import cache, settings
+from vitzoo.hub import cache, deadline, settings
 from vitzoo.hub.explain import explain
 from vitzoo.version import __version__
 from vitzoo.weights.layout import HUB_FILES, HUB_PREFIX, WEIGHT_FILES
@@ -38,20 +39,28 @@ _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 
 def _bound_waits(request) -> None:
     """A request hook: every wait of the request (connect, read, write, pool) at most `settings.timeout()`
-    seconds; huggingface_hub's own shorter timeouts stay."""
+    seconds, huggingface_hub's own shorter timeouts kept; and the whole request's deadline starts
+    (`vitzoo.hub.deadline`)."""
     limit = settings.timeout()
     given = request.extensions.get("timeout") or {}
     bounded = {k: limit if given.get(k) is None else min(given[k], limit) for k in ("connect", "read", "write", "pool")}
     request.extensions = {**request.extensions, "timeout": bounded}
+    deadline.start(limit)
 
 
 def _bounded_session() -> None:
-    """Add `_bound_waits` to huggingface_hub's shared HTTP client (it makes a new one after errors, so
-    this is checked before every call)."""
+    """Add `_bound_waits` to huggingface_hub's shared HTTP client, and keep its connections to the
+    deadline (it makes a new client after errors, so this is checked before every call)."""
+    from huggingface_hub import close_session
     from huggingface_hub.utils import get_session
 
     settings.timeout()  # a bad VITZOO_HUB_TIMEOUT is refused before anything is sent
     client = get_session()
+    if getattr(client, "_vitzoo_deadline", None) is None:
+        if any(getattr(getattr(t, "_pool", None), "connections", None) for t in (client._transport, *client._mounts.values())):
+            close_session()  # connections opened before would not keep the deadline: a new client
+            client = get_session()
+        client._vitzoo_deadline = deadline.install(client)
     hooks = client.event_hooks
     if _bound_waits not in hooks["request"]:
         client.event_hooks = {**hooks, "request": [*hooks["request"], _bound_waits]}
@@ -121,7 +130,8 @@ def download(
             raise explain(exc, repo_id, revision, endpoint, offline=offline, writing=False,
                           sent_token=settings.token_sent(token)) from exc
 
-    folder = _verified(fetch(), fetch, f"{repo_id}{'@' + revision if revision else ''}", offline, endpoint)
+    with deadline.call(settings.timeout()):
+        folder = _verified(fetch(), fetch, f"{repo_id}{'@' + revision if revision else ''}", offline, endpoint)
     if not any((folder / name).exists() for name in WEIGHT_FILES):
         present = sorted(p.name for p in folder.iterdir())
         raise HubError(
@@ -194,22 +204,23 @@ def upload_folder(
                        "unset HF_HUB_OFFLINE to push")
     _bounded_session()
     api = HfApi(endpoint=endpoint, token=token, library_name="vitzoo")
-    try:
-        api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
-        if private:
-            _make_private(api, repo_id, endpoint)
-        if revision is not None and revision != "main":
-            api.create_branch(repo_id, branch=revision, repo_type="model", exist_ok=True)
-        names = [name for name in files if (directory / name).exists()]
-        info = api.upload_folder(
-            repo_id=repo_id, folder_path=directory, repo_type="model", revision=revision,
-            commit_message=commit_message, allow_patterns=names,
-        )
-    except HubError:
-        raise
-    except Exception as exc:
-        raise explain(exc, repo_id, revision, endpoint, offline=False, writing=True,
-                      sent_token=settings.token_sent(token)) from exc
+    with deadline.call(settings.timeout()):  # the waits of all its requests together
+        try:
+            api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
+            if private:
+                _make_private(api, repo_id, endpoint)
+            if revision is not None and revision != "main":
+                api.create_branch(repo_id, branch=revision, repo_type="model", exist_ok=True)
+            names = [name for name in files if (directory / name).exists()]
+            info = api.upload_folder(
+                repo_id=repo_id, folder_path=directory, repo_type="model", revision=revision,
+                commit_message=commit_message, allow_patterns=names,
+            )
+        except HubError:
+            raise
+        except Exception as exc:
+            raise explain(exc, repo_id, revision, endpoint, offline=False, writing=True,
+                          sent_token=settings.token_sent(token)) from exc
     return str(getattr(info, "commit_url", info))
 
 
