@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from pathlib import Path
 
 import torch
@@ -104,9 +105,14 @@ def read_config(path: str | os.PathLike) -> ViTConfig:
             f"({FORMAT_VERSION}); upgrade vitzoo"
         )
     try:
-        return ViTConfig.from_dict(document["model"])
+        config = ViTConfig.from_dict(document["model"])
     except (ConfigError, TypeError) as exc:  # TypeError: a value of a type no option takes (e.g. a list for an int)
         raise ConfigError(f"{path}: the saved model config is not valid: {exc}") from exc
+    missing = [name for name in ViTConfig.field_names() if name not in document["model"]]
+    if missing:  # save_pretrained writes every option: these were left out by hand, or by an older vitzoo
+        warnings.warn(f"{path} does not give the model options {', '.join(missing)}; their defaults are used: "
+                      + ", ".join(f"{name}={getattr(config, name)!r}" for name in missing), stacklevel=2)
+    return config
 
 
 def is_saved(document: dict | None) -> bool:
