@@ -140,7 +140,7 @@ def load_tag(tag: PretrainedTag, config: ViTConfig, requested: dict[str, Any], r
         raise HubError(
             f"the weights of {tag.name} are in the Hub repo {tag.hub_id}: {exc}\nTo work offline: set "
             f"HF_HUB_OFFLINE=1 with a Hugging Face cache that holds {tag.hub_id} (fill it once online, e.g. "
-            f"`vitzoo pull {tag.hub_id}`), or load a local copy of its files: "
+            f"`vitzoo pull {tag.hub_id}{'@' + revision if revision else ''}`), or load a local copy of its files: "
             f"vitzoo.create({tag.name!r}, pretrained=PATH)", not_cached=True,
         ) from exc
     model.pretrained_tag = tag

@@ -14,12 +14,23 @@ from vitzoo.train.config import RESUMABLE_CHANGES, TrainConfig
 from vitzoo.weights.layout import CONFIG_NAME
 
 
+def _diverged_before_a_checkpoint(run: Path) -> bool:
+    try:
+        status = json.loads((run / "summary.json").read_text(encoding="utf-8")).get("status")
+        return status == "diverged" and not (run / "checkpoints" / state.LATEST).exists()
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def _describe(directory: Path, entries: list[str], source: str | None, source_name: str) -> str:
     """What a directory holds, in words: the source being read, a run, a saved model, files."""
     if source and os.path.exists(source) and (directory.resolve() == Path(source).resolve()
                                               or directory.resolve() in Path(source).resolve().parents):
         return f"{source_name} {source} (writing there would overwrite what is read)"
     if "train_config.json" in entries or "checkpoints" in entries:
+        if _diverged_before_a_checkpoint(directory):
+            return ("a run that diverged before its first checkpoint (summary.json), so nothing in it can be "
+                    "resumed: remove it to start again there")
         return "a run"
     if CONFIG_NAME in entries:
         return "a saved model (config.json, written by save_pretrained or another program)"
