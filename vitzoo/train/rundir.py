@@ -77,4 +77,25 @@ def prepare_run_dir(cfg: TrainConfig, run: Path | None) -> list[Path]:
     return state.to_resume(run / "checkpoints")
 
 
-__all__ = ["check_new_directory", "prepare_run_dir"]
+def finished_summary(cfg: TrainConfig) -> dict | None:
+    """The summary of the run that `cfg` resumes, when that run is finished: its last checkpoint is the
+    step summary.json reports as finished, so nothing is left to train or evaluate. A resume of it is a
+    no-op that says so (the run's files are left as they are). None for anything else, and for a resume
+    with other settings, which `prepare_run_dir` refuses as always."""
+    if not (cfg.resume and cfg.out):
+        return None
+    run = Path(cfg.out)
+    checkpoints = prepare_run_dir(cfg.resolved(), run)
+    try:
+        summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not (isinstance(summary, dict) and summary.get("status") == "finished" and checkpoints
+            and checkpoints[0].name == f"step_{summary.get('step', -1):08d}"):
+        return None
+    if not cfg.quiet and os.environ.get("RANK", "0") == "0":
+        print(f"{run} is finished (step {summary['step']}, summary.json): nothing to resume, nothing changed")
+    return summary
+
+
+__all__ = ["check_new_directory", "finished_summary", "prepare_run_dir"]

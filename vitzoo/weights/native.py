@@ -13,7 +13,7 @@ from safetensors.torch import save_file
 
 from vitzoo.config import ViTConfig
 from vitzoo.errors import CheckpointError, ConfigError
-from vitzoo.io import atomic_path, staged_directory, write_text
+from vitzoo.io import atomic_path, recover, staged_directory, write_text
 from vitzoo.version import __version__
 from vitzoo.weights.card import render
 from vitzoo.weights.converted import ConvertedWeights, read_failed
@@ -67,6 +67,8 @@ def save_pretrained(model, directory: str | os.PathLike, extra: dict | None = No
     failed save leaves `directory` as it was: an earlier save there stays whole and loadable.
     """
     directory = Path(directory)
+    if directory.parent.is_dir():
+        recover(directory)  # what a save killed part-way left: put right even when this save is refused
     texts = {CARD_NAME: render(model, card),
              CONFIG_NAME: json.dumps(config_document(model.config, extra), indent=2, sort_keys=True) + "\n"}
     # the config marks a complete save, so it is the last file renamed into a directory that holds more

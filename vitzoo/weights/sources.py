@@ -22,6 +22,7 @@ from safetensors.torch import load_file
 from vitzoo.config import ViTConfig
 from vitzoo.errors import CheckpointError, PluginError
 from vitzoo.hub import transport
+from vitzoo.io import interrupted_swap
 from vitzoo.registry import get_registry
 from vitzoo.weights import native
 from vitzoo.weights.converted import ConvertedWeights, converting, read_failed
@@ -214,6 +215,10 @@ def open_source(source: str | os.PathLike, **hub_options: Any) -> Source:
     if text.startswith(HUB_PREFIX):
         return open_hub(text, **hub_options)
     if not os.path.exists(text):
+        kept = interrupted_swap(text)
+        if kept is not None:
+            raise FileNotFoundError(f"no checkpoint at {text!r}: an interrupted save left the earlier one in {kept}; "
+                                    f"the next save to {text!r} puts it back first, or move it back yourself")
         raise FileNotFoundError(f"no checkpoint at {text!r} ({SUPPORTED})")
     return open_directory(text) if os.path.isdir(text) else open_file(text)
 
