@@ -108,3 +108,36 @@ def test_pull_into_a_directory_holding_a_readme_or_a_run_keeps_them(hub, tmp_pat
     assert (snapshot(tmp_path / "mine"), snapshot(run)) == before
     assert main(["pull", "alice/model", str(tmp_path / "fresh")]) == 0
     assert sorted(p.name for p in (tmp_path / "fresh").iterdir()) == ["README.md", "config.json", "model.safetensors"]
+
+
+# ------------------------------------------------------------------ the user's umask
+@pytest.fixture
+def umask():
+    import os
+
+    def set_umask(mask: int) -> None:
+        os.umask(mask)
+
+    before = os.umask(0o022)
+    os.umask(before)
+    yield set_umask
+    os.umask(before)
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o002, 0o077])
+def test_files_vitzoo_writes_get_the_users_umask(tmp_path, umask, mask):
+    """save_pretrained's files, a training run's files and checkpoints, and an atomic write have the
+    permissions any tool's files get under the umask (0o666 & ~umask), not tempfile's 0o600."""
+    from vitzoo.io import write_text
+
+    umask(mask)
+    expected = 0o666 & ~mask
+    tiny().save_pretrained(tmp_path / "saved")
+    finished_run(tmp_path / "run")
+    write_text(tmp_path / "note.txt", "x\n")
+    files = [p for p in [*(tmp_path / "saved").iterdir(), *(tmp_path / "run").rglob("*"), tmp_path / "note.txt"]
+             if p.is_file()]
+    assert len(files) > 8
+    wrong = {str(p.relative_to(tmp_path)): oct(p.stat().st_mode & 0o777) for p in files
+             if p.stat().st_mode & 0o777 != expected}
+    assert not wrong, f"expected {oct(expected)}: {wrong}"

@@ -16,15 +16,23 @@ from typing import Iterator
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside `path`; on success it is fsynced and renamed over `path`.
 
-    On an exception the temporary file is removed and `path` is left as it was.
+    On an exception the temporary file is removed and `path` is left as it was. The file gets the
+    permissions the user's umask gives (0666 less the umask), as any tool's does.
     """
     final = Path(path)
     final.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
-    os.close(fd)
-    tmp_path = Path(tmp)
+    while True:  # a new name, made here and not by tempfile.mkstemp: its files are 0600 whatever the umask
+        tmp_path = final.parent / f".{final.name}.{uuid.uuid4().hex[:12]}.tmp"
+        try:
+            os.close(os.open(tmp_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))  # 0666 less the umask
+            break
+        except FileExistsError:
+            continue
+    mode = tmp_path.stat().st_mode & 0o777
     try:
         yield tmp_path
+        if tmp_path.stat().st_mode & 0o777 != mode:  # a writer that replaced the file (safetensors does) made it 0600
+            os.chmod(tmp_path, mode)
         with open(tmp_path, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp_path, final)
