@@ -286,7 +286,8 @@ def test_per_step_values_stay_on_the_device_until_log_time(monkeypatch):
 
 
 def test_a_non_finite_loss_between_log_points_is_caught_at_the_next_read_and_named_by_its_step(monkeypatch):
-    """The loss is read at log time, yet a NaN at step 5 is reported as step 5's."""
+    """The loss is read at log time, yet a NaN in the sixth step is reported as step 6's (as the metrics
+    number steps), not as the log point's (8)."""
     calls = {"n": 0}
     real = loop.loss_fn
 
@@ -295,7 +296,7 @@ def test_a_non_finite_loss_between_log_points_is_caught_at_the_next_read_and_nam
         return real(logits, targets, smoothing) * (float("nan") if calls["n"] == 6 else 1.0)
 
     monkeypatch.setattr(loop, "loss_fn", poisoned)
-    with pytest.raises(loop.TrainingDiverged, match=r"loss is nan at step 5"):
+    with pytest.raises(loop.TrainingDiverged, match=r"loss is nan at step 6"):
         fit(tiny_config(steps=8, log_every=4))
 
 

@@ -172,15 +172,13 @@ def test_a_truncated_model_safetensors(server, tmp_path):
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
     with pytest.raises(CheckpointError, match="damaged or truncated"):
         vitzoo.from_pretrained(tmp_path / "saved")
-    # the same in the cache
+    # the same in the cache: noticed before loading (the blob no longer matches its sha256), removed and
+    # downloaded again whole
     model.push_to_hub("alice/trunc", token=TOKEN)
     blob = (download("hf-hub:alice/trunc") / "model.safetensors").resolve()
     blob.write_bytes(blob.read_bytes()[:100])
-    with pytest.raises(CheckpointError, match=r"(?s)model.safetensors is damaged or truncated .*no longer match.*removed "
-                                               r"from the cache: the next call downloads it again"):
-        vitzoo.from_pretrained("hf-hub:alice/trunc")
+    again = vitzoo.from_pretrained("hf-hub:alice/trunc")
     assert_cache_clean()
-    again = vitzoo.from_pretrained("hf-hub:alice/trunc")  # downloaded afresh, whole
     assert all(torch.equal(a, b) for a, b in zip(again.state_dict().values(), model.state_dict().values()))
 
 
@@ -192,8 +190,9 @@ def test_a_config_that_does_not_fit_the_weights(server, tmp_path):
     document = json.loads(config_path.read_text())
     document["model"]["mlp_dim"] = 96
     config_path.write_text(json.dumps(document))
-    assert main(["push", str(tmp_path / "saved"), "alice/misfit", "--token", TOKEN]) == 0
-    with pytest.raises(CheckpointError, match=r"weights from hf-hub:alice/misfit .*\n  mis-shaped \(6\): encoder.blocks.0.mlp.fc1.bias: checkpoint \(64,\) vs model \(96,\)"):
+    # refused before anything is uploaded (the pull could only say so afterwards)
+    assert main(["push", str(tmp_path / "saved"), "alice/misfit", "--token", TOKEN]) == 2
+    with pytest.raises(HubError, match="no model repository alice/misfit"):
         vitzoo.from_pretrained("hf-hub:alice/misfit")
     assert_cache_clean()
 

@@ -126,7 +126,8 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch
         return loss * float("nan") if calls["n"] > 5 else loss
 
     monkeypatch.setattr(loop, "loss_fn", poisoned)
-    with pytest.raises(TrainingDiverged, match=r"loss is nan at step 5.*last good checkpoint \(step 4\)"):
+    # the sixth step's loss is NaN: step 6, as the metrics number steps (the fifth logged step 5)
+    with pytest.raises(TrainingDiverged, match=r"loss is nan at step 6.*last good checkpoint \(step 4\)"):
         fit(tiny_config(tmp_path, checkpoint_every=2))
     run = tmp_path / "run"
     good = state.latest(run / "checkpoints")

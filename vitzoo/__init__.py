@@ -85,6 +85,7 @@ def create(
     Options the weights decide (GELU variant, pooling, head) follow the weights unless given here.
     `device="meta"` builds without allocating memory.
     """
+    _check_arguments(name=name, pretrained=pretrained, strict=strict)
     options = from_timm_names(options)
     if name.startswith(HUB_PREFIX):  # timm's habit: a Hub repo as the name, its weights with pretrained=True
         if pretrained is True:
@@ -112,10 +113,26 @@ def from_pretrained(
     or in any format `create(..., pretrained=...)` reads, the model inferred from the weights; options
     change its config (a new `num_classes` replaces the head, a new `img_size` resamples the position
     embeddings, `num_heads` when the weights cannot say)."""
+    _check_arguments(source=source, strict=strict)
     options = from_timm_names(options)
     ViTConfig.check_option_names(options)
     with torch.device(device) if device is not None else contextlib.nullcontext():
         return load_pretrained(None, source, options, strict=strict)
+
+
+def _check_arguments(**given) -> None:
+    """The arguments of `create` and `from_pretrained` that are no model options, checked as options
+    are: a ConfigError naming the argument, what it must be and what it got."""
+    wanted = {"name": ((str,), "a model or tag name (a str; vitzoo list)"),
+              "pretrained": ((type(None), bool, str, os.PathLike),
+                             "True (the tag's weights), False or None (none), or weights to load: a path or "
+                             "'hf-hub:ORG/NAME'"),
+              "source": ((str, os.PathLike), "a path or 'hf-hub:ORG/NAME'"),
+              "strict": ((bool,), "True or False")}
+    for argument, value in given.items():
+        types, words = wanted[argument]
+        if not isinstance(value, types):
+            raise ConfigError(f"{argument} must be {words}, got {value!r} ({type(value).__name__})")
 
 
 def count_params(model: torch.nn.Module) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vitzoo.errors import ConfigError
-from vitzoo.options import Options, check_number, check_numbers, closest
+from vitzoo.options import Options, check_fields, check_number, closest
 
 # The names an option may take. The config is plain data: it names what the layers build, and the
 # layers (which import the config) hold what each name means.
@@ -133,6 +133,8 @@ class ViTConfig(Options):
     interpolation: str = "bicubic"
 
     def __post_init__(self) -> None:
+        # every option's type first (a str, a bool, a number in range), whatever gave it: code, a flag, a file
+        check_fields(self, {"representation_size": "> 0", "crop_pct": "> 0"})
         self.img_size = _pair(self.img_size, "img_size")
         self.resnet_layers = tuple(self.resnet_layers)
         self.mean, self.std = _per_channel(self.mean, "mean", self.in_chans), _per_channel(self.std, "std", self.in_chans)
@@ -140,7 +142,6 @@ class ViTConfig(Options):
 
     # ------------------------------------------------------------------ checks
     def _check(self) -> None:
-        check_numbers(self, {"representation_size": "> 0", "crop_pct": "> 0"})  # types and finiteness; the ranges follow
         positive = ("in_chans", "patch_size", "resnet_width", "embed_dim", "num_heads", "mlp_dim")
         for name in positive:
             value = getattr(self, name)

@@ -35,11 +35,13 @@ class HubError(RuntimeError):
 
 class TrainingDiverged(RuntimeError):
     """The loss (or gradient norm) became NaN or infinite. `inputs` is True when the normalised images
-    themselves were not finite: the data or its mean/std, not the optimisation, is at fault."""
+    themselves were not finite: the data or its mean/std, not the optimisation, is at fault. `step`: the
+    step it happened at, numbered as the metrics number steps."""
 
-    def __init__(self, message: str, inputs: bool = False) -> None:
+    def __init__(self, message: str, inputs: bool = False, step: int | None = None) -> None:
         super().__init__(message)
         self.inputs = inputs
+        self.step = step
 
 
 __all__ = ["ConfigError", "PluginError", "InputError", "CheckpointError", "DataError", "HubError", "TrainingDiverged"]

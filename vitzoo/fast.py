@@ -49,8 +49,9 @@ def compile_for_inference(
 
 
 class Inference(nn.Module):
-    """A model whose weights were cast to `dtype` once: images of any floating dtype are cast to it,
-    and every call runs without autograd. Outputs are in `dtype`."""
+    """A model whose weights were cast to `dtype` once: images of any floating dtype are cast to it
+    (others are refused by the model's own input check), and every call runs without autograd.
+    Outputs are in `dtype`."""
 
     def __init__(self, model: nn.Module, dtype: torch.dtype) -> None:
         super().__init__()
@@ -58,8 +59,12 @@ class Inference(nn.Module):
         self.dtype = dtype
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # only floats are cast: anything else goes to the model as it is, whose input check refuses it
+        # (integer or boolean images are not normalised pixels; a cast would hide that)
+        if isinstance(x, torch.Tensor) and x.is_floating_point():
+            x = x.to(self.dtype)
         with torch.inference_mode():
-            return self.model(x.to(self.dtype))
+            return self.model(x)
 
 
 INFERENCE_DTYPES = (torch.float32, torch.bfloat16, torch.float16)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import shutil
 import tempfile
@@ -15,15 +16,23 @@ from typing import Iterator
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside `path`; on success it is fsynced and renamed over `path`.
 
-    On an exception the temporary file is removed and `path` is left as it was.
+    On an exception the temporary file is removed and `path` is left as it was. The file gets the
+    permissions the user's umask gives (0666 less the umask), as any tool's does.
     """
     final = Path(path)
     final.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
-    os.close(fd)
-    tmp_path = Path(tmp)
+    while True:  # a new name, made here and not by tempfile.mkstemp: its files are 0600 whatever the umask
+        tmp_path = final.parent / f".{final.name}.{uuid.uuid4().hex[:12]}.tmp"
+        try:
+            os.close(os.open(tmp_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))  # 0666 less the umask
+            break
+        except FileExistsError:
+            continue
+    mode = tmp_path.stat().st_mode & 0o777
     try:
         yield tmp_path
+        if tmp_path.stat().st_mode & 0o777 != mode:  # a writer that replaced the file (safetensors does) made it 0600
+            os.chmod(tmp_path, mode)
         with open(tmp_path, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp_path, final)
@@ -74,6 +83,30 @@ def _swap_in(stage: Path, final: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
+def interrupted_swap(path: str | os.PathLike) -> Path | None:
+    """Where an earlier copy of `path` waits when a save was killed between the two renames of its
+    swap (`_swap_in`): moved aside, the new copy not yet in place. None when there is none."""
+    final = Path(path)
+    if final.exists() or not final.parent.is_dir():
+        return None
+    kept = [old / final.name for old in sorted(final.parent.glob(f".{glob.escape(final.name)}.*.old"))]
+    return next((k for k in kept if k.is_dir()), None)
+
+
+def recover(final: Path) -> None:
+    """Undo what a save killed part-way left (one writer at a time is assumed): the earlier copy moved
+    aside between the swap's two renames comes back, and leftover staging or moved-aside directories
+    are removed."""
+    kept = interrupted_swap(final)
+    if kept is not None:
+        os.rename(kept, final)
+    pattern = f".{glob.escape(final.name)}.*"
+    for leftover in [*final.parent.glob(pattern + ".old"), *final.parent.glob(pattern + ".tmp"),
+                     *(final.glob(pattern + ".tmp") if final.is_dir() else [])]:
+        if leftover.is_dir() and not leftover.is_symlink():
+            shutil.rmtree(leftover, ignore_errors=True)
+
+
 @contextlib.contextmanager
 def staged_directory(path: str | os.PathLike, names: tuple[str, ...]) -> Iterator[Path]:
     """Yield an empty directory to write the files `names` into; on success they replace those of
@@ -82,10 +115,13 @@ def staged_directory(path: str | os.PathLike, names: tuple[str, ...]) -> Iterato
     A `path` that does not exist appears whole; one holding only an earlier set of these files is
     swapped for the new set. One that holds more (a training run) keeps the rest: the staging directory
     is inside it, and each file, complete before the first rename, is renamed in in the order of `names`
-    (so the one that marks the set complete comes last)."""
+    (so the one that marks the set complete comes last). What an earlier save killed part-way left is
+    recovered first (`recover`)."""
     final = Path(path)
     if final.exists() and not final.is_dir():
         raise NotADirectoryError(f"{final} is a file, not a directory: a directory is written here; choose another path")
+    if final.parent.is_dir():
+        recover(final)
     whole = _holds_only(final, names)
     home = final.parent if whole else final
     home.mkdir(parents=True, exist_ok=True)

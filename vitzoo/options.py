@@ -2,7 +2,8 @@
 
 Both are dataclasses of named options, checked on construction, saved as JSON and read back with
 their names checked. `Options` is their one base for that; `ConfigError` is the one error a bad
-option raises, whichever config it belongs to; `check_numbers` is the one check of number options.
+option raises, whichever config it belongs to; `check_fields` is the one check of every option's type
+(and of number options' ranges).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def closest(name: str, choices) -> str:
     return f" Did you mean {match[0]!r}?" if match else ""
 
 
-# ranges a number option may be given, by name (see `check_numbers`)
+# ranges a number option may be given, by name (see `check_fields`)
 RANGES = {
     "> 0": lambda v: v > 0,
     ">= 0": lambda v: v >= 0,
@@ -38,12 +39,13 @@ RANGES = {
 }
 
 
-def _number_kind(annotation) -> tuple[type | None, bool]:
-    """(int or float, whether None is allowed) for an int / float / X | None field; (None, _) otherwise."""
+def _kind(annotation) -> tuple[type | None, bool]:
+    """(the scalar type a field holds: str, bool, int, float or dict, whether None is allowed); (None, _)
+    for any other annotation (tuples: their own checks convert and check them)."""
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
     optional = len(args) == 1 and type(None) in typing.get_args(annotation)
     kind = args[0] if optional else annotation
-    return (kind if kind in (int, float) else None), optional
+    return (kind if kind in (str, bool, int, float, dict) else None), optional
 
 
 def check_number(name: str, value, kind: type, rule: str | None = None) -> None:
@@ -58,15 +60,25 @@ def check_number(name: str, value, kind: type, rule: str | None = None) -> None:
         raise ConfigError(f"{name} must be {rule}, got {value!r}")
 
 
-def check_numbers(obj, rules: dict[str, str]) -> None:
-    """Every int and float field of the dataclass `obj` (optional ones when set): its type, finite,
-    and in its range from `rules` ({field: a key of RANGES}). One check for every number option."""
+_WORDS = {str: "a str", bool: "True or False", dict: "a dict (a JSON object)"}
+
+
+def check_fields(obj, rules: dict[str, str]) -> None:
+    """Every option of the dataclass `obj` by the type its annotation names (optional ones when set):
+    a str, a bool (never 1 or "false"), a dict; an int or finite number in its range from `rules`
+    ({field: a key of RANGES}). The one check of every option's type, whether the value came from
+    code, a flag or a JSON file."""
     hints = typing.get_type_hints(type(obj))
     for f in dataclasses.fields(obj):
-        kind, optional = _number_kind(hints[f.name])
+        kind, optional = _kind(hints[f.name])
         value = getattr(obj, f.name)
-        if kind is not None and not (optional and value is None):
+        if kind is None or (optional and value is None):
+            continue
+        if kind in (int, float):
             check_number(f.name, value, kind, rules.get(f.name))
+        elif not isinstance(value, kind):
+            none = " or None" if optional else ""
+            raise ConfigError(f"{f.name} must be {_WORDS[kind]}{none}, got {value!r} ({type(value).__name__})")
 
 
 class Options:
@@ -105,6 +117,9 @@ class Options:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Self:
+        if not isinstance(data, dict):
+            raise ConfigError(f"{cls.KIND} options must be a JSON object (a dict of option names to values), "
+                              f"got a {type(data).__name__}")
         cls.check_option_names(data)
         return cls(**data)
 
@@ -114,7 +129,11 @@ class Options:
 
     @classmethod
     def from_json(cls, text: str) -> Self:
-        return cls.from_dict(json.loads(text))
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{cls.KIND} options are not valid JSON ({exc})") from None
+        return cls.from_dict(data)
 
 
-__all__ = ["ConfigError", "Options", "RANGES", "check_number", "check_numbers", "closest"]
+__all__ = ["ConfigError", "Options", "RANGES", "check_fields", "check_number", "closest"]

@@ -20,7 +20,7 @@ from vitzoo.errors import CheckpointError, ConfigError, HubError
 from vitzoo.labels import LABEL_SETS
 from vitzoo.model import VisionTransformer
 from vitzoo.tags import PretrainedTag
-from vitzoo.weights.converted import HEAD_KEYS, HEAD_OPTIONS, ConvertedWeights, check_state_dict, resolve_config
+from vitzoo.weights.converted import HEAD_KEYS, HEAD_OPTIONS, ConvertedWeights, check_state_dict, kind_fits, resolve_config
 from vitzoo.weights.infer import infer_config
 from vitzoo.weights.sources import open_source
 
@@ -54,7 +54,8 @@ def model_with_weights(config: ViTConfig, checkpoint: ConvertedWeights, requeste
             model.load_state_dict(state_dict)
     elif not on_meta:
         expected = model.state_dict()
-        fitting = {k: v for k, v in state_dict.items() if k in expected and expected[k].shape == v.shape}
+        fitting = {k: v for k, v in state_dict.items()
+                   if k in expected and expected[k].shape == v.shape and kind_fits(v, expected[k])}
         result = model.load_state_dict(fitting, strict=False)
         skipped = sorted(set(state_dict) - set(fitting))
         if result.missing_keys or skipped:
@@ -143,7 +144,7 @@ def load_tag(tag: PretrainedTag, config: ViTConfig, requested: dict[str, Any], r
         raise HubError(
             f"the weights of {tag.name} are in the Hub repo {tag.hub_id}: {exc}\nTo work offline: set "
             f"HF_HUB_OFFLINE=1 with a Hugging Face cache that holds {tag.hub_id} (fill it once online, e.g. "
-            f"`vitzoo pull {tag.hub_id}`), or load a local copy of its files: "
+            f"`vitzoo pull {tag.hub_id}{'@' + revision if revision else ''}`), or load a local copy of its files: "
             f"vitzoo.create({tag.name!r}, pretrained=PATH)", not_cached=True,
         ) from exc
     model.pretrained_tag = tag

@@ -14,7 +14,8 @@ MAX_TOP = 20
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("predict", help="classify images with pretrained weights: the top-k labels and probabilities")
-    p.add_argument("images", nargs="+", metavar="IMAGE", help="image files (any format Pillow reads: PNG, JPEG, ...)")
+    p.add_argument("images", nargs="+", metavar="IMAGE",
+                   help="image files (any format Pillow reads: PNG, JPEG, ...; 16-bit and float images by their range)")
     p.add_argument("--model", required=True,
                    help="a pretrained tag MODEL.TAG[@REVISION] (`vitzoo list --pretrained`), or a model for its default tag")
     p.add_argument("--top", type=int, default=5, help=f"how many classes to show per image (1-{MAX_TOP}, default 5)")
@@ -22,18 +23,60 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_predict)
 
 
+# TIFF tags that say what an integer image's numbers are: bits per sample, and signed (2) or not (1)
+_BITS_PER_SAMPLE, _SAMPLE_FORMAT = 258, 339
+
+
 def read_image(path: str):
-    """An image file as an RGB PIL image; a ValueError naming the file otherwise."""
+    """An image file as an RGB PIL image (8 bits per channel), or, for one of more bits, a float tensor
+    (3, H, W) in [0, 1] scaled by the range of its type; a ValueError naming the file and the problem
+    for one that cannot be read, or not read correctly."""
     from PIL import Image
 
     if not os.path.isfile(path):
         raise ValueError(f"cannot read image {path!r}: no such file")
     try:
         with Image.open(path) as image:
+            image.load()
+            if image.mode in ("I", "F") or image.mode.startswith("I;16"):
+                return _unit_range(image, path)
             return image.convert("RGB")
-    except (OSError, ValueError, Image.DecompressionBombError) as exc:
+    except Image.DecompressionBombError as exc:
+        raise ValueError(f"cannot read image {path!r}: it is larger than Pillow reads by default, as a guard "
+                         f"against decompression bombs ({exc}); resize it, or raise PIL.Image.MAX_IMAGE_PIXELS "
+                         "if you trust it") from None
+    except (OSError, ValueError) as exc:
         raise ValueError(f"cannot read image {path!r}: it is not an image Pillow can read, or it is damaged "
-                         f"({type(exc).__name__})") from None
+                         f"({type(exc).__name__}: {exc})") from None
+
+
+def _unit_range(image, path: str) -> torch.Tensor:
+    """A one-channel image of more than 8 bits (16-bit PNG, 32-bit integer or float TIFF) as a float
+    tensor (3, H, W) in [0, 1]: integers divided by the largest value of their type, floats taken as
+    they are when they lie in [0, 1]. Pillow's convert("RGB") would clip them to 255 instead."""
+    import numpy as np
+
+    values = np.asarray(image)
+    if image.mode == "F":
+        low, high = float(np.min(values)), float(np.max(values))
+        if not (np.isfinite(values).all() and 0.0 <= low and high <= 1.0):
+            raise ValueError(f"cannot read image {path!r} correctly: its pixels are floats in [{low:g}, {high:g}], and "
+                             "a float image is read as [0, 1] (0 black, 1 white); rescale it to [0, 1], or save it "
+                             "as an 8- or 16-bit image")
+        scaled = values.astype(np.float32)
+    else:
+        tags = getattr(image, "tag_v2", {})
+        bits = (tags.get(_BITS_PER_SAMPLE) or (None,))[0] if image.mode == "I" else 16
+        signed = (tags.get(_SAMPLE_FORMAT) or (1,))[0] == 2
+        if bits is None:
+            raise ValueError(f"cannot read image {path!r} correctly: it holds {image.mode!r} integers and does not say "
+                             "their range (bits per sample); save it as an 8- or 16-bit PNG")
+        if values.min() < 0:
+            raise ValueError(f"cannot read image {path!r} correctly: it holds negative pixel values "
+                             f"(down to {values.min()}); save it as an 8- or 16-bit PNG")
+        top = 2 ** (bits - 1) - 1 if signed else 2 ** bits - 1
+        scaled = (values.astype(np.float64) / top).astype(np.float32)
+    return torch.from_numpy(np.ascontiguousarray(scaled))[None].expand(3, -1, -1).clone()
 
 
 def check_labelled(labels: list[str] | None, num_classes: int, name: str) -> list[str]:

@@ -1,5 +1,7 @@
 """`vitzoo push DIR REPO_ID`, `vitzoo pull REPO_ID [DIR]`, `vitzoo convert SRC DST [--model NAME]`.
 
+pull and convert write only into a new or empty directory, as `vitzoo train --out` does.
+
 The Hub commands use huggingface_hub's settings: HF_ENDPOINT, HF_TOKEN, HF_HOME, HF_HUB_OFFLINE.
 """
 
@@ -11,6 +13,7 @@ from pathlib import Path
 
 from vitzoo.errors import CheckpointError
 from vitzoo.io import atomic_path, staged_directory
+from vitzoo.train.rundir import check_new_directory
 from vitzoo.weights.layout import CONFIG_NAME, HUB_PREFIX
 from vitzoo.weights.native import is_saved, read_json_object
 
@@ -43,9 +46,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run_push(args) -> int:
+    from vitzoo.model import VisionTransformer
     from vitzoo.weights.publish import push_folder
 
-    url = push_folder(args.directory, args.repo_id, token=args.token, private=args.private,
+    url = push_folder(args.directory, args.repo_id, model_class=VisionTransformer, token=args.token, private=args.private,
                       revision=args.revision, commit_message=args.message)
     print(url)
     return 0
@@ -65,6 +69,8 @@ def run_pull(args) -> int:
     from vitzoo.pretrained import load_pretrained
 
     source = args.repo_id if args.repo_id.startswith(HUB_PREFIX) else HUB_PREFIX + args.repo_id
+    if args.directory:  # before anything is downloaded
+        check_new_directory(Path(args.directory), "the directory", writer="pull writes only into")
     snapshot = download(source, revision=args.revision, token=args.token)
     model = load_pretrained(None, snapshot, {})  # the files must make a model: fail here, not later
     if args.directory:
@@ -89,6 +95,8 @@ def _is_vitzoo(directory: Path) -> bool:
 def run_convert(args) -> int:
     import vitzoo
 
+    check_new_directory(Path(args.destination), "the destination", writer="convert writes only into",
+                        source=args.source, source_name="the source being converted")
     options = {k: v for k, v in (("num_heads", args.num_heads), ("img_size", args.img_size),
                                  ("num_classes", args.num_classes)) if v is not None}
     if args.model:

@@ -2,7 +2,8 @@
 
     settings     the server, offline mode, the token, the timeout: read at every call
     explain      huggingface_hub's and the network's errors as `HubError`s naming the cause and the fix
-    cache        repairing the Hugging Face cache (partial downloads, files damaged on disk)
+    cache        verifying and repairing the Hugging Face cache (files damaged on disk, partial downloads)
+    deadline     how long a request, and a call, may wait for the server
     transport    pulling a model repo into the cache, pushing a folder as one commit
 
 What a model repo holds, and saving a model to push it, are the weights' (`vitzoo.weights.layout`,

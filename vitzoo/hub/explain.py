@@ -76,19 +76,20 @@ def explain(exc: Exception, repo_id: str, revision: str | None, endpoint: str, *
         return HubError(
             f"{where} is only partly in the Hugging Face cache ({cache}) and the Hub cannot be used now "
             f"({'HF_HUB_OFFLINE=1' if offline else 'unreachable'}): download it again online "
-            f"(`vitzoo pull {repo_id}`)"
+            f"(`vitzoo pull {where}`)"
         )
     if offline or isinstance(exc, OfflineModeIsEnabled):
         return HubError(
             f"{where} is not in the Hugging Face cache ({cache}) and HF_HUB_OFFLINE=1 forbids downloading it: "
-            f"pull it once online (`vitzoo pull {repo_id}`), point HF_HOME at the cache that holds it, "
+            f"pull it once online (`vitzoo pull {where}`), point HF_HOME at the cache that holds it, "
             "or unset HF_HUB_OFFLINE",
             not_cached=True,
         )
     network = _connection_error(exc)
     if network is not None and any("Timeout" in c.__name__ for c in type(network).__mro__):
         return HubError(
-            f"the Hub at {endpoint} did not answer within {settings.timeout():g} s ({type(network).__name__}) while "
+            f"the Hub at {endpoint} did not answer within {settings.timeout():g} s ({type(network).__name__}"
+            f"{': ' + str(network) if str(network) else ''}) while "
             f"{'uploading' if writing else 'downloading'} {where}"
             + ("" if writing else f", and {where} is not in the Hugging Face cache ({cache})")
             + ": check the server and HF_ENDPOINT, wait longer with VITZOO_HUB_TIMEOUT=SECONDS"

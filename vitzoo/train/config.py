@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vitzoo.errors import ConfigError
-from vitzoo.options import Options, check_number, check_numbers
+from vitzoo.options import Options, check_fields, check_number
 
 RECIPES: dict[str, dict[str, Any]] = {
     "paper-pretrain": dict(optimizer="adamw", lr=1e-3, batch_size=512, weight_decay=0.1, betas=(0.9, 0.999),
@@ -49,7 +49,7 @@ DEFAULT_EPOCHS = 10
 RESUMABLE_CHANGES = {"resume", "stop_at", "quiet", "num_workers", "log_every", "eval_every", "checkpoint_every",
                      "keep_checkpoints", "device", "compile", "tensorboard", "out"}
 
-# the range of every number option (`vitzoo.options.check_numbers` checks them all, and their types, as
+# the range of every number option (`vitzoo.options.check_fields` checks them all, and every type, as
 # one ConfigError before any data loads); options not named take any int or finite number
 NUMBER_RANGES = {
     **dict.fromkeys(("lr", "batch_size", "micro_batch", "epochs", "steps", "time_budget_min", "stop_at",
@@ -139,6 +139,7 @@ class TrainConfig(Options):
     def __post_init__(self) -> None:
         self.betas = None if self.betas is None else tuple(self.betas)
         self.fewshot = tuple(self.fewshot)
+        check_fields(self, NUMBER_RANGES)  # every option's type (str, bool, dict, numbers in range) first
         if self.recipe not in RECIPES:
             raise ConfigError(f"unknown recipe {self.recipe!r}; choose one of {', '.join(RECIPES)}")
         for name, choices in (("optimizer", OPTIMIZERS), ("schedule", SCHEDULES), ("device", DEVICES), ("precision", PRECISIONS)):
@@ -148,7 +149,6 @@ class TrainConfig(Options):
         lengths = [n for n in ("epochs", "steps", "time_budget_min") if getattr(self, n) is not None]
         if len(lengths) > 1:
             raise ConfigError(f"give one of epochs, steps, time_budget_min, not {' and '.join(lengths)}")
-        check_numbers(self, NUMBER_RANGES)
         for k in self.fewshot:
             check_number("fewshot", k, int, "> 0")
         for beta in self.betas or ():

@@ -49,7 +49,7 @@ from vitzoo.train.build import (
 from vitzoo.train.config import TrainConfig
 from vitzoo.train.evaluation import Evaluation
 from vitzoo.train.metrics import Metrics, scores
-from vitzoo.train.rundir import prepare_run_dir
+from vitzoo.train.rundir import finished_summary, prepare_run_dir
 from vitzoo.train.sampler import GlobalBatchSampler
 from vitzoo.train.schedule import Schedule
 from vitzoo.train.signals import stop_signals
@@ -75,7 +75,7 @@ def fit(config: TrainConfig) -> dict[str, Any]:
         summary = trainer.run()
         model = trainer.model
     """
-    return Trainer.from_config(config).run()
+    return finished_summary(config) or Trainer.from_config(config).run()  # a finished run: a no-op, said
 
 
 class Trainer:
@@ -321,7 +321,7 @@ class Trainer:
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
-        self.unread.append((self.step, mean_loss.detach(), norm.detach(), inputs_bad.detach()))
+        self.unread.append((self.step + 1, mean_loss.detach(), norm.detach(), inputs_bad.detach()))  # as metrics number it
         self.step += 1
         self.images_seen += cfg.batch_size
         self.log_images += cfg.batch_size
@@ -348,11 +348,11 @@ class Trainer:
             if not math.isfinite(loss) and bad_inputs:
                 config = self.model.config
                 raise TrainingDiverged(f"the loss is {loss} at step {s} because the normalised images hold NaN or "
-                                       f"infinite values (mean {list(config.mean)}, std {list(config.std)})", inputs=True)
+                                       f"infinite values (mean {list(config.mean)}, std {list(config.std)})", inputs=True, step=s)
             if not math.isfinite(loss):
-                raise TrainingDiverged(f"the loss is {loss} at step {s}")
+                raise TrainingDiverged(f"the loss is {loss} at step {s}", step=s)
             if not math.isfinite(norm) and not self.scaler.is_enabled():  # (the scaler skips steps of inf gradients)
-                raise TrainingDiverged(f"the gradient norm is {norm} at step {s} (loss {loss:.4g})")
+                raise TrainingDiverged(f"the gradient norm is {norm} at step {s} (loss {loss:.4g})", step=s)
         self.loss_value, self.grad_norm = values[-1][:2]
 
     def log(self, lr: float) -> None:
@@ -368,13 +368,14 @@ class Trainer:
         """summary.json says so; the error says where the last good checkpoint is and what to check."""
         run = self.run_dir
         where = (f"the last good checkpoint (step {self.last_checkpoint}) is in {run / 'checkpoints'}"
-                 if self.last_checkpoint is not None and run is not None else "no checkpoint was written")
+                 if self.last_checkpoint is not None and run is not None else "no checkpoint was written"
+                 + (f", so nothing can be resumed: remove {run} to start again there, or choose another --out" if run else ""))
         if self.env.is_main and run is not None:
             write_text(run / "summary.json",
-                       json.dumps({"status": "diverged", "step": self.step, "error": str(exc)}, indent=2) + "\n")
+                       json.dumps({"status": "diverged", "step": exc.step or self.step, "error": str(exc)}, indent=2) + "\n")
         advice = ("Check the images and the model's mean and std (--mean, --std)" if exc.inputs
                   else "Lower the learning rate (--lr) or check the data")
-        return TrainingDiverged(f"training stopped: {exc}; {where}. {advice}", inputs=exc.inputs)
+        return TrainingDiverged(f"training stopped: {exc}; {where}. {advice}", inputs=exc.inputs, step=exc.step)
 
     # ------------------------------------------------------------------------ evaluation
     def evaluate_during_training(self) -> None:

@@ -152,6 +152,19 @@ def load_first(paths: list[Path], model: torch.nn.Module,
                           + ". Restore the files, or start a new run with another --out")
 
 
+def _torch_save(state: dict[str, Any], tmp: Path, final: Path) -> None:
+    """torch.save, its C++ writer's failures (a full disk is "[enforce fail at inline_container.cc:...]
+    unexpected pos") said as what they are: an OSError naming the file and the space left on its disk."""
+    try:
+        torch.save(state, tmp)
+    except RuntimeError as exc:
+        free = shutil.disk_usage(tmp.parent).free
+        full = " (a full disk is the usual cause)" if free < 64 * 2**20 else ""
+        raise OSError(f"cannot write {final}: torch.save failed ({str(exc).splitlines()[0][:200]}); the disk holding "
+                      f"it has {free / 2**20:.1f} MiB free{full}. Free some space and resume the run: the previous "
+                      "checkpoint is intact") from exc
+
+
 def save(directory: str | Path, step: int, model: torch.nn.Module, state: dict[str, Any], keep: int = 1) -> Path:
     """Write checkpoint `step` (model + training state), then point `latest` at it; keep the newest `keep`."""
     directory = Path(directory)
@@ -163,7 +176,7 @@ def save(directory: str | Path, step: int, model: torch.nn.Module, state: dict[s
     try:
         save_pretrained(OnHost(model), path)
         with atomic_path(path / STATE_NAME) as tmp:
-            torch.save(state, tmp)
+            _torch_save(state, tmp, path / STATE_NAME)
     except BaseException:
         if latest(directory) != path:
             shutil.rmtree(path, ignore_errors=True)

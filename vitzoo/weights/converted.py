@@ -80,6 +80,12 @@ def take_head(params: dict[str, torch.Tensor], out: dict[str, torch.Tensor], con
         config["num_classes"] = 0
 
 
+def kind_fits(tensor: torch.Tensor, expected: torch.Tensor) -> bool:
+    """Whether `tensor` may be loaded into `expected`: a float, of any precision, where the model has a
+    float (int64, int8 or bool weights are not numbers the model was trained with)."""
+    return tensor.is_floating_point() or not expected.is_floating_point()
+
+
 def check_state_dict(model: torch.nn.Module, state_dict: dict[str, torch.Tensor], source: str) -> None:
     """Raise `CheckpointError` listing every difference between the weights and the model."""
     expected = model.state_dict()
@@ -90,9 +96,13 @@ def check_state_dict(model: torch.nn.Module, state_dict: dict[str, torch.Tensor]
         for key in sorted(set(expected) & set(state_dict))
         if state_dict[key].shape != expected[key].shape
     ]
-    if missing or unexpected or mismatched:
+    # a float parameter would take integer or boolean values silently (load_state_dict casts): refused
+    mistyped = [f"{key}: {str(state_dict[key].dtype).removeprefix('torch.')}" for key in sorted(set(expected) & set(state_dict))
+                if not kind_fits(state_dict[key], expected[key])]
+    if missing or unexpected or mismatched or mistyped:
         lines = [f"the weights from {source} do not fit the model ({type(model).__name__}, {model.config.stem} stem):"]
-        for title, items in (("missing", missing), ("unexpected", unexpected), ("mis-shaped", mismatched)):
+        for title, items in (("missing", missing), ("unexpected", unexpected), ("mis-shaped", mismatched),
+                             ("not floating-point where the model has floats", mistyped)):
             if items:
                 lines.append(f"  {title} ({len(items)}): " + ", ".join(items[:20]) + (" ..." if len(items) > 20 else ""))
         lines.append("  check that the model name matches the checkpoint, or pass strict=False to load what fits")

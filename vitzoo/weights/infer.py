@@ -10,6 +10,7 @@ configs), unless the caller passes `num_heads`.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from typing import Any
 
 from vitzoo.config import ViTConfig
@@ -27,6 +28,17 @@ def default_heads(embed_dim: int) -> int:
     return heads if embed_dim % heads == 0 else 1
 
 
+def _mlp_dim(sd, depth: int) -> int:
+    """The MLP size most of the blocks' MLP tensors give (fc1's rows and bias, fc2's columns): one
+    mis-shaped tensor then stands out as the one that does not fit, instead of every other being blamed."""
+    sizes = [int(t.shape[axis]) for i in range(depth)
+             for name, axis in (("fc1.weight", 0), ("fc1.bias", 0), ("fc2.weight", 1))
+             if (t := sd.get(f"encoder.blocks.{i}.mlp.{name}")) is not None and t.ndim > axis]
+    if not sizes:
+        raise CheckpointError("cannot infer the model from these weights: no 'encoder.blocks.0.mlp.fc1.weight'")
+    return Counter(sizes).most_common(1)[0][0]
+
+
 def infer_options(checkpoint: ConvertedWeights) -> dict[str, Any]:
     """ViTConfig options for the weights of `checkpoint` (vitzoo names)."""
     sd = checkpoint.state_dict
@@ -40,7 +52,7 @@ def infer_options(checkpoint: ConvertedWeights) -> dict[str, Any]:
     depth = 1 + max((int(m.group(1)) for k in sd if (m := _BLOCK.match(k))), default=-1)
     options["depth"] = depth
     if depth:
-        options["mlp_dim"] = int(sd["encoder.blocks.0.mlp.fc1.weight"].shape[0])
+        options["mlp_dim"] = _mlp_dim(sd, depth)
     stride = int(patch_h)
     if "stem.backbone.conv_root.weight" in sd:
         units: dict[int, int] = {}

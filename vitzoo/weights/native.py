@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from pathlib import Path
 
 import torch
@@ -12,7 +13,7 @@ from safetensors.torch import save_file
 
 from vitzoo.config import ViTConfig
 from vitzoo.errors import CheckpointError, ConfigError
-from vitzoo.io import atomic_path, staged_directory, write_text
+from vitzoo.io import atomic_path, recover, staged_directory, write_text
 from vitzoo.version import __version__
 from vitzoo.weights.card import render
 from vitzoo.weights.converted import ConvertedWeights, read_failed
@@ -66,6 +67,8 @@ def save_pretrained(model, directory: str | os.PathLike, extra: dict | None = No
     failed save leaves `directory` as it was: an earlier save there stays whole and loadable.
     """
     directory = Path(directory)
+    if directory.parent.is_dir():
+        recover(directory)  # what a save killed part-way left: put right even when this save is refused
     texts = {CARD_NAME: render(model, card),
              CONFIG_NAME: json.dumps(config_document(model.config, extra), indent=2, sort_keys=True) + "\n"}
     # the config marks a complete save, so it is the last file renamed into a directory that holds more
@@ -104,9 +107,14 @@ def read_config(path: str | os.PathLike) -> ViTConfig:
             f"({FORMAT_VERSION}); upgrade vitzoo"
         )
     try:
-        return ViTConfig.from_dict(document["model"])
+        config = ViTConfig.from_dict(document["model"])
     except (ConfigError, TypeError) as exc:  # TypeError: a value of a type no option takes (e.g. a list for an int)
         raise ConfigError(f"{path}: the saved model config is not valid: {exc}") from exc
+    missing = [name for name in ViTConfig.field_names() if name not in document["model"]]
+    if missing:  # save_pretrained writes every option: these were left out by hand, or by an older vitzoo
+        warnings.warn(f"{path} does not give the model options {', '.join(missing)}; their defaults are used: "
+                      + ", ".join(f"{name}={getattr(config, name)!r}" for name in missing), stacklevel=2)
+    return config
 
 
 def is_saved(document: dict | None) -> bool:

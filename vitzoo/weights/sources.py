@@ -21,7 +21,8 @@ from safetensors.torch import load_file
 
 from vitzoo.config import ViTConfig
 from vitzoo.errors import CheckpointError, PluginError
-from vitzoo.hub import cache, transport
+from vitzoo.hub import transport
+from vitzoo.io import interrupted_swap
 from vitzoo.registry import get_registry
 from vitzoo.weights import native
 from vitzoo.weights.converted import ConvertedWeights, converting, read_failed
@@ -31,7 +32,8 @@ from vitzoo.weights.layout import CONFIG_NAME, HUB_PREFIX, METADATA_FILES, WEIGH
 SAFETENSORS_SUFFIXES = (".safetensors",)
 TORCH_SUFFIXES = (".pth", ".pt", ".bin", ".ckpt")
 NPZ_SUFFIXES = (".npz",)
-ZIP_STARTS = (b"PK\x03\x04", b"PK\x05\x06")  # an .npz is a zip archive (one of arrays, or empty)
+ZIP_STARTS = (b"PK\x03\x04", b"PK\x05\x06")  # an .npz is a zip archive (one of arrays, or empty); so is torch.save's
+PICKLE_START = b"\x80"  # the PROTO opcode a pickle (torch's legacy format) starts with
 
 
 @dataclass
@@ -98,10 +100,18 @@ def _unwrap(obj: Any, path: str) -> dict[str, torch.Tensor]:
 
 def _read_torch(path: str) -> dict[str, torch.Tensor]:
     try:
+        with open(path, "rb") as f:
+            start = f.read(4)
+    except OSError as exc:
+        raise read_failed(path, exc) from exc
+    if start not in ZIP_STARTS and start[:1] != PICKLE_START:
+        what = "empty" if not start else "neither the zip archive torch.save writes nor a pickle"
+        raise CheckpointError(f"{path} is not a torch checkpoint: the file is {what}")
+    try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
         text = str(exc)
-        if "weights_only" in text or "Unsupported global" in text or "pickle" in text.lower():
+        if "Unsupported global" in text or "GLOBAL " in text:  # a class torch's safe unpickler will not build
             raise CheckpointError(
                 f"{path} holds Python objects besides tensors; vitzoo reads torch files with "
                 f"torch.load(weights_only=True) only and runs no pickled code. Re-save it as a plain "
@@ -187,19 +197,14 @@ def open_directory(directory: str | os.PathLike) -> Source:
 # ---------------------------------------------------------------------------------------- any source
 def open_hub(source: str, **hub_options: Any) -> Source:
     """A Hub repo, downloaded through the Hugging Face cache (`hub_options` go to
-    `vitzoo.hub.transport.download`); a cached file that no longer matches the Hub's hash is removed,
-    so the next call fetches it again."""
+    `vitzoo.hub.transport.download`, which loads no cached file that no longer matches its hash)."""
     directory = transport.download(source, **hub_options)
     try:
         opened = open_directory(directory)
-    except CheckpointError as exc:
-        damaged = cache.evict_damaged(directory)
-        if damaged:
-            raise CheckpointError(
-                f"{exc}\nThe cached {', '.join(damaged)} no longer match(es) the Hub's hash (damaged on disk) "
-                f"and was removed from the cache: the next call downloads it again"
-            ) from exc
-        raise
+    except CheckpointError as exc:  # the files hold what the Hub's hashes say: downloading again cannot help
+        raise CheckpointError(f"{exc}\n(the files of {source} in the cache are the ones the Hub holds, hashes checked: "
+                              "the repo itself holds them so; pass a revision (@REVISION) that holds a working model, "
+                              "or ask its owner to push one)") from exc
     opened.location = f"{source} (cached at {directory})"
     return opened
 
@@ -210,6 +215,10 @@ def open_source(source: str | os.PathLike, **hub_options: Any) -> Source:
     if text.startswith(HUB_PREFIX):
         return open_hub(text, **hub_options)
     if not os.path.exists(text):
+        kept = interrupted_swap(text)
+        if kept is not None:
+            raise FileNotFoundError(f"no checkpoint at {text!r}: an interrupted save left the earlier one in {kept}; "
+                                    f"the next save to {text!r} puts it back first, or move it back yourself")
         raise FileNotFoundError(f"no checkpoint at {text!r} ({SUPPORTED})")
     return open_directory(text) if os.path.isdir(text) else open_file(text)
 

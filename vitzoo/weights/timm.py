@@ -24,7 +24,7 @@ from vitzoo.config import HYBRID_NUMERICS, INTERPOLATIONS
 from vitzoo.errors import CheckpointError
 from vitzoo.weights.converted import ConvertedWeights, take_head
 from vitzoo.weights.formats import Metadata, WeightFormat
-from vitzoo.weights.layout import CONFIG_NAME, square_grid
+from vitzoo.weights.layout import CONFIG_NAME, square_grid, square_side
 
 FORMAT = "timm"
 
@@ -34,6 +34,22 @@ _RESNET = re.compile(
 )
 _RESNET_NAMES = {"conv1": "conv1", "conv2": "conv2", "conv3": "conv3", "norm1": "gn1", "norm2": "gn2",
                  "norm3": "gn3", "downsample.conv": "conv_proj", "downsample.norm": "gn_proj"}
+
+
+def _check_paper_form(params: dict[str, torch.Tensor], has_class_token: bool) -> None:
+    """timm's ViT class also builds models that are not the paper's: tokens besides the class token
+    (DeiT's distillation token, register tokens), or position embeddings for the patches only
+    (`no_embed_class`). Said as such, before their position embeddings look like a damaged grid."""
+    found = [what for key, what in (("dist_token", "a distillation token (DeiT's dist_token)"),
+                                    ("reg_token", "register tokens (reg_token)")) if key in params]
+    pos = params.get("pos_embed")
+    if (pos is not None and pos.ndim == 3 and has_class_token and square_side(pos.shape[1]) is not None
+            and square_side(pos.shape[1] - 1) is None):
+        found.append("position embeddings for the patches only, none for the class token (no_embed_class)")
+    if found:
+        raise CheckpointError(f"these timm weights are not a ViT of the paper's form: they have {' and '.join(found)}; "
+                              "vitzoo builds the paper's ViT (one class token, or none, with position embeddings "
+                              "for every token) and loads timm's weights of that form")
 
 
 class TimmFormat(WeightFormat):
@@ -64,6 +80,7 @@ class TimmFormat(WeightFormat):
             out["stem.proj.bias"] = params.pop("patch_embed.proj.bias")
 
         has_class_token = "cls_token" in params
+        _check_paper_form(params, has_class_token)
         if has_class_token:
             out["cls_token"] = params.pop("cls_token")
         config["pool"] = "token" if has_class_token else "gap"

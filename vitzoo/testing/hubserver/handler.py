@@ -67,6 +67,7 @@ class HubHandler(RequestHandler):
             ("POST", "commit"): lambda: self._commit(key, rest or DEFAULT_BRANCH),
             ("POST", "branch"): lambda: self._create_branch(key, rest),
             ("POST", "tag"): lambda: self._create_tag(key, rest or DEFAULT_BRANCH),
+            ("PUT", "settings"): lambda: self._update_settings(key),
         }
         if action.startswith("xet-"):
             raise ErrorAnswer(501, "Xet storage is not supported by this server: set HF_HUB_DISABLE_XET=1")
@@ -165,6 +166,22 @@ class HubHandler(RequestHandler):
         key = self._repo_key_from_body(self._read_json())
         if not self.server.store.delete_repo(key):
             raise repo_not_found(key.repo_id)
+        self._send_json({})
+
+    def _update_settings(self, key: RepoKey) -> None:
+        """PUT /api/{type}s/{repo}/settings (update_repo_settings): `visibility` ("public", "private"; the
+        older clients' `private` bool too). Gating is not modelled here: refused, not ignored."""
+        self._writable_repo(key)
+        body = self._read_json()
+        if body.get("gated") not in (None, False):
+            raise ErrorAnswer(501, "Gated repos are not supported by this server")
+        visibility = body.get("visibility")
+        if visibility is None and isinstance(body.get("private"), bool):
+            visibility = "private" if body["private"] else "public"
+        if visibility not in (None, "public", "private"):
+            raise ErrorAnswer(400, f"Invalid visibility {visibility!r} for a {key.type} repo: public or private")
+        if visibility is not None:
+            self.server.store.set_private(key, visibility == "private")
         self._send_json({})
 
     def _validate_yaml(self) -> None:

@@ -30,6 +30,7 @@ from .model import (
     entry_not_found,
     files_json,
     git_blob_sha1,
+    repo_not_found,
     revision_not_found,
 )
 
@@ -158,6 +159,13 @@ class HubStore:
             _write_json_atomic(repo_dir / "refs.json", {f"refs/heads/{DEFAULT_BRANCH}": initial.id})
             _write_json_atomic(repo_dir / "repo.json", {"private": private, "createdAt": _now()})
             return True
+
+    def set_private(self, key: RepoKey, private: bool) -> None:
+        with self._lock:
+            meta = self.load_repo(key)
+            if meta is None:
+                raise repo_not_found(key.repo_id)
+            _write_json_atomic(self._repo_dir(key) / "repo.json", {"private": private, "createdAt": meta.created_at})
 
     def delete_repo(self, key: RepoKey) -> bool:
         with self._lock:
