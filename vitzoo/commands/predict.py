@@ -1,5 +1,6 @@
-"""`vitzoo predict IMAGE... --model MODEL[.TAG][@REVISION] [--top K] [--json]`: classify images with
-released weights, preprocessed as those weights expect (`vitzoo.transforms_for`)."""
+"""`vitzoo predict IMAGE... --model MODEL[.TAG][@REVISION] | DIR | hf-hub:ORG/NAME [--top K] [--json]`:
+classify images with released weights, a trained or saved model, or a Hub repo's, preprocessed as
+those weights expect (`vitzoo.transforms_for`), the classes named as the weights name them."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("images", nargs="+", metavar="IMAGE",
                    help="image files (any format Pillow reads: PNG, JPEG, ...; 16-bit and float images by their range)")
     p.add_argument("--model", required=True,
-                   help="a pretrained tag MODEL.TAG[@REVISION] (`vitzoo list --pretrained`), or a model for its default tag")
+                   help="a pretrained tag MODEL.TAG[@REVISION] (`vitzoo list --pretrained`), a model for its default tag, a "
+                        "trained or saved model's directory, or a Hub repo hf-hub:ORG/NAME[@REVISION]")
     p.add_argument("--top", type=int, default=5, help=f"how many classes to show per image (1-{MAX_TOP}, default 5)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run_predict)
@@ -114,14 +116,17 @@ def run_predict(args) -> int:
     # a wrong path, or weights without a classifier, fail before any download
     for path in args.images:
         read_image(path)
-    _, tag, _ = lookup(args.model, pretrained=True)
-    if tag.num_classes == 0:
-        check_labelled(None, 0, tag.name)
-    model = vitzoo.create(args.model, pretrained=True)
-    labels = check_labelled(model.labels, model.config.num_classes, tag.name)
+    if os.path.isdir(args.model) or args.model.startswith("hf-hub:"):  # a trained, saved or pushed model
+        name, model = args.model, vitzoo.from_pretrained(args.model)
+    else:
+        _, tag, _ = lookup(args.model, pretrained=True)
+        if tag.num_classes == 0:
+            check_labelled(None, 0, tag.name)
+        name, model = tag.name, vitzoo.create(args.model, pretrained=True)
+    labels = check_labelled(model.labels, model.config.num_classes, name)
     results = predict(model, labels, args.images, args.top)
     if args.json:
-        print(json.dumps({"model": tag.name, "predictions": results}, indent=2))
+        print(json.dumps({"model": name, "predictions": results}, indent=2))
         return 0
     for result in results:
         print(f"{result['image']}:")

@@ -63,6 +63,7 @@ class DataInfo:
     in_chans: int
     mean: tuple[float, ...]
     std: tuple[float, ...]
+    classes: tuple[str, ...] | None = None  # the class names, in label order, where the dataset has them
 
 
 def cache_dir() -> Path:
@@ -275,7 +276,7 @@ def data_info(name: str, train_set: Dataset, in_chans: int = 3) -> DataInfo:
     if name in STATS:
         mean, std = STATS[name]
         return DataInfo(name, 100 if name == "cifar100" else 10, len(mean), mean, std)
-    return DataInfo(name, len(train_set.classes), 3, (0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
+    return DataInfo(name, len(train_set.classes), 3, (0.5, 0.5, 0.5), (0.5, 0.5, 0.5), tuple(train_set.classes))
 
 
 # The validation split's own seed, the same for every run: the held-out images never depend on --seed

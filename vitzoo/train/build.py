@@ -103,7 +103,8 @@ def load_splits(cfg: TrainConfig, base: vitzoo.ViTConfig) -> tuple[Dataset, Data
     return train_raw, val_raw, datasets.subset(test_raw, cfg.test_limit, cfg.seed), info
 
 
-def build_model(cfg: TrainConfig, options: dict[str, Any]) -> vitzoo.VisionTransformer:
+def build_model(cfg: TrainConfig, options: dict[str, Any], labels: tuple[str, ...] | None = None) -> vitzoo.VisionTransformer:
+    """The model to train; `labels`: the dataset's class names, saved with it (predict prints them)."""
     if cfg.pretrained:
         kind = pretrained_kind(cfg.pretrained)
         if kind in ("directory", "hub"):
@@ -120,6 +121,8 @@ def build_model(cfg: TrainConfig, options: dict[str, Any]) -> vitzoo.VisionTrans
         model.set_grad_checkpointing(True)
     if cfg.store_attention_probabilities:
         model.set_attention_probabilities_stored(True)
+    if labels is not None:
+        model.labels = list(labels)
     return model
 
 

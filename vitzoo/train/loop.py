@@ -114,7 +114,7 @@ class Trainer:
 
         train_raw, val_raw, test_raw, info = load_splits(cfg, base)
         torch.manual_seed(cfg.seed)  # the same initial weights on every process
-        self.model = build_model(cfg, model_options(cfg, info, base)).to(self.device)
+        self.model = build_model(cfg, model_options(cfg, info, base), info.classes).to(self.device)
         self._make_datasets(train_raw, val_raw, test_raw, info.num_classes)
         self._plan_length()
         self.optimizer = build_optimizer(cfg, self.model, self.device)

@@ -53,9 +53,22 @@ def save_state_dict(state_dict: dict[str, torch.Tensor], path: str | os.PathLike
         save_file(tensors, str(tmp), metadata=metadata)
 
 
-def config_document(config: ViTConfig, extra: dict | None = None) -> dict:
+def config_document(config: ViTConfig, extra: dict | None = None, labels: list[str] | None = None) -> dict:
+    """config.json: the format, the model's config, and the head's class names when the model has them."""
+    named = {"labels": list(labels)} if labels is not None and len(labels) == config.num_classes else {}
     return {"format": FORMAT, "format_version": FORMAT_VERSION, "vitzoo_version": __version__,
-            "model": config.to_dict(), **(extra or {})}
+            "model": config.to_dict(), **named, **(extra or {})}
+
+
+def labels_of(document: dict) -> list[str] | None:
+    """The class names a save_pretrained config.json gives (None when it gives none); a CheckpointError
+    for a list that is not of names."""
+    labels = document.get("labels")
+    if labels is None:
+        return None
+    if not isinstance(labels, list) or not all(isinstance(name, str) for name in labels):
+        raise CheckpointError(f"config.json's 'labels' must be a list of class names, got {labels!r:.200}")
+    return labels
 
 
 def save_pretrained(model, directory: str | os.PathLike, extra: dict | None = None, card: dict | None = None) -> Path:
@@ -70,7 +83,8 @@ def save_pretrained(model, directory: str | os.PathLike, extra: dict | None = No
     if directory.parent.is_dir():
         recover(directory)  # what a save killed part-way left: put right even when this save is refused
     texts = {CARD_NAME: render(model, card),
-             CONFIG_NAME: json.dumps(config_document(model.config, extra), indent=2, sort_keys=True) + "\n"}
+             CONFIG_NAME: json.dumps(config_document(model.config, extra, getattr(model, "labels", None)), indent=2,
+                                     sort_keys=True) + "\n"}
     # the config marks a complete save, so it is the last file renamed into a directory that holds more
     with staged_directory(directory, SAVED_FILES) as stage:
         save_state_dict(model.state_dict(), stage / WEIGHTS_NAME, metadata={"format": "pt"})
