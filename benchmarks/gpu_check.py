@@ -8,15 +8,17 @@ In under 8 minutes it runs, each step with its own time limit, and goes on after
 3. `training`: 200 steps of ViT-S/16 on synthetic 224-px images, bf16 autocast (fp16 where bf16 is only
    emulated) and torch.compile, through `vitzoo train`: images/s, and the loss going down;
 4. `rehearsal`: the paper-scale code path shrunk (`--scale rehearsal`, benchmarks/scales.py) on the
-   GPUs through the local elastic launcher, for the head, data and inspect ablations (a run per GPU set);
+   GPUs through the local elastic launcher, for the head, data and inspect ablations with one seed
+   (15 runs, each a job over every visible GPU);
 5. `speed`: ViT-B/16 inference (batch 64) and a ViT-S/16 training step (batch 64) against timm and
    torchvision on the same weights, in the precision `vitzoo.fast` picks, with every
    scaled_dot_product_attention kernel forced in turn.
 
-It writes DIR/gpu_check.json (every figure, every step's status and output tail) and DIR/README.md,
-and exits 0 only if every step passed. Without a CUDA GPU it says why and exits 2. It runs from a
-checkout with no install (`PYTHONPATH=. python -m benchmarks gpu-check`), needing torch, torchvision,
-timm, pytest and matplotlib.
+It writes DIR/gpu_check.json (every figure, every step's status and output tail) and DIR/README.md
+after every step (a check killed midway keeps the steps it finished), and exits 0 only if every step
+passed. Without a CUDA GPU it says why and exits 2. It runs from a checkout with no install
+(`PYTHONPATH=. python -m benchmarks gpu-check`), needing torch, torchvision, timm, pytest and
+matplotlib; a tree copied without its .git records the commit that VITZOO_COMMIT names.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ CHECKOUT = Path(__file__).resolve().parents[1]
 OUT = Path("runs") / "gpu-check"
 REHEARSED = ("head", "data", "inspect")
 # seconds each step may take: together under 8 minutes
-LIMITS = {"environment": 30, "cuda_tests": 150, "training": 120, "rehearsal": 150, "speed": 60}
+LIMITS = {"environment": 30, "cuda_tests": 110, "training": 100, "rehearsal": 180, "speed": 60}
 
 
 def no_gpu_reason() -> str | None:
@@ -121,8 +123,8 @@ def training(out: Path) -> dict[str, Any]:
 
 def rehearsal(out: Path) -> dict[str, Any]:
     folder = out / "rehearsal"
-    result = run_child(["-m", "benchmarks", *REHEARSED, "--scale", "rehearsal", "--device", "cuda", "--out", str(folder),
-                        "--quiet"], LIMITS["rehearsal"])
+    result = run_child(["-m", "benchmarks", *REHEARSED, "--scale", "rehearsal", "--device", "cuda", "--seeds", "1",
+                        "--out", str(folder), "--quiet"], LIMITS["rehearsal"])
     runs = [r for name in REHEARSED for r in json.loads((folder / name / "results.json").read_text())["runs"]]
     verdicts = {name: [f["verdict"] for f in json.loads((folder / name / "findings.json").read_text())["findings"]]
                 for name in REHEARSED}
@@ -199,6 +201,23 @@ def report(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write_results(out: Path, steps: dict[str, Any], start: float, finished: bool) -> bool:
+    """DIR/gpu_check.json and DIR/README.md for the steps done so far; whether every step passed."""
+    from benchmarks.machine import environment as recorded_environment
+
+    passed = all(s["status"] == "passed" for s in steps.values())
+    failed = ", ".join(n for n, s in steps.items() if s["status"] != "passed")
+    verdict = ("all passed" if passed else "FAILED: " + failed) if finished else f"running (done: {', '.join(steps)})"
+    env = recorded_environment("cuda")
+    results = {"verdict": verdict, "minutes": (time.perf_counter() - start) / 60, "date": env["date"],
+               "commit": env["commit"], "environment": env, "steps": steps}
+    write_text(out / "gpu_check.json", json.dumps(results, indent=1, default=str) + "\n")
+    write_text(out / "README.md", report(results))
+    if finished:
+        print(report(results))
+    return passed
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks gpu-check", description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=OUT, help=f"where the results go (default {OUT})")
@@ -208,8 +227,6 @@ def main(argv: list[str] | None = None) -> int:
     if reason is not None:
         print(f"gpu-check: no GPU to check: {reason}. Run it on a machine with a CUDA GPU.", file=sys.stderr)
         return 2
-    from benchmarks.machine import environment as recorded_environment
-
     args.out = args.out.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
@@ -225,14 +242,8 @@ def main(argv: list[str] | None = None) -> int:
             steps[name] = {"status": "failed", "error": f"{type(exc).__name__}: {exc}\n{traceback.format_exc()[-2000:]}"}
         steps[name]["seconds"] = round(time.perf_counter() - began, 1)
         print(f"   {steps[name]['status']} in {steps[name]['seconds']:.0f} s", flush=True)
-    passed = all(s["status"] == "passed" for s in steps.values())
-    env = recorded_environment("cuda")
-    results = {"verdict": "all passed" if passed else "FAILED: " + ", ".join(n for n, s in steps.items() if s["status"] != "passed"),
-               "minutes": (time.perf_counter() - start) / 60, "date": env["date"], "commit": env["commit"],
-               "environment": env, "steps": steps}
-    write_text(args.out / "gpu_check.json", json.dumps(results, indent=1, default=str) + "\n")
-    write_text(args.out / "README.md", report(results))
-    print(report(results))
+        write_results(args.out, steps, start, finished=False)
+    passed = write_results(args.out, steps, start, finished=True)
     return 0 if passed else 1
 
 

@@ -4,6 +4,7 @@ kernels use), the GPU's name, torch and the threads, recorded with every result 
 from __future__ import annotations
 
 import datetime
+import os
 import platform
 import subprocess
 from pathlib import Path
@@ -15,6 +16,9 @@ from vitzoo.train.distributed import pick_device
 
 
 def git_commit() -> str:
+    """The checkout's commit (with -dirty for uncommitted changes); for a tree copied without its .git,
+    the commit that VITZOO_COMMIT names, else "unknown"."""
+    copied = os.environ.get("VITZOO_COMMIT", "unknown")
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                              cwd=Path(__file__).parent, timeout=10)
@@ -22,9 +26,9 @@ def git_commit() -> str:
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ":(top)",
                                 ":(top,exclude)benchmarks/results"], capture_output=True,
                                text=True, cwd=Path(__file__).parent, timeout=10).stdout.strip()
-        return out.stdout.strip() + ("-dirty" if dirty else "") if out.returncode == 0 else "unknown"
+        return out.stdout.strip() + ("-dirty" if dirty else "") if out.returncode == 0 else copied
     except (OSError, subprocess.SubprocessError):
-        return "unknown"
+        return copied
 
 
 def cpu_model() -> str:

@@ -236,6 +236,32 @@ def test_gpu_check_says_so_and_fails_without_a_gpu():
     assert result.returncode == 2 and "no GPU to check" in result.stderr
 
 
+def test_gpu_check_reports_every_step_and_keeps_the_finished_ones_when_stopped_midway(monkeypatch, tmp_path):
+    """A failed step is reported and the next still runs; a check stopped midway (killed at the device's
+    time limit) has written the steps it finished."""
+    from benchmarks import gpu_check
+
+    def broken(out):
+        raise RuntimeError("the kernel is missing")
+
+    def stopped(out):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(gpu_check, "no_gpu_reason", lambda: None)
+    monkeypatch.setattr(gpu_check, "STEPS", {"first": lambda out: {"figure": 1.5}, "second": broken})
+    assert gpu_check.main(["--out", str(tmp_path / "a")]) == 1
+    written = json.loads((tmp_path / "a" / "gpu_check.json").read_text())
+    assert written["verdict"] == "FAILED: second" and written["steps"]["first"]["figure"] == 1.5
+    assert "the kernel is missing" in written["steps"]["second"]["error"]
+    assert "## second: failed" in (tmp_path / "a" / "README.md").read_text()
+
+    monkeypatch.setattr(gpu_check, "STEPS", {"first": lambda out: {"figure": 1.5}, "second": stopped})
+    with pytest.raises(KeyboardInterrupt):
+        gpu_check.main(["--out", str(tmp_path / "b")])
+    written = json.loads((tmp_path / "b" / "gpu_check.json").read_text())
+    assert written["verdict"].startswith("running") and written["steps"]["first"]["status"] == "passed"
+
+
 def test_the_speed_benchmark_times_the_half_precision_the_gpu_computes(monkeypatch):
     from benchmarks.speed.cases import precisions
 
