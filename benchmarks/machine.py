@@ -16,9 +16,10 @@ from vitzoo.train.distributed import pick_device
 
 
 def git_commit() -> str:
-    """The checkout's commit (with -dirty for uncommitted changes); for a tree copied without its .git,
-    the commit that VITZOO_COMMIT names, else "unknown"."""
-    copied = os.environ.get("VITZOO_COMMIT", "unknown")
+    """The checkout's commit (with -dirty for uncommitted changes), or "unknown"; VITZOO_COMMIT, where
+    set, names it for a tree copied to another machine (whose .git may be missing or stale)."""
+    if os.environ.get("VITZOO_COMMIT"):
+        return os.environ["VITZOO_COMMIT"]
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                              cwd=Path(__file__).parent, timeout=10)
@@ -26,9 +27,9 @@ def git_commit() -> str:
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ":(top)",
                                 ":(top,exclude)benchmarks/results"], capture_output=True,
                                text=True, cwd=Path(__file__).parent, timeout=10).stdout.strip()
-        return out.stdout.strip() + ("-dirty" if dirty else "") if out.returncode == 0 else copied
+        return out.stdout.strip() + ("-dirty" if dirty else "") if out.returncode == 0 else "unknown"
     except (OSError, subprocess.SubprocessError):
-        return copied
+        return "unknown"
 
 
 def cpu_model() -> str:

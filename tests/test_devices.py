@@ -221,11 +221,13 @@ def test_the_largest_batch_is_found_by_bisection_and_a_batch_at_the_cap_is_repor
 
 
 def test_cost_resolves_auto_to_a_real_device_and_records_it(monkeypatch):
-    """`--device auto` measures on the device `auto` stands for (here the CPU), and says which."""
+    """`--device auto` measures on the device `auto` stands for (the CPU, on a machine without a GPU),
+    and says which."""
     from benchmarks.ablations import cost
     from benchmarks.spec import Scale
     from benchmarks.suite import Run
 
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(cost, "cpu_largest_batch", lambda name, options, batch: {"largest_batch": 1})
     cell = cost.cells(Scale("quick", {}, {}, seeds=1))[0]
     run = Run("cost", cell.label, {"model": cell.model, "options": cell.options, "train": cell.train})
