@@ -1,6 +1,7 @@
 """python -m benchmarks gpu-check [--out DIR]: the first command on a machine with CUDA GPUs.
 
-In 3.4 minutes on an H200 (each step has its own time limit, 9 minutes together) it runs, and goes on after a step fails:
+In 3.4 minutes on an H200 (each step has its own time limit, 9 minutes together) it runs, and goes on
+after a step fails:
 
 1. `environment`: torch and its CUDA, every GPU's name and compute capability, whether this build has
    kernels for it, native bf16, the driver (nvidia-smi);
