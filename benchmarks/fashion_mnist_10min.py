@@ -44,7 +44,7 @@ DEFAULT_RUNS = ("vit_p4", "hybrid_r1")  # the best of each kind measured (result
 
 COMMON = dict(data="fashion-mnist", recipe="paper-pretrain", batch_size=128, weight_decay=0.05, warmup=0.05,
               schedule="linear", clip_grad=1.0, hflip=True, label_smoothing=0.0, seed=0, eval_every=0,
-              checkpoint_every=0, log_every=50)
+              checkpoint_every=0, log_every=50, precision="gpu-half")
 # The transformer of the hybrids and of the 4x4-patch ViTs: D 64, 6 layers, 49 tokens + class token.
 SMALL_TRANSFORMER = dict(img_size=28, embed_dim=64, depth=6, num_heads=4, mlp_dim=128)
 # The hybrid's recipe: lr 3e-3 and label smoothing 0.1 each gained +0.4 points over lr 2e-3 without

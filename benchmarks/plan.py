@@ -98,10 +98,11 @@ def _model_key(run: Run) -> str:
 def run_precision(run: Run, device: str) -> str:
     """The autocast dtype the run trains in on `device` ("float32", "bfloat16", "float16"): its
     --precision, `auto` resolved as training resolves it."""
+    from benchmarks.training import train_settings
     from vitzoo.train import TrainConfig
     from vitzoo.train.build import resolve_precision
 
-    dtype = resolve_precision(TrainConfig(**run.config["train"]).resolved(), torch.device(device))
+    dtype = resolve_precision(TrainConfig(**train_settings(run.config)).resolved(), torch.device(device))
     return str(dtype or torch.float32).replace("torch.", "")
 
 

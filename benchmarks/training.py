@@ -34,6 +34,17 @@ class Interrupted(RuntimeError):
     measuring it again resumes from there."""
 
 
+# A benchmark computes in a fixed precision, never one measured on the machine (`--precision auto` on the
+# CPU): the GPU's native half precision, float32 on the CPU, unless the scale says otherwise.
+PRECISION = "gpu-half"
+
+
+def train_settings(config: dict[str, Any]) -> dict[str, Any]:
+    """The TrainConfig settings of a run's config: the scale's, over the benchmarks' fixed precision and a
+    checkpoint at the end only (the scale's cadence where it has one)."""
+    return {"checkpoint_every": 0, "precision": PRECISION, **config["train"]}
+
+
 def measure(run: Run, device: str, out: Path) -> dict[str, Any]:
     return train(run, device, out)[1]
 
@@ -59,7 +70,7 @@ def train(run: Run, device: str, out: Path) -> tuple[vitzoo.VisionTransformer, d
         # a progress bar for the run when the suite runs in one process in a terminal (several workers'
         # bars would overwrite each other)
         quiet = multiprocessing.parent_process() is not None or not sys.stderr.isatty()
-        settings = {"checkpoint_every": 0, **config["train"]}  # the scale's cadence, else at the end only
+        settings = train_settings(config)
         train = TrainConfig(model=config["model"], model_options=dict(config["options"]), seed=run.seed,
                             device=device, quiet=quiet, tensorboard=False, fewshot=(5,), out=str(folder),
                             resume=(folder / "train_config.json").exists(), **settings)

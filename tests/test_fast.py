@@ -9,6 +9,7 @@ from torch._dynamo.utils import counters
 import vitzoo
 import vitzoo.fast
 from vitzoo.fast import compile_for_inference, compile_for_training
+from vitzoo.fastest import Choice
 
 HYBRID = dict(stem="resnet", resnet_layers=(1,), patch_size=1)
 
@@ -116,7 +117,7 @@ def test_inference_in_bf16_equals_the_autocast_model_within_bf16_rounding(tiny, 
 
 def test_inference_refuses_what_it_cannot_do(tiny):
     model = vitzoo.create("vit_ti16", **tiny)
-    with pytest.raises(ValueError, match="dtype must be one of"):
+    with pytest.raises(ValueError, match="dtype must be .auto. or one of"):
         vitzoo.fast.for_inference(model, dtype=torch.int8)
     with pytest.raises(ValueError, match="needs `example`"):
         vitzoo.fast.for_inference(model, compile=True)
@@ -136,12 +137,14 @@ def test_the_default_inference_dtype_is_fp16_on_gpus_that_only_emulate_bf16(monk
     assert vitzoo.fast.inference_dtype("cpu") == torch.bfloat16
 
 
-def test_for_inference_without_a_dtype_takes_the_default_of_the_models_device(tiny, monkeypatch):
+def test_for_inference_without_a_dtype_takes_the_fastest_precision_of_the_models_device(tiny, monkeypatch):
     asked = []
-    monkeypatch.setattr(vitzoo.fast, "inference_dtype", lambda device: asked.append(device) or torch.float16)
+    monkeypatch.setattr(vitzoo.fast, "fastest_precision",
+                        lambda model, device, batch: asked.append(device) or Choice(torch.float16, "the fastest"))
     fast = vitzoo.fast.for_inference(vitzoo.create("vit_ti16", **tiny))
     assert asked == [torch.device("cpu")] and fast.dtype == torch.float16
     assert all(p.dtype == torch.float16 for p in fast.model.parameters())
+    assert fast.describe() == "float16: the fastest; eager: not asked for"
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -12,6 +12,12 @@ from pathlib import Path
 from typing import Iterator
 
 
+def cache_dir() -> Path:
+    """Where vitzoo keeps what it makes once per machine (unpacked datasets, measured choices):
+    $VITZOO_CACHE, default ~/.cache/vitzoo."""
+    return Path(os.environ.get("VITZOO_CACHE", Path.home() / ".cache" / "vitzoo"))
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside `path`; on success it is fsynced and renamed over `path`.

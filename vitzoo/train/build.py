@@ -21,8 +21,10 @@ from vitzoo import catalog
 from vitzoo import data as datasets
 from vitzoo.config import SHAPE_OPTIONS, shape_differences
 from vitzoo.errors import ConfigError
+from vitzoo.fastest import fastest_precision
 from vitzoo.precision import native_bf16
 from vitzoo.train.config import TrainConfig
+from vitzoo.train.distributed import gather_objects
 from vitzoo.weights.layout import CONFIG_NAME, HUB_PREFIX
 from vitzoo.weights.native import read_config
 
@@ -149,11 +151,23 @@ def has_running_statistics(model: torch.nn.Module) -> bool:
     return any(getattr(m, "running_mean", None) is not None for m in model.modules())
 
 
-def resolve_precision(cfg: TrainConfig, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype, or None for float32. `auto`: bf16 on a GPU that has it natively, else
-    fp16 (with the loss scaler) on CUDA; fp32 elsewhere."""
+def resolve_precision(cfg: TrainConfig, device: torch.device, model: torch.nn.Module | None = None,
+                      micro_batch: int = 8, env: Any = None) -> torch.dtype | None:
+    """The autocast dtype, or None for float32.
+
+    `gpu-half`, a fixed rule: bf16 on a GPU that has it natively, fp16 (with the loss scaler) on other
+    CUDA GPUs, fp32 elsewhere. `auto`: the same on GPUs; on the CPU bf16 autocast only where this CPU
+    computes the model's MLP product (at `micro_batch` images) clearly faster in bf16 than in float32,
+    measured once per machine (`vitzoo.fastest`); with several processes (`env`), rank 0's choice.
+    """
     precision = cfg.precision
-    if precision == "auto":
+    if precision == "auto" and device.type == "cpu":
+        if model is None:
+            raise ValueError("--precision auto on the CPU is measured on the model: pass it")
+        precision = "bf16" if fastest_precision(model, device, micro_batch, training=True).dtype == torch.bfloat16 else "fp32"
+        if env is not None and env.world_size > 1:  # every process must compute alike
+            precision = gather_objects(precision, env)[0]
+    if precision in ("auto", "gpu-half"):
         precision = ("bf16" if native_bf16(device) else "fp16") if device.type == "cuda" else "fp32"
     if precision == "fp16" and device.type != "cuda":
         raise ConfigError("--precision fp16 needs CUDA (use bf16 or fp32)")

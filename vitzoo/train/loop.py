@@ -108,13 +108,13 @@ class Trainer:
             raise ConfigError(f"batch_size={cfg.batch_size} is not a multiple of world_size={env.world_size} x "
                               f"micro_batch={self.micro}")
         self.accum = cfg.batch_size // (env.world_size * self.micro)
-        self.amp_dtype = resolve_precision(cfg, self.device)
         self.exact = sum_dtype(self.device)  # of the loss and clock reductions
         base = base_config(cfg)
 
         train_raw, val_raw, test_raw, info = load_splits(cfg, base)
         torch.manual_seed(cfg.seed)  # the same initial weights on every process
         self.model = build_model(cfg, model_options(cfg, info, base), info.classes).to(self.device)
+        self.amp_dtype = resolve_precision(cfg, self.device, self.model, self.micro, env)
         self._make_datasets(train_raw, val_raw, test_raw, info.num_classes)
         self._plan_length()
         self.optimizer = build_optimizer(cfg, self.model, self.device)
