@@ -122,7 +122,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     e = sub.add_parser("eval", help="top-1 / top-5, few-shot linear and linear-probe accuracy of a saved model")
     e.add_argument("model_dir", help="a run directory or any save_pretrained directory")
     e.add_argument("--data", default=None, help="dataset (default: the one the run was trained on)")
-    e.add_argument("--data-dir", default=None)
+    e.add_argument("--data-dir", default=None, help="where the named dataset's files are (default "
+                   "$VITZOO_CACHE/datasets)")
+    e.add_argument("--download", action="store_true", help="fetch a named dataset that is not there through "
+                   "torchvision (MD5-verified)")
     e.add_argument("--fewshot", type=lambda t: _parse_tuple(t, int, None), default=(), metavar="K,K,...",
                    help="few-shot linear accuracy for these shots, e.g. 1,5,10,25")
     e.add_argument("--draws", type=int, default=5, help="random draws of the k-shot sets to average")
@@ -208,7 +211,7 @@ def run_eval(args: argparse.Namespace) -> int:
         data_dir = data_dir or (trained.data_dir if data == trained.data else None)
     if data is None:
         raise ConfigError("--data is needed: the model directory does not say which dataset it was trained on")
-    datasets.check_data(data, data_dir)
+    datasets.check_data(data, data_dir, download=args.download)
     model = vitzoo.from_pretrained(model_dir).to(pick_device(args.device)).eval()
     config = model.config
     torch.manual_seed(args.seed)

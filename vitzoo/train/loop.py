@@ -98,7 +98,11 @@ class Trainer:
         self.cfg, self.env, self.device = cfg, env, env.device
         self.wall_start = time.perf_counter()
         self.verbose = env.is_main and not cfg.quiet
-        # cheap checks, before any work
+        # cheap checks, before any work; a download by the first process alone, the others then read its files
+        if cfg.download and env.is_main:
+            datasets.check_data(cfg.data, cfg.data_dir, download=True)
+        if cfg.download:
+            distributed.barrier(env)
         datasets.check_data(cfg.data, cfg.data_dir)
         self.run_dir = Path(cfg.out) if cfg.out else None
         resume_points = prepare_run_dir(cfg, self.run_dir)
