@@ -119,15 +119,19 @@ def corrupt(name: str, root: Path) -> list[str]:
             if path.is_file() and (got := _md5(path)) != md5]
 
 
+def _offline(name: str, root: Path) -> str:
+    parts: dict[Path, list[str]] = {}
+    for a in archives(name, root):
+        parts.setdefault(a.folder, []).append(f"{a.filename} (from {a.url}, MD5 {a.md5})")
+    where = "; ".join(f"{', '.join(files)} in {folder}" for folder, files in parts.items())
+    return (f"put {where} and run with --download: torchvision verifies the MD5s and extracts them without the "
+            "network")
+
+
 def how_to_get(name: str, root: Path) -> str:
     """The sentence that says how to fetch `name` into `root`, online or offline."""
-    parts = {}
-    for a in archives(name, root):
-        parts.setdefault(a.folder, []).append(f"{a.path.name} (from {a.url}, MD5 {a.md5})")
-    offline = "; ".join(f"{', '.join(files)} in {folder}" for folder, files in parts.items())
     return (f"run with --download (download=True in Python) to fetch it through torchvision into {root}; offline, "
-            f"put {offline} and run with --download: torchvision verifies the MD5s and extracts them without the "
-            f"network; --data-dir DIR reads another folder")
+            f"{_offline(name, root)}; --data-dir DIR reads another folder")
 
 
 def not_found(name: str, root: Path, absent: list[Path]) -> DataError:
@@ -157,7 +161,8 @@ def explain(name: str, root: Path, exc: BaseException, downloading: bool) -> Dat
                          "with --download (download=True) to fetch it anew")
     absent = [a for a in archives(name, root) if not a.path.is_file()]
     files = ", ".join(a.path.name for a in absent) or "its archives"
-    return DataError(f"could not download {name} ({files}): {cause}; to retry, {how_to_get(name, root)}")
+    return DataError(f"could not download {name} ({files}) into {root}: {cause}; check the network and run again, "
+                     f"or, offline, {_offline(name, root)}")
 
 
 def download(name: str, data_dir: str | os.PathLike | None = None) -> Path:

@@ -36,7 +36,7 @@ from vitzoo import data as datasets
 from vitzoo.errors import ConfigError, TrainingDiverged
 from vitzoo.io import write_text
 from vitzoo.precision import autocast, sum_dtype
-from vitzoo.train import distributed, state
+from vitzoo.train import build, distributed, state
 from vitzoo.train.build import (
     base_config,
     build_model,
@@ -98,12 +98,8 @@ class Trainer:
         self.cfg, self.env, self.device = cfg, env, env.device
         self.wall_start = time.perf_counter()
         self.verbose = env.is_main and not cfg.quiet
-        # cheap checks, before any work; a download by the first process alone, the others then read its files
-        if cfg.download and env.is_main:
-            datasets.check_data(cfg.data, cfg.data_dir, download=True)
-        if cfg.download:
-            distributed.barrier(env)
-        datasets.check_data(cfg.data, cfg.data_dir)
+        # cheap checks, before any work
+        build.check_data(cfg, env)  # with --download, the first process fetches the files
         self.run_dir = Path(cfg.out) if cfg.out else None
         resume_points = prepare_run_dir(cfg, self.run_dir)
         distributed.barrier(env)  # every rank has checked the run directory before rank 0 writes to it
