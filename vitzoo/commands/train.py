@@ -8,6 +8,7 @@ line are set, so `--resume RUN` takes the saved train_config.json and changes on
     vitzoo train vit_ti16 --data fashion-mnist --recipe small --hflip --img-size 28 --patch-size 7 --embed-dim 64 --depth 4 --num-heads 4 --mlp-dim 128 --epochs 1 --out runs/a
     torchrun --nproc_per_node 8 -m vitzoo train vit_b16 --data /data/imagenet --recipe paper-pretrain ...
     vitzoo train vit_b16 --pretrained runs/a --recipe paper-finetune --img-size 384 ...
+    vitzoo train vit_ti16 --data cifar10 --download ...   # fetched through torchvision, MD5-checked (docs/datasets.md)
     vitzoo train --pretrained vit_s16.augreg_in21k_ft_in1k --data DIR --recipe paper-finetune --out runs/ft
     vitzoo train --resume runs/a
     vitzoo eval runs/a --data fashion-mnist --fewshot 1,5,10,25
