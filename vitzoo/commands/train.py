@@ -8,6 +8,7 @@ line are set, so `--resume RUN` takes the saved train_config.json and changes on
     vitzoo train vit_ti16 --data fashion-mnist --recipe small --hflip --img-size 28 --patch-size 7 --embed-dim 64 --depth 4 --num-heads 4 --mlp-dim 128 --epochs 1 --out runs/a
     torchrun --nproc_per_node 8 -m vitzoo train vit_b16 --data /data/imagenet --recipe paper-pretrain ...
     vitzoo train vit_b16 --pretrained runs/a --recipe paper-finetune --img-size 384 ...
+    vitzoo train vit_ti16 --data cifar10 --download ...   # fetched through torchvision, MD5-checked (docs/datasets.md)
     vitzoo train --pretrained vit_s16.augreg_in21k_ft_in1k --data DIR --recipe paper-finetune --out runs/ft
     vitzoo train --resume runs/a
     vitzoo eval runs/a --data fashion-mnist --fewshot 1,5,10,25
@@ -122,7 +123,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     e = sub.add_parser("eval", help="top-1 / top-5, few-shot linear and linear-probe accuracy of a saved model")
     e.add_argument("model_dir", help="a run directory or any save_pretrained directory")
     e.add_argument("--data", default=None, help="dataset (default: the one the run was trained on)")
-    e.add_argument("--data-dir", default=None)
+    e.add_argument("--data-dir", default=None, help="where the named dataset's files are (default "
+                   "$VITZOO_CACHE/datasets)")
+    e.add_argument("--download", action="store_true", help="fetch a named dataset that is not there through "
+                   "torchvision (MD5-verified)")
     e.add_argument("--fewshot", type=lambda t: _parse_tuple(t, int, None), default=(), metavar="K,K,...",
                    help="few-shot linear accuracy for these shots, e.g. 1,5,10,25")
     e.add_argument("--draws", type=int, default=5, help="random draws of the k-shot sets to average")
@@ -208,7 +212,7 @@ def run_eval(args: argparse.Namespace) -> int:
         data_dir = data_dir or (trained.data_dir if data == trained.data else None)
     if data is None:
         raise ConfigError("--data is needed: the model directory does not say which dataset it was trained on")
-    datasets.check_data(data, data_dir)
+    datasets.check_data(data, data_dir, download=args.download)
     model = vitzoo.from_pretrained(model_dir).to(pick_device(args.device)).eval()
     config = model.config
     torch.manual_seed(args.seed)

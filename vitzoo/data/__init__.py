@@ -1,8 +1,9 @@
 """Data for training and evaluation, all read through torchvision, in three steps:
 
-- `sources`: where images come from (fashion-mnist, cifar10/100, an ImageFolder tree, synthetic), the
-  dataset's facts (`data_info`) and the splits cut from it (`split_validation`, `subset`); every
-  dataset yields `(uint8 image (C, H, W), label)`;
+- `sources`: where images come from (fashion-mnist, cifar10/100, oxford-pets, flowers102, an ImageFolder
+  tree, synthetic), the dataset's facts (`data_info`) and the splits cut from it (`split_validation`,
+  `subset`); every dataset yields `(uint8 image (C, H, W), label)`; `named`: the files of the datasets
+  torchvision fetches, `download` (MD5-verified, docs/datasets.md);
 - `augment`: per-sample resizing and augmentation, reproducible from (seed, epoch, index)
   (`Transformed`), and batch-level MixUp / CutMix (`batch_mixer`);
 - `normalization`: uint8 batches on the device -> normalised floats with the model's mean and std.
@@ -12,6 +13,7 @@
 """
 
 from vitzoo.data.augment import Augment, Transformed, batch_mixer, build_transform
+from vitzoo.data.named import download
 from vitzoo.data.normalization import Normalizer, normalize
 from vitzoo.data.sources import (
     FASHION_FILES,
@@ -47,6 +49,7 @@ __all__ = [
     "cache_dir",
     "check_data",
     "data_info",
+    "download",
     "load_split",
     "normalize",
     "split_validation",

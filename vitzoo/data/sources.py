@@ -6,11 +6,12 @@ resolution (vitzoo.data.augment resizes it to the model's, vitzoo.data.normaliza
 the device). The names:
 
 - `fashion-mnist`: 28x28 gray, 10 classes, read by `torchvision.datasets.FashionMNIST` from the Debian
-  package `dataset-fashion-mnist` (/usr/share/datasets/fashion-mnist) or `--data-dir` (a folder with
-  the four `*-ubyte.gz` files). The files are unpacked once into a cache (`$VITZOO_CACHE`, default
-  ~/.cache/vitzoo) in the `FashionMNIST/raw/` layout torchvision expects; nothing is downloaded.
-- `cifar10`, `cifar100`: torchvision's CIFAR classes on a local folder holding `cifar-10-batches-py/`
-  or `cifar-100-python/` (`--data-dir`, default the cache).
+  package `dataset-fashion-mnist` (/usr/share/datasets/fashion-mnist), or `--data-dir` (a folder with
+  the four `*-ubyte.gz` files, or torchvision's `FashionMNIST/raw/`), or else the cache
+  (`$VITZOO_CACHE/datasets`, default ~/.cache/vitzoo/datasets), where `--download` puts them. Files
+  outside torchvision's layout are unpacked once into the cache in the `FashionMNIST/raw/` layout.
+- `cifar10`, `cifar100`, `oxford-pets`, `flowers102`: torchvision's classes on `--data-dir` (default
+  the cache), downloaded into it with `--download` (vitzoo.data.named: the files, checksums, errors).
 - a directory: `ImageFolder` layout, `DIR/train/<class>/*.jpg` and `DIR/val/<class>/...` (or `test/`).
 - `synthetic`: random images with a class-dependent pattern (learnable), generated on the fly from a
   seed; for tests and speed runs.
@@ -29,8 +30,11 @@ from pathlib import Path
 import torch
 from torch.utils.data import Dataset
 
+from vitzoo.data import named
+from vitzoo.data.named import cache_dir
 from vitzoo.errors import DataError
 from vitzoo.io import atomic_path
+from vitzoo.options import closest
 
 SYSTEM_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
 FASHION_FILES = {  # file -> the idx magic number it must start with
@@ -39,8 +43,7 @@ FASHION_FILES = {  # file -> the idx magic number it must start with
     "t10k-images-idx3-ubyte": 2051,
     "t10k-labels-idx1-ubyte": 2049,
 }
-CIFAR_FOLDERS = {"cifar10": "cifar-10-batches-py", "cifar100": "cifar-100-python"}
-NAMED = ("fashion-mnist", "cifar10", "cifar100", "synthetic")
+NAMED = ("fashion-mnist", "cifar10", "cifar100", "oxford-pets", "flowers102", "synthetic")
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
 # Per-channel statistics of the training sets (pixel values in [0, 1]); recorded in the model config.
@@ -50,8 +53,6 @@ STATS = {
     "cifar100": ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
 }
 SYNTHETIC_SIZES = {"train": 10_000, "test": 2_000}
-
-
 
 
 @dataclass(frozen=True)
@@ -66,10 +67,6 @@ class DataInfo:
     classes: tuple[str, ...] | None = None  # the class names, in label order, where the dataset has them
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("VITZOO_CACHE", Path.home() / ".cache" / "vitzoo"))
-
-
 # ---------------------------------------------------------------------------- checks
 def _idx_magic(path: Path) -> int:
     opener = gzip.open if path.suffix == ".gz" else open
@@ -80,19 +77,30 @@ def _idx_magic(path: Path) -> int:
     return int.from_bytes(head, "big")
 
 
-def _fashion_source(data_dir: str | os.PathLike | None) -> Path:
-    """The folder holding the four Fashion-MNIST files (.gz or unpacked), checked."""
-    folder = Path(data_dir) if data_dir else SYSTEM_FASHION_MNIST
+def _fashion_file(folder: Path, name: str) -> Path | None:
+    candidates = [folder / f"{name}.gz", folder / name, folder / "FashionMNIST" / "raw" / name]
+    return next((p for p in candidates if p.is_file()), None)
+
+
+def _fashion_source(data_dir: str | os.PathLike | None, download: bool = False) -> Path:
+    """The folder holding the four Fashion-MNIST files (.gz or unpacked), downloaded first if asked, checked."""
+    if data_dir is None and SYSTEM_FASHION_MNIST.is_dir():
+        folder = SYSTEM_FASHION_MNIST
+    else:
+        folder = named.root_of(data_dir)
+        if download and not all(_fashion_file(folder, name) for name in FASHION_FILES):
+            named.download("fashion-mnist", data_dir)
     if not folder.is_dir():
-        hint = ("install it with `sudo apt-get install dataset-fashion-mnist`, or pass --data-dir DIR"
-                if data_dir is None else "pass a folder holding the four *-ubyte.gz files")
-        raise DataError(f"Fashion-MNIST not found: {folder} is not a directory; {hint}")
+        hint = ("install it with `sudo apt-get install dataset-fashion-mnist`, pass --data-dir DIR, or "
+                if data_dir is None else "pass a folder holding the four *-ubyte.gz files, or ")
+        raise DataError(f"Fashion-MNIST not found: {folder} is not a directory; {hint}"
+                        f"{named.how_to_get('fashion-mnist', folder)}")
     for name, magic in FASHION_FILES.items():
-        candidates = [folder / f"{name}.gz", folder / name, folder / "FashionMNIST" / "raw" / name]
-        path = next((p for p in candidates if p.is_file()), None)
+        path = _fashion_file(folder, name)
         if path is None:
             raise DataError(f"Fashion-MNIST in {folder} is incomplete: no {name}.gz (expected the four files "
-                            f"{', '.join(f + '.gz' for f in FASHION_FILES)})")
+                            f"{', '.join(f + '.gz' for f in FASHION_FILES)} there or in FashionMNIST/raw/); "
+                            f"{named.how_to_get('fashion-mnist', folder)}")
         try:
             found = _idx_magic(path)
         except (OSError, EOFError, gzip.BadGzipFile) as exc:
@@ -120,34 +128,27 @@ def _check_image_folder(split_dir: Path) -> None:
             raise DataError(f"class folder {d} holds no images ({', '.join(IMAGE_EXTENSIONS)})")
 
 
-def check_data(name: str, data_dir: str | os.PathLike | None = None) -> None:
-    """Fail with a clear `DataError` if the dataset cannot be read; cheap (reads headers only)."""
+def check_data(name: str, data_dir: str | os.PathLike | None = None, download: bool = False) -> None:
+    """Fail with a clear `DataError` if the dataset cannot be read; cheap (reads headers only). `download`:
+    fetch a named dataset that is not there through torchvision first (vitzoo.data.named)."""
     if name == "synthetic":
         return
     if name == "fashion-mnist":
-        _fashion_source(data_dir)
+        _fashion_source(data_dir, download)
         return
-    if name in CIFAR_FOLDERS:
-        root = Path(data_dir) if data_dir else cache_dir() / "datasets"
-        folder = root / CIFAR_FOLDERS[name]
-        if not folder.is_dir():
-            raise DataError(f"{name} not found: no {folder}; pass --data-dir DIR where DIR holds the extracted "
-                            f"python version ({CIFAR_FOLDERS[name]}/), nothing is downloaded")
-        needed = (["data_batch_1", "test_batch"] if name == "cifar10" else ["train", "test"])
-        missing = [f for f in needed if not (folder / f).is_file()]
-        if missing:
-            raise DataError(f"{name} in {folder} is malformed: missing {', '.join(missing)}")
+    if name in named.TORCHVISION:
+        named.require(name, data_dir, download)
         return
     root = Path(name)
     if not root.is_dir():
         raise DataError(f"unknown dataset {name!r}: not one of {', '.join(NAMED)} and not a directory "
-                        "(an ImageFolder tree DIR/train/<class>/..., DIR/val/<class>/...)")
+                        f"(an ImageFolder tree DIR/train/<class>/..., DIR/val/<class>/...).{closest(name, NAMED)}")
     for split in ("train", "test"):
         _check_image_folder(_folder_split(root, split))
 
 
 # ---------------------------------------------------------------------------- raw datasets
-def _fashion_root(data_dir: str | os.PathLike | None) -> Path:
+def _fashion_root(data_dir: str | None) -> Path:
     """A root with FashionMNIST/raw/ holding the unpacked files, made once from the source folder."""
     source = _fashion_source(data_dir)
     if (source / "FashionMNIST" / "raw").is_dir() and all((source / "FashionMNIST" / "raw" / f).is_file() for f in FASHION_FILES):
@@ -211,6 +212,33 @@ class FolderImages(Dataset):
         return TF.pil_to_tensor(image.convert("RGB")), label
 
 
+class TorchvisionImages(Dataset):
+    """The splits of a torchvision dataset of image files (Pets, Flowers), one after the other, decoded
+    to uint8 tensors (C, H, W) at their own sizes."""
+
+    def __init__(self, parts: list) -> None:
+        self.parts = parts
+        # the labels without decoding an image: torchvision keeps them in `_labels` (Pets, Flowers-102)
+        labels = [label for part in parts for label in part._labels]
+        self.targets = torch.tensor(labels, dtype=torch.long)
+        self.classes = list(parts[0].classes)
+        self.starts = [0]
+        for part in parts:
+            self.starts.append(self.starts[-1] + len(part))
+
+    def __len__(self) -> int:
+        return self.starts[-1]
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        from torchvision.transforms.v2 import functional as TF
+
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        part = next(i for i in range(len(self.parts)) if index < self.starts[i + 1])
+        image, label = self.parts[part][index - self.starts[part]]
+        return TF.pil_to_tensor(image.convert("RGB")), label
+
+
 class SyntheticImages(Dataset):
     """Random images whose class is visible: a smooth class template plus per-image noise.
 
@@ -236,15 +264,20 @@ class SyntheticImages(Dataset):
         return self.templates[label] + noise, label
 
 
-def load_split(name: str, split: str, data_dir=None, *, img_size=(28, 28), in_chans: int = 3, seed: int = 0) -> Dataset:
-    """The raw `split` ("train" or "test") of a dataset, as uint8 tensors with a `.targets` tensor."""
-    check_data(name, data_dir)
+def load_split(name: str, split: str, data_dir=None, *, img_size=(28, 28), in_chans: int = 3, seed: int = 0,
+               download: bool = False) -> Dataset:
+    """The raw `split` ("train" or "test") of a dataset, as uint8 tensors with a `.targets` tensor;
+    `download`: fetch a named dataset that is not there first (through torchvision, checksums verified)."""
+    check_data(name, data_dir, download)
     train = split == "train"
     if name == "synthetic":
         return SyntheticImages(SYNTHETIC_SIZES[split], 10, in_chans, img_size, seed, split)
-    if name in ("fashion-mnist", *CIFAR_FOLDERS):
+    if name in ("fashion-mnist", "cifar10", "cifar100"):
         images, targets = _tensor_split(name, train, str(data_dir) if data_dir else None)
         return TensorImages(images, targets)
+    if name in named.TORCHVISION:
+        root = named.root_of(data_dir)
+        return TorchvisionImages([named.open_split(name, root, kwargs) for kwargs in named.splits(name, split)])
     return FolderImages(_folder_split(Path(name), split))
 
 
@@ -257,15 +290,9 @@ def _tensor_split(name: str, train: bool, data_dir: str | None) -> tuple[torch.T
 
         ds = FashionMNIST(str(_fashion_root(data_dir)), train=train, download=False)
         return ds.data.unsqueeze(1).contiguous(), ds.targets.long()
-    if name in CIFAR_FOLDERS:
-        from torchvision.datasets import CIFAR10, CIFAR100
-
-        cls = CIFAR10 if name == "cifar10" else CIFAR100
-        root = Path(data_dir) if data_dir else cache_dir() / "datasets"
-        try:
-            ds = cls(str(root), train=train, download=False)
-        except RuntimeError as exc:  # torchvision: "Dataset not found or corrupted"
-            raise DataError(f"{name} in {root} cannot be read: {exc}") from None
+    if name in ("cifar10", "cifar100"):
+        # torchvision checks every batch file's MD5 here; a failure names the corrupt one
+        ds = named.open_split(name, named.root_of(data_dir), {"train": train})
         return torch.from_numpy(ds.data).permute(0, 3, 1, 2).contiguous(), torch.tensor(ds.targets)
     raise ValueError(f"{name} is not an in-memory dataset")
 
@@ -275,7 +302,9 @@ def data_info(name: str, train_set: Dataset, in_chans: int = 3) -> DataInfo:
         return DataInfo(name, train_set.num_classes, train_set.in_chans, (0.5,) * in_chans, (0.5,) * in_chans)
     if name in STATS:
         mean, std = STATS[name]
-        return DataInfo(name, 100 if name == "cifar100" else 10, len(mean), mean, std)
+        return DataInfo(name, named.TORCHVISION[name][2], len(mean), mean, std)
+    if name in named.TORCHVISION:  # Pets, Flowers: fine-tuning data, normalised as the paper's models expect
+        return DataInfo(name, named.TORCHVISION[name][2], 3, (0.5, 0.5, 0.5), (0.5, 0.5, 0.5), tuple(train_set.classes))
     return DataInfo(name, len(train_set.classes), 3, (0.5, 0.5, 0.5), (0.5, 0.5, 0.5), tuple(train_set.classes))
 
 
@@ -325,6 +354,7 @@ __all__ = [
     "FolderImages",
     "SyntheticImages",
     "TensorImages",
+    "TorchvisionImages",
     "cache_dir",
     "check_data",
     "data_info",

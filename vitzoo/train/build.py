@@ -23,6 +23,7 @@ from vitzoo.config import SHAPE_OPTIONS, shape_differences
 from vitzoo.errors import ConfigError
 from vitzoo.fastest import fastest_precision
 from vitzoo.precision import native_bf16
+from vitzoo.train import distributed
 from vitzoo.train.config import TrainConfig
 from vitzoo.train.distributed import gather_objects
 from vitzoo.weights.layout import CONFIG_NAME, HUB_PREFIX
@@ -86,6 +87,16 @@ def base_config(cfg: TrainConfig) -> vitzoo.ViTConfig:
 
 def shape_options(cfg: TrainConfig) -> dict[str, Any]:
     return {k: v for k, v in cfg.model_options.items() if k in SHAPE_OPTIONS}
+
+
+def check_data(cfg: TrainConfig, env: distributed.Env) -> None:
+    """A DataError unless the dataset can be read, before any work. With `download`, the first process
+    fetches what is missing while the others wait (one download into a shared folder), then all check it."""
+    if cfg.download and env.is_main:
+        datasets.check_data(cfg.data, cfg.data_dir, download=True)
+    if cfg.download:
+        distributed.barrier(env)
+    datasets.check_data(cfg.data, cfg.data_dir)
 
 
 def load_splits(cfg: TrainConfig, base: vitzoo.ViTConfig) -> tuple[Dataset, Dataset | None, Dataset, datasets.DataInfo]:
@@ -174,5 +185,5 @@ def resolve_precision(cfg: TrainConfig, device: torch.device, model: torch.nn.Mo
     return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
 
 
-__all__ = ["base_config", "build_model", "build_optimizer", "has_running_statistics", "load_splits", "model_options",
+__all__ = ["base_config", "build_model", "build_optimizer", "check_data", "has_running_statistics", "load_splits", "model_options",
            "resolve_precision"]

@@ -47,7 +47,7 @@ DEFAULT_EPOCHS = 10
 # Fields that may differ between a run and its resumption (they do not change what is computed);
 # `out` too: a run directory moved or copied elsewhere is the same run.
 RESUMABLE_CHANGES = {"resume", "stop_at", "quiet", "num_workers", "log_every", "eval_every", "checkpoint_every",
-                     "keep_checkpoints", "device", "compile", "tensorboard", "out"}
+                     "keep_checkpoints", "device", "compile", "tensorboard", "out", "download"}
 
 # the range of every number option (`vitzoo.options.check_fields` checks them all, and every type, as
 # one ConfigError before any data loads); options not named take any int or finite number
@@ -78,8 +78,12 @@ class TrainConfig(Options):
                                    "(hf-hub:ORG/NAME[@REV]), a save_pretrained directory, or a weights file of any "
                                    "format vitzoo reads", default=None)
     # data
-    data: str = _help("fashion-mnist | cifar10 | cifar100 | synthetic | an ImageFolder directory", default="fashion-mnist")
-    data_dir: str | None = _help("where the named dataset's files are", default=None)
+    data: str = _help("fashion-mnist | cifar10 | cifar100 | oxford-pets | flowers102 | synthetic | an ImageFolder "
+                      "directory (docs/datasets.md)", default="fashion-mnist")
+    data_dir: str | None = _help("where the named dataset's files are (default $VITZOO_CACHE/datasets, i.e. "
+                                 "~/.cache/vitzoo/datasets; Fashion-MNIST: the Debian package first)", default=None)
+    download: bool = _help("fetch a named dataset that is not in --data-dir through torchvision, its archives' "
+                           "MD5 checksums verified (offline: put the archives the error names there)", default=False)
     train_limit: int | None = _help("use only this many training images (a fixed random subset)", default=None)
     test_limit: int | None = _help("evaluate on only this many test images", default=None)
     val_size: int = _help("hold out this many training images as a validation set, never trained on: the same "

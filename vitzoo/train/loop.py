@@ -36,7 +36,7 @@ from vitzoo import data as datasets
 from vitzoo.errors import ConfigError, TrainingDiverged
 from vitzoo.io import write_text
 from vitzoo.precision import autocast, sum_dtype
-from vitzoo.train import distributed, state
+from vitzoo.train import build, distributed, state
 from vitzoo.train.build import (
     base_config,
     build_model,
@@ -99,7 +99,7 @@ class Trainer:
         self.wall_start = time.perf_counter()
         self.verbose = env.is_main and not cfg.quiet
         # cheap checks, before any work
-        datasets.check_data(cfg.data, cfg.data_dir)
+        build.check_data(cfg, env)  # with --download, the first process fetches the files
         self.run_dir = Path(cfg.out) if cfg.out else None
         resume_points = prepare_run_dir(cfg, self.run_dir)
         distributed.barrier(env)  # every rank has checked the run directory before rank 0 writes to it
