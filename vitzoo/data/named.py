@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vitzoo.errors import DataError
+from vitzoo.io import cache_dir
 
 # vitzoo's name -> the torchvision class, its folder under the root, classes, and the torchvision
 # splits that make vitzoo's "train" and "test" (kwargs of the class)
@@ -40,10 +41,6 @@ TORCHVISION = {
     "flowers102": ("Flowers102", "flowers-102", 102, ({"split": "train"}, {"split": "val"}), ({"split": "test"},)),
 }
 DOWNLOAD_TIMEOUT_S = 60  # per network read: a silent mirror ends the download instead of hanging it
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("VITZOO_CACHE", Path.home() / ".cache" / "vitzoo"))
 
 
 def root_of(data_dir: str | os.PathLike | None) -> Path:
