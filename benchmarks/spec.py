@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from benchmarks.suite import Run, markdown_table
+from benchmarks.suite import Run, markdown_image, markdown_table
 from benchmarks.verdict import (
     NOT_COMPARED,
     POSITIVE,
@@ -322,7 +322,7 @@ def report(spec: Ablation, records: list[dict], out: Path) -> tuple[str, list[di
         body += "\n\n" + spec.notes
     if spec.figure is not None:
         files = spec.figure(table.rows, records, out)
-        body += "\n\nFigure" + ("s" if len(files) > 1 else "") + ": " + ", ".join(f"`{f}`" for f in files) + "."
+        body += "\n\n" + "\n\n".join(markdown_image(f) for f in files)
     findings, verdicts = format_findings(spec, table)
     if findings:
         body += f"\n\nFindings, each judged by one rule ({RULE}; mean ± standard deviation over seeds above):\n\n{findings}"

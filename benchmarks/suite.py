@@ -139,6 +139,11 @@ def markdown_table(header: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(lines)
 
 
+def markdown_image(name: str) -> str:
+    """A figure shown in a results README (a relative link to the PNG beside it), not only named."""
+    return f"![{Path(name).stem.replace('_', ' ')}]({name})"
+
+
 def save_figure(fig, path: Path) -> None:
     """PNG written atomically."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,5 @@
 """Every finding of every ablation in one table, from the verdicts the ablations wrote (findings.json):
-benchmarks/results/README.md, and the project README between its `findings` markers. Nothing in it is
+benchmarks/results/README.md, and benchmarks/README.md between its `findings` markers. Nothing in it is
 written by hand.
 
     python -m benchmarks.summary            # after a suite (or part of one) has run
@@ -17,7 +17,7 @@ from benchmarks.suite import RESULTS, markdown_table
 from benchmarks.verdict import NOT_COMPARED, RULE
 from vitzoo.io import write_text
 
-ROOT = Path(__file__).resolve().parent.parent
+BENCHMARKS_README = Path(__file__).resolve().parent / "README.md"  # the narrative that links each ablation's results
 START, END = "<!-- findings:start -->", "<!-- findings:end -->"
 METRIC_NAMES = {"test_acc": "test accuracy", "fewshot_5": "5-shot"}
 
@@ -88,10 +88,10 @@ def main() -> int:
     write_text(RESULTS / "README.md", "# Every finding, judged by one rule\n\nWritten by `python -m benchmarks.summary` from "
                "each ablation's `findings.json`; each ablation's README has its table, settings (date, commit, CPU) "
                "and figures.\n\n" + findings_table(RESULTS, "") + "\n")
-    readme = ROOT / "README.md"
+    readme = BENCHMARKS_README
     text = readme.read_text()
     if START in text and END in text:
-        table = findings_table(RESULTS, "benchmarks/results/")
+        table = findings_table(RESULTS, "results/")
         text = re.sub(re.escape(START) + ".*?" + re.escape(END), lambda _: f"{START}\n{table}\n{END}", text, flags=re.S)
         write_text(readme, text)
     print(findings_table(RESULTS, ""))

@@ -29,7 +29,7 @@ def results(tmp_path_factory):
 
 
 @pytest.mark.parametrize("ablation", list(ABLATIONS))
-def test_each_ablation_writes_results_table_and_the_figures_its_readme_names(results, ablation):
+def test_each_ablation_writes_results_table_and_the_figures_its_readme_shows(results, ablation):
     folder = results / ablation
     runs = json.loads((folder / "results.json").read_text())["runs"]
     assert runs and all(RECORD_FIELDS <= set(r) for r in runs)
@@ -38,7 +38,8 @@ def test_each_ablation_writes_results_table_and_the_figures_its_readme_names(res
     readme = (folder / "README.md").read_text()
     assert readme.startswith("# ") and "| " in readme and "--scale quick" in readme and "CPU " in readme
     assert f"numerics version {suite.NUMERICS_VERSION}." in readme and "Mixed" not in readme
-    figures = re.findall(r"`([\w.]+\.png)`", readme) or [f"{ablation}.png"]
+    figures = re.findall(r"!\[[^\]]+\]\(([\w.]+\.png)\)", readme)  # shown as images, not only named
+    assert figures and "Figure: `" not in readme, readme
     for name in figures:
         assert (folder / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
 
@@ -177,7 +178,7 @@ def test_speed_benchmark_measures_every_contestant_on_the_same_weights(tmp_path)
         assert r["key"] == f"{r['kind']} {r['model']} {r['dtype']} batch {r['batch']} quick"
     readme = (out / "README.md").read_text()
     assert "faster peer" in readme and "speed-up" in readme and "Matrix-product ceilings" in readme
-    assert (out / "speed.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "![speed](speed.png)" in readme and (out / "speed.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_speed_repetitions_rotate_so_that_no_contestant_always_follows_the_same_one():

@@ -78,6 +78,20 @@ def test_every_command_answers_help_as_a_user_types_it(command, flag):
     assert "Traceback" not in result.stderr
 
 
+def test_the_top_level_help_describes_vitzoo_to_a_user():
+    """`vitzoo --help` says what vitzoo is and does, in whole sentences, then every command; not the
+    developer's docstring of the module that builds the parser, cut at its first line."""
+    out = subprocess.run([sys.executable, "-m", "vitzoo", "--help"], capture_output=True, text=True,
+                         timeout=120, check=True).stdout
+    description = out.split("\n\n")[1]
+    assert "Vision Transformer" in description and description.rstrip().endswith(".")
+    assert "vitzoo/commands" not in out and "exposes" not in out
+    listed = [line.split()[0] for line in out.split("COMMAND\n", 1)[1].split("\n\n")[0].splitlines() if line.startswith("    ")
+              and not line.startswith("      ")]
+    assert listed[:3] == ["list", "info", "predict"] and sorted(listed) == _commands()
+    assert "vitzoo predict" in out and "vitzoo COMMAND --help" in out  # examples, and where the options are
+
+
 def test_the_training_help_lists_every_training_option():
     from vitzoo.train.config import TrainConfig
 

@@ -402,13 +402,13 @@ def test_predict_refuses_an_unreadable_image_and_a_head_without_labels(server, p
     assert "tiny_vit.in21k has no classifier" in err and "tiny_vit.in1k" in err
 
 
-# ------------------------------------------------------------------------------------------- the README
-def test_the_readme_table_is_the_registry_s():
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
+# ------------------------------------------------------------------------------------------- the docs' table
+def test_the_documented_table_is_the_registry_s():
+    page = (Path(__file__).parents[1] / "docs" / "pretrained.md").read_text()
     start, end = "<!-- pretrained-table: vitzoo list --pretrained --markdown -->\n", "<!-- /pretrained-table -->"
-    assert start in readme and end in readme, "the README's Pretrained weights section lost its markers"
-    table = readme.split(start, 1)[1].split(end, 1)[0]
-    assert table == markdown_table(), "regenerate the table: vitzoo list --pretrained --markdown"
+    assert start in page and end in page, "docs/pretrained.md lost the markers around its table"
+    table = page.split(start, 1)[1].split(end, 1)[0]
+    assert table == markdown_table(), "regenerate the table in docs/pretrained.md: vitzoo list --pretrained --markdown"
 
 
 # ------------------------------------------------------------------------------------------- fine-tuning

@@ -5,7 +5,7 @@
     vitzoo.create("vit_b16.orig_in21k@REVISION", pretrained=True) # the repo at a branch, tag or commit
     vitzoo.create("vit_b16.orig_in21k")                           # its architecture, no weights
     vitzoo.list_pretrained("vit_b16*")
-    vitzoo list --pretrained --markdown                           # the README's table
+    vitzoo list --pretrained --markdown                           # the table of docs/pretrained.md
 
 A tag (`vitzoo.tags.PretrainedTag`) is registered through the `vitzoo_pretrained_tags` hook like any
 plugin's component. Without `pretrained=True` a tag name builds the tag's architecture (resolution,
@@ -113,7 +113,7 @@ def config_of(name: str):
 
 # ------------------------------------------------------------------------------------------- the table
 def markdown_table(pattern: str = "*") -> str:
-    """The registered tags as a Markdown table (the README's "Pretrained weights" section)."""
+    """The registered tags as a Markdown table (docs/pretrained.md)."""
     lines = ["| model | tag | Hub repo | format | resolution | classes | ImageNet top-1 (source) |",
              "|---|---|---|---|---|---|---|"]
     tags = registered()  # checked once, not once per tag

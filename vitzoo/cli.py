@@ -1,5 +1,6 @@
-"""The `vitzoo` command. Each subcommand lives in `vitzoo/commands/<name>.py` and exposes
-`add_parser(subparsers)`, which registers its arguments and sets `func(args) -> int`."""
+"""The `vitzoo` command, for whoever adds to it (what a user reads is DESCRIPTION). Each subcommand
+lives in `vitzoo/commands/<name>.py` and exposes `add_parser(subparsers)`, which registers its
+arguments and sets `func(args) -> int`."""
 
 from __future__ import annotations
 
@@ -10,13 +11,33 @@ import sys
 
 import vitzoo.commands
 
+# What `vitzoo --help` says to a user.
+DESCRIPTION = """\
+The Vision Transformer of "An Image is Worth 16x16 Words" (Dosovitskiy et al., ICLR 2021), in PyTorch.
+Inspect the models, classify images with the released weights, train or fine-tune on your own images,
+move weights between formats and the Hugging Face Hub, and run the paper's ablations."""
+
+EXAMPLES = """\
+examples:
+  vitzoo list --pretrained
+  vitzoo predict cat.jpg --model vit_b16.orig_in21k_ft_in1k
+  vitzoo train --pretrained vit_s16.augreg_in21k_ft_in1k --data my_images/ --recipe paper-finetune --steps 500 --out runs/ft
+  vitzoo pull alice/vit-b16-cifar10 weights/
+
+`vitzoo COMMAND --help` lists a command's options."""
+
+# the commands in the order a user meets them; a module not named here is listed after them
+ORDER = ("listing", "predict", "train", "weights", "bench")
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="vitzoo", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="vitzoo", description=DESCRIPTION, epilog=EXAMPLES,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"vitzoo {__import__('vitzoo').__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for info in sorted(pkgutil.iter_modules(vitzoo.commands.__path__), key=lambda m: m.name):
-        importlib.import_module(f"vitzoo.commands.{info.name}").add_parser(sub)
+    names = [m.name for m in pkgutil.iter_modules(vitzoo.commands.__path__)]
+    for name in sorted(names, key=lambda n: (ORDER.index(n) if n in ORDER else len(ORDER), n)):
+        importlib.import_module(f"vitzoo.commands.{name}").add_parser(sub)
     return parser
 
 

@@ -20,7 +20,7 @@ import torch
 import vitzoo
 from benchmarks.figures import plt
 from benchmarks.spec import Ablation, Cell, Scale
-from benchmarks.suite import Run, markdown_table, peak_memory_growth_gb, save_figure
+from benchmarks.suite import Run, markdown_image, markdown_table, peak_memory_growth_gb, save_figure
 from vitzoo.train.distributed import pick_device
 
 MODELS = {
@@ -172,6 +172,7 @@ def report(records: list[dict], out: Path) -> str:
     return (
         f"Inference at batch {records[0]['config']['train']['batch'] if records else '?'}, float32, on `{device}`."
         + budget + "\n\n" + markdown_table(["model", "input px", "images/s", "largest batch"], rows)
+        + "\n\n" + markdown_image("cost.png")
     )
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from benchmarks.figures import plt
 from benchmarks.speed.cases import STORED_PROBABILITIES
-from benchmarks.suite import markdown_table, save_figure
+from benchmarks.suite import markdown_image, markdown_table, save_figure
 
 FAST_PATHS = ("vitzoo", "vitzoo+compile", STORED_PROBABILITIES, "vitzoo.fast", "vitzoo.fast+compile")  # the rows of the targets table
 
@@ -83,6 +83,7 @@ def report(rows: list[dict], out: Path) -> str:
     return "\n\n".join([
         f"Measured on {environments(rows)}. Every record, with its environment, is in `results.json`.",
         "### Against the faster eager peer\n\n" + markdown_table(["model", "dtype", "batch", "vitzoo", "faster peer", "speed-up"], targets),
+        markdown_image("speed.png"),
         "### Inference (images/s, median of interleaved repetitions; share of the matrix-product ceiling)\n\n"
         + markdown_table(["model", "dtype", "batch", "contestant", "images/s", "min-max", "of ceiling", "page faults/call"], table),
         "### Training step (forward, backward, AdamW)\n\n"

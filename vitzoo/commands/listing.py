@@ -13,7 +13,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("pattern", nargs="?", default="*")
     p.add_argument("--pretrained", action="store_true",
                    help="list the pretrained tags (MODEL.TAG) instead: their Hub repo, resolution and accuracy")
-    p.add_argument("--markdown", action="store_true", help="with --pretrained: as a Markdown table (the README's)")
+    p.add_argument("--markdown", action="store_true", help="with --pretrained: as a Markdown table (the one in docs/pretrained.md)")
     p.set_defaults(func=run_list)
     p = sub.add_parser("info", help="config, parameter count, GFLOPs and sequence length of a model")
     p.add_argument("name")
