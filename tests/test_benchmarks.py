@@ -176,7 +176,13 @@ def test_speed_benchmark_measures_every_contestant_on_the_same_weights(tmp_path)
         assert RECORD_FIELDS - {"seed", "config", "metrics", "wall_s", "numerics"} <= set(r), set(r)  # a timing: no training numbers
         assert isinstance(r["cpu_flags"], list)  # the instruction sets, which decide how CPUs compare
         assert r["key"] == f"{r['kind']} {r['model']} {r['dtype']} batch {r['batch']} quick"
+    (fastest,) = [r for r in data["runs"] if r["kind"] == "fastest"]  # each at its own fastest precision
+    assert set(fastest["speeds"]) == {"vitzoo float32", "vitzoo.fast()"} | {
+        f"{lib} {dtype}" for lib in ("timm", "torchvision") for dtype in ("float32", "bf16")}
+    assert all(fastest["peer_best"][lib].startswith(lib + " ") for lib in ("timm", "torchvision"))
+    assert fastest["choice"].startswith("float32: VITZOO_CPU_PRECISION=float32")  # the suite fixes the CPU's choice
     readme = (out / "README.md").read_text()
+    assert "Each at its fastest" in readme and "over vitzoo float32" in readme
     assert "faster peer" in readme and "speed-up" in readme and "Matrix-product ceilings" in readme
     assert "![speed](speed.png)" in readme and (out / "speed.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -45,6 +45,22 @@ def test_standardized_weight_is_cached_in_eval_and_refreshed_when_the_weight_cha
     assert conv.standardized_weight().requires_grad
 
 
+def test_under_autocast_the_cached_weight_is_already_in_the_convolutions_dtype():
+    """In eval mode under bf16 autocast the standardized weight is kept in bf16 (autocast would cast the
+    float32 one at every call): the same bits autocast's cast gives, and float32 again outside it."""
+    conv = StdConv2d(8, 16, 3).eval()
+    x = torch.randn(2, 8, 9, 9)
+    exact = conv.standardize(conv.weight.detach())
+    with torch.no_grad(), torch.autocast("cpu", torch.bfloat16):
+        cached = conv.standardized_weight()
+        assert cached.dtype == torch.bfloat16 and torch.equal(cached, exact.to(torch.bfloat16))
+        assert conv.standardized_weight() is cached
+        got = conv(x)
+        assert torch.equal(got, F.conv2d(F.pad(x, (1, 1, 1, 1)), exact))  # autocast casts both to bf16
+    with torch.no_grad():
+        assert conv.standardized_weight().dtype == torch.float32
+
+
 def test_bottleneck_projects_when_shape_changes_and_starts_as_identity_branch():
     unit = Bottleneck(128, 32, stride=1)
     assert not unit.needs_projection

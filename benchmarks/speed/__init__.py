@@ -1,7 +1,7 @@
 """Speed: vitzoo against timm and torchvision on the same architecture, weights and inputs.
 
     python -m benchmarks speed [--quick] [--device cpu|cuda|auto]
-    python -m benchmarks.speed [--only inference|training] [--quick] [--device ...]   (one kind of case)
+    python -m benchmarks.speed [--only inference|training|fastest] [--quick] [--device ...]   (one kind of case)
 
 Every peer is built with random weights, vitzoo loads the same weights through its converters (and
 its logits are checked against the peer's), and repetitions of all contestants are interleaved in one
@@ -25,6 +25,10 @@ told apart. On CUDA the timings synchronise the device, peak memory is the alloc
 is also timed with each of scaled_dot_product_attention's kernels forced (`vitzoo[flash]`,
 `vitzoo[mem_efficient]`, `vitzoo[cudnn]`, `vitzoo[math]`); training batches are 8x larger there.
 
+Each at its fastest (inference, batch 8): every peer eager in float32 and in the device's half precision
+under autocast, its faster one counted, against `vitzoo.fast.for_inference(model)` with no argument (the
+precision `vitzoo.fastest` measures this machine computes fastest) and vitzoo's eager float32.
+
 The modules, in the order a case is measured:
 
     cases     what is measured: the cases (vitzoo and its peers on the same weights), the precisions,
@@ -32,6 +36,6 @@ The modules, in the order a case is measured:
     timing    how a timing is kept fair: interleaved repetitions, page faults, device synchronisation,
               attention kernels, the matrix-product ceiling, a fresh compiler per case
     memory    the peak memory a training step adds, probed in a fresh process per contestant
-    measure   inference and training cases, measured and stored; `main`
+    measure   inference, training and each-at-its-fastest cases, measured and stored; `main`
     report    the README: tables, speed-ups over the faster peer, ceilings, the figure
 """

@@ -1,4 +1,4 @@
-"""`python -m benchmarks.speed [--only inference|training] [--quick] [--device ...]`: one kind of case;
+"""`python -m benchmarks.speed [--only inference|training|fastest] [--quick] [--device ...]`: one kind of case;
 `--probe CASE CONTESTANT BATCH DTYPE` is the memory probe's child process (benchmarks/speed/memory.py)."""
 
 import sys
@@ -14,5 +14,5 @@ if __name__ == "__main__":
     if argv[:1] == ["--probe"]:
         probe(int(argv[1]), argv[2], int(argv[3]), argv[4], "--quick" in argv, torch.device(device_arg))
     else:
-        only = argv[argv.index("--only") + 1].split(",") if "--only" in argv else ["inference", "training"]
+        only = argv[argv.index("--only") + 1].split(",") if "--only" in argv else ["inference", "training", "fastest"]
         main(quick="--quick" in argv, device=device_arg, kinds=tuple(only))

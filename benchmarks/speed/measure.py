@@ -1,5 +1,6 @@
 """Measuring the speed benchmark's cases: inference and a training step of every contestant, in
-float32 and bf16, each case's records stored as soon as it is measured; `main` measures the chosen
+float32 and bf16, and inference with each contestant at its own fastest precision, each case's records
+stored as soon as it is measured; `main` measures the chosen
 kinds and writes the report of every stored record."""
 
 from __future__ import annotations
@@ -82,6 +83,37 @@ def inference(case: Case, batches: list[int], reps: int, compile_at: int | None,
     return rows
 
 
+def at_their_fastest(case: Case, batch: int, reps: int, device: torch.device) -> list[dict]:
+    """Each contestant at its own fastest, eager: every peer in float32 and in its device's half
+    precision under autocast, vitzoo eager in float32, and `vitzoo.fast.for_inference(model)` with no
+    argument (the precision `vitzoo.fastest` picks on this machine), interleaved in one run."""
+    torch.manual_seed(0)
+    peers = {lib: build().eval().to(device) for lib, build in case.peers.items()}
+    model = converted(next(iter(peers.values())).cpu(), case).eval().to(device)
+    for peer in peers.values():
+        peer.to(device)
+    fast = for_inference(copy.deepcopy(model))  # "auto": measured here (or read from this machine's cache)
+    x = torch.randn(batch, 3, case.img_size, case.img_size, device=device)
+
+    def runner(m, mixed=None):
+        def run():
+            with torch.inference_mode(), autocast(device, mixed):
+                m(x)
+        return run
+
+    contestants = {"vitzoo float32": runner(model), "vitzoo.fast()": runner(fast)}
+    for dtype_name, dtype in precisions(device).items():
+        contestants.update({f"{lib} {dtype_name}": runner(peer, dtype) for lib, peer in peers.items()})
+    speeds = interleaved(contestants, reps, batch, device)
+    best = {lib: max((n for n in speeds if n.startswith(lib + " ")), key=lambda n: speeds[n]["images_per_s"])
+            for lib in peers}
+    print(f"  fastest {case.vitzoo_name} batch {batch} ({fast.describe()}): "
+          + ", ".join(f"{k} {v['images_per_s']:.2f}" for k, v in speeds.items()), flush=True)
+    return [{"kind": "fastest", "model": case.vitzoo_name, "dtype": "each its fastest", "batch": batch,
+             "img_size": case.img_size, "speeds": speeds, "peer_best": best, "choice": fast.describe(),
+             "choice_dtype": str(fast.dtype).replace("torch.", "")}]
+
+
 def usable(contestants: dict[str, Callable[[], None]]) -> dict[str, Callable[[], None]]:
     """The contestants that run: an attention kernel that this GPU, dtype or shape does not support
     raises at once; it is left out of the table, saying so."""
@@ -133,7 +165,8 @@ def case_key(row: dict, quick: bool) -> str:
     return f"{row['kind']} {row['model']} {row['dtype']} batch {row['batch']}" + (" quick" if quick else "")
 
 
-def main(quick: bool = False, out: Path = OUT, device: str = "cpu", kinds: tuple[str, ...] = ("inference", "training")) -> Path:
+def main(quick: bool = False, out: Path = OUT, device: str = "cpu",
+         kinds: tuple[str, ...] = ("inference", "training", "fastest")) -> Path:
     """Measure the cases of `kinds` (both by default; the others keep their stored records) and write
     the report of every stored record."""
     if device == "auto":
@@ -156,6 +189,8 @@ def main(quick: bool = False, out: Path = OUT, device: str = "cpu", kinds: tuple
     with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):  # never time an eager fallback as compiled
         for case in plan["inference"] if "inference" in kinds else []:
             save(inference(case, batches, reps, None if quick else 8, device))
+        for case in plan["inference"] if "fastest" in kinds else []:
+            save(at_their_fastest(case, 2 if quick else 8, reps, device))
         for i, case in enumerate(plan["training"] if "training" in kinds else []):
             batch = 2 if quick else (16 if case.vitzoo_name == "vit_s16" else 4) * (8 if device.type == "cuda" else 1)
             save(training(i, case, batch, reps, quick, not quick, device))

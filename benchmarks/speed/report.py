@@ -51,6 +51,25 @@ def environments(rows: list[dict]) -> str:
         f" to {max(dates)[:10]}" if max(dates)[:10] != min(dates)[:10] else "") for (d, t, c, v, g), dates in seen.items())
 
 
+def at_their_fastest(rows: list[dict]) -> str:
+    """The fastest-configuration comparison: each peer at its best of float32 and half precision
+    (eager), against `vitzoo.fast.for_inference(model)` with no argument and vitzoo's eager float32."""
+    table = []
+    for r in (r for r in rows if r["kind"] == "fastest"):
+        rate = {k: v["images_per_s"] for k, v in r["speeds"].items()}
+        faster = max(r["peer_best"].values(), key=rate.get)
+        table.append([r["model"], r["batch"], r["choice"], round(rate["vitzoo.fast()"], 2), faster, round(rate[faster], 2),
+                      f"{rate['vitzoo.fast()'] / rate[faster]:.2f}x",
+                      f"{rate['vitzoo.fast()'] / rate['vitzoo float32']:.2f}x"])
+    if not table:
+        return ""
+    return ("### Each at its fastest: `vitzoo.fast.for_inference(model)` with no argument\n\n"
+            "Every peer eager in float32 and in half precision under autocast, its faster one counted; vitzoo's "
+            "fast path in the precision it picks on this machine (`vitzoo.fastest`), eager; interleaved in one run.\n\n"
+            + markdown_table(["model", "batch", "picked", "vitzoo.fast() images/s", "fastest peer", "its images/s",
+                              "over it", "over vitzoo float32"], table))
+
+
 def report(rows: list[dict], out: Path) -> str:
     inference_rows = [r for r in rows if r["kind"] == "inference"]
     table = []
@@ -83,6 +102,7 @@ def report(rows: list[dict], out: Path) -> str:
     return "\n\n".join([
         f"Measured on {environments(rows)}. Every record, with its environment, is in `results.json`.",
         "### Against the faster eager peer\n\n" + markdown_table(["model", "dtype", "batch", "vitzoo", "faster peer", "speed-up"], targets),
+        *([at_their_fastest(rows)] if at_their_fastest(rows) else []),
         markdown_image("speed.png"),
         "### Inference (images/s, median of interleaved repetitions; share of the matrix-product ceiling)\n\n"
         + markdown_table(["model", "dtype", "batch", "contestant", "images/s", "min-max", "of ceiling", "page faults/call"], table),

@@ -65,7 +65,7 @@ class StdConv2d(nn.Conv2d):
         super().__init__(in_channels, out_channels, kernel_size, stride, padding=0, bias=False)
         self.numerics = numerics
         lecun_normal_(self.weight)
-        self._standardized: tuple[tuple[int, int], torch.Tensor] | None = None  # ((storage, version), result)
+        self._standardized: tuple[tuple, torch.Tensor] | None = None  # ((storage, version, dtype), result)
 
     def standardize(self, w: torch.Tensor) -> torch.Tensor:
         # in float32 whatever the weight's dtype: bf16 weights (vitzoo.fast) round the result once,
@@ -90,13 +90,16 @@ class StdConv2d(nn.Conv2d):
         if torch.is_grad_enabled() or self.training:
             self._standardized = None
             return self.standardize(w)
-        # In eval mode without autograd the weight does not change between calls: compute it once.
-        key = (w.data_ptr(), w._version)  # a new tensor (param.data = ...) or an in-place change
+        # In eval mode without autograd the weight does not change between calls: compute it once, in
+        # the dtype the convolution will run in (under autocast its cast of the weight at every call is
+        # then a no-op)
+        dtype = torch.get_autocast_dtype(w.device.type) if torch.is_autocast_enabled(w.device.type) else w.dtype
+        key = (w.data_ptr(), w._version, dtype)  # a new tensor (param.data = ...) or an in-place change
         if self._standardized is not None and self._standardized[0] == key:
             cached = self._standardized[1]
-            if cached.device == w.device and cached.dtype == w.dtype:
+            if cached.device == w.device:
                 return cached
-        self._standardized = (key, self.standardize(w))
+        self._standardized = (key, self.standardize(w).to(dtype))
         return self._standardized[1]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
