@@ -19,6 +19,7 @@ the device). The names:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gzip
 import hashlib
@@ -345,6 +346,43 @@ def subset(dataset: Dataset, limit: int | None, seed: int = 0) -> Dataset:
     return sub
 
 
+class KeptClasses(Dataset):
+    """The samples of `dataset` whose class is one of `classes`, relabelled by their place in `classes`
+    (classes (5, 6, 7, 8, 9) become 0-4): a dataset restricted to some of its classes, as the transfer
+    benchmark pre-trains on one half of a dataset's classes and transfers to the other."""
+
+    def __init__(self, dataset: Dataset, classes: tuple[int, ...]) -> None:
+        targets = torch.as_tensor(dataset.targets).long()
+        relabel = torch.full((int(targets.max()) + 1,), -1, dtype=torch.long)
+        for new, old in enumerate(classes):
+            if old < len(relabel):
+                relabel[old] = new
+        kept = relabel[targets] >= 0
+        self.dataset, self.indices = dataset, kept.nonzero().flatten().tolist()
+        self.targets = relabel[targets[kept]]
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        return self.dataset[self.indices[index]][0], int(self.targets[index])
+
+
+def keep_classes(dataset: Dataset, classes: tuple[int, ...], name: str) -> Dataset:
+    """`dataset` restricted to `classes` (`KeptClasses`); a DataError names a class it does not have."""
+    count = int(torch.as_tensor(dataset.targets).max()) + 1 if len(dataset) else 0
+    absent = [c for c in classes if not 0 <= c < count]
+    if absent:
+        raise DataError(f"classes={tuple(classes)}: {name} has classes 0-{count - 1}, not {', '.join(map(str, absent))}")
+    return KeptClasses(dataset, tuple(classes))
+
+
+def classes_kept(info: DataInfo, classes: tuple[int, ...]) -> DataInfo:
+    """The dataset's facts once restricted to `classes`: their number, and their names in the new order."""
+    names = tuple(info.classes[c] for c in classes) if info.classes else None
+    return dataclasses.replace(info, num_classes=len(classes), classes=names)
+
+
 __all__ = [
     "FASHION_FILES",
     "STATS",
@@ -352,12 +390,15 @@ __all__ = [
     "VALIDATION_SEED",
     "DataInfo",
     "FolderImages",
+    "KeptClasses",
     "SyntheticImages",
     "TensorImages",
     "TorchvisionImages",
     "cache_dir",
     "check_data",
+    "classes_kept",
     "data_info",
+    "keep_classes",
     "load_split",
     "split_validation",
     "subset",

@@ -104,6 +104,9 @@ def load_splits(cfg: TrainConfig, base: vitzoo.ViTConfig) -> tuple[Dataset, Data
     train_raw = datasets.load_split(cfg.data, "train", cfg.data_dir, img_size=base.img_size, in_chans=base.in_chans, seed=cfg.seed)
     test_raw = datasets.load_split(cfg.data, "test", cfg.data_dir, img_size=base.img_size, in_chans=base.in_chans, seed=cfg.seed)
     info = datasets.data_info(cfg.data, train_raw, base.in_chans)
+    if cfg.classes is not None:  # before the validation split and the limits: they count the kept images
+        train_raw, test_raw, info = (*(datasets.keep_classes(s, cfg.classes, cfg.data) for s in (train_raw, test_raw)),
+                                     datasets.classes_kept(info, cfg.classes))
     if cfg.val_size and len(train_raw) - cfg.val_size < cfg.batch_size:
         raise ConfigError(f"val_size={cfg.val_size} leaves {max(0, len(train_raw) - cfg.val_size)} of the {len(train_raw)} "
                           f"training images, fewer than one batch ({cfg.batch_size}); lower --val-size or --batch-size")

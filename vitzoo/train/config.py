@@ -89,6 +89,9 @@ class TrainConfig(Options):
     val_size: int = _help("hold out this many training images as a validation set, never trained on: the same "
                           "images whatever --seed and --train-limit (taken before --train-limit subsets the rest); "
                           "--eval-every then evaluates on them instead of the test set (0: off)", default=0)
+    classes: tuple[int, ...] | None = _help(
+        "train and evaluate on these classes of the dataset only, renumbered 0, 1, ... in the order given (0,1,2,3,4: "
+        "the first half of a 10-class dataset; taken before --val-size and the limits)", default=None)
     num_workers: int = _help("data loader worker processes", default=0)
     random_resized_crop: float = _help("RandomResizedCrop min scale (0: off)", default=0.0)
     crop_padding: int = _help("random crop after zero padding by this many pixels (0: off)", default=0)
@@ -157,6 +160,12 @@ class TrainConfig(Options):
             raise ConfigError(f"give one of epochs, steps, time_budget_min, not {' and '.join(lengths)}")
         for k in self.fewshot:
             check_number("fewshot", k, int, "> 0")
+        if self.classes is not None:
+            self.classes = tuple(self.classes)
+            for c in self.classes:
+                check_number("classes", c, int, ">= 0")
+            if not self.classes or len(set(self.classes)) != len(self.classes):
+                raise ConfigError(f"classes={self.classes!r}: name each class to keep once (at least one), e.g. 0,1,2,3,4")
         for beta in self.betas or ():
             check_number("betas", beta, float, "in [0, 1)")
         if self.betas is not None:
