@@ -28,6 +28,7 @@ README's settings line names the numerics versions of its runs, loudly when they
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib.util
 import json
@@ -187,8 +188,9 @@ def run_ablation(spec: Ablation, scale: Scale, store: ResultStore, args: argpars
                           cluster=args.slurm, wait=not args.no_wait, minutes=minutes)
     if not records:
         return f"(no results of {spec.name} at --scale {scale.name} in {out} yet)"
-    if spec.report is not None:
-        body, verdicts = spec.report(records, out), []
+    if spec.report is not None:  # its own report: the body, or the body and the verdicts
+        made = spec.report(records, out)
+        body, verdicts = made if isinstance(made, tuple) else (made, [])
     else:
         body, verdicts = report(spec, records, out)
     write_text(out / "findings.json", json.dumps({"rule": RULE, "scale": scale.name, "numerics": list(numerics_versions(records)),
@@ -215,6 +217,10 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks.rehearsal_data import image_folder
 
         image_folder(scale.train["data"])
+        if "transfer" in args.names:  # and the transfer's stand-ins for its datasets
+            from benchmarks.ablations.transfer import write_rehearsal_data
+
+            write_rehearsal_data(scale)
     args.slurm = SlurmOptions(partition=args.partition, account=args.account, time_limit_min=args.time_limit_min)
     specs = [ABLATIONS[name] for name in args.names if name in ABLATIONS]
     # --report-only reports what is there, whatever its numerics version; a suite measures for the current one
@@ -227,6 +233,19 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.report_only:
         args.names = [n for n in args.names if n != "speed"]
+    with contextlib.ExitStack() as serving:
+        if scale.name == "rehearsal" and "transfer" in args.names and not args.report_only:
+            # the transfer rehearsal's weights, downloaded from a Hub as the paper's tags are: a loopback one
+            from benchmarks.ablations.transfer import rehearsal_tags
+            from benchmarks.transfer_runs import serve_weights
+
+            serving.enter_context(serve_weights(args.out / "hub", rehearsal_tags()))
+        run_all(args, plans, stores, scale)
+    print(f"\n== done in {(time.perf_counter() - start) / 60:.1f} min; results in {args.out}")
+    return 0
+
+
+def run_all(args: argparse.Namespace, plans: dict, stores: dict, scale: Scale) -> None:
     for i, name in enumerate(args.names, 1):
         left = sum(plans[n].minutes for n in args.names[i - 1:] if n in plans and not plans[n].problem)
         print(f"\n== [{i}/{len(args.names)}] {name}" + (f", about {left:.0f} min left (estimated)" if name in plans else ""),
@@ -240,8 +259,6 @@ def main(argv: list[str] | None = None) -> int:
         spec = ABLATIONS[name]
         print(run_ablation(spec, scale, stores[name], args, plans[name]), flush=True)
         print(f"\nResults, figures and README in {args.out / name}", flush=True)
-    print(f"\n== done in {(time.perf_counter() - start) / 60:.1f} min; results in {args.out}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -28,15 +28,15 @@ def plt():
 
 
 def lines_per_family(rows: list[dict], family_key: str, path: Path, title: str, x_key: str = "flops",
-                     x_label: str = "training FLOPs") -> None:
-    """Both metrics against `x_key` on a log axis, one line per family, error bars over seeds
-    (Figures 3, 4, 5 and 8)."""
+                     x_label: str = "training FLOPs", metrics: tuple[tuple[str, str], ...] = METRIC_NAMES) -> None:
+    """Two metrics (test and 5-shot accuracy unless `metrics` names others) against `x_key` on a log
+    axis, one line per family, error bars over seeds (Figures 3, 4, 5 and 8)."""
     pyplot = plt()
     from matplotlib.ticker import NullFormatter
 
     fig, axes = pyplot.subplots(1, 2, figsize=(9, 3.5))
     families = list(dict.fromkeys(r[family_key] for r in rows))
-    for ax, (metric, name) in zip(axes, METRIC_NAMES):
+    for ax, (metric, name) in zip(axes, metrics):
         for i, family in enumerate(families):
             mine = sorted((r for r in rows if r[family_key] == family and metric in r), key=lambda r: r[x_key])
             color, marker = FAMILY_STYLES.get(family, (f"C{i + 3}", "dv<>"[i % 4]))  # others: the next colours

@@ -52,8 +52,15 @@ class RunCost:
 
 
 def run_cost(run: Run) -> RunCost:
-    """Images trained on and evaluated, and the training FLOPs, from the run's settings alone."""
-    train = run.config["train"]
+    """Images trained on and evaluated, and the training FLOPs, from the run's settings alone: its
+    training, and the further trainings of the same model its config lists in `more_train` (the
+    transfer benchmark's fine-tuning, or its learning-rate sweep)."""
+    costs = [training_cost(run, train) for train in (run.config["train"], *run.config.get("more_train", ()))]
+    return RunCost(*(sum(getattr(c, f) for c in costs) for f in ("train_images", "eval_images", "flops")))
+
+
+def training_cost(run: Run, train: dict) -> RunCost:
+    """The cost of one training of the run's model with the settings `train`."""
     n_train, n_test = train_images(train), dataset_images(train)[1]
     n_test = min(n_test, train.get("test_limit") or n_test)
     batch = train["batch_size"]
@@ -74,8 +81,8 @@ def image_flops(model_key: str) -> float:
 def dataset_classes(train: dict) -> int:
     """Classes of the run's dataset (an ImageFolder's: its class folders; ImageNet's 1000 when assumed)."""
     name = train.get("data", "fashion-mnist")
-    if name == "cifar100":
-        return 100
+    if name in ("cifar100", "oxford-pets", "flowers102"):
+        return {"cifar100": 100, "oxford-pets": 37, "flowers102": 102}[name]
     if name in ("fashion-mnist", "cifar10", "synthetic"):
         return 10
     root = Path(name) / "train"

@@ -34,7 +34,9 @@ from benchmarks.verdict import (
     mean_and_variance,
 )
 
-METRICS = {"test_acc": "test accuracy", "fewshot_5": "5-shot linear"}
+METRICS = {"test_acc": "test accuracy", "fewshot_5": "5-shot linear",
+           # the transfer benchmark's, measured on classes never seen in pre-training
+           "transfer_fewshot_5": "downstream 5-shot linear", "transfer_finetune": "downstream fine-tuned"}
 
 
 @dataclass(frozen=True)
@@ -166,7 +168,9 @@ class Ablation:
     figure: Callable[[list[dict], list[dict], Path], list[str]] | None = None  # rows, records, folder -> files
     seeds: Callable[[Scale], int] | None = None  # default: the scale's
     measure: Callable[..., dict] | None = None  # default: benchmarks.training.measure
-    report: Callable[[list[dict], Path], str] | None = None  # an ablation that is not a table of cells (cost)
+    # an ablation that is not a table of cells (cost), or whose table depends on the scale (transfer): the
+    # body, or the body and the verdicts
+    report: Callable[[list[dict], Path], str | tuple[str, list[dict]]] | None = None
     parallel: bool = True  # False: it times things and must have the machine to itself
     trains: bool = True  # False: its runs are not trained (cost): no training settings from the scale
     notes: str = ""  # printed under the table

@@ -110,7 +110,7 @@ def outcome(model: vitzoo.VisionTransformer, summary: dict[str, Any], folder: Pa
 # Images of the named datasets' (training, test) splits; an ImageFolder's are counted, and a dataset that
 # is neither (a dry run of the paper's scale without --data) is taken to be ImageNet-1k.
 DATASET_IMAGES = {"fashion-mnist": (60_000, 10_000), "cifar10": (50_000, 10_000), "cifar100": (50_000, 10_000),
-                  "synthetic": (10_000, 2_000)}
+                  "oxford-pets": (3_680, 3_669), "flowers102": (2_040, 6_149), "synthetic": (10_000, 2_000)}
 IMAGENET = (1_281_167, 50_000)
 
 
