@@ -311,7 +311,7 @@ def test_table_8s_verdicts_follow_the_measurements(tmp_path):
 def test_every_ablation_is_registered_once_and_builds_its_runs_from_its_spec():
     from benchmarks.scales import SCALES
 
-    assert set(ABLATIONS) == {"pos_embed", "head", "hybrid", "shape", "data", "cost", "inspect"}
+    assert set(ABLATIONS) == {"pos_embed", "head", "hybrid", "shape", "data", "cost", "inspect", "transfer"}
     for spec in ABLATIONS.values():
         for scale in ("quick", "main", "cpu"):
             runs = spec.runs(SCALES[scale])
