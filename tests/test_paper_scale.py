@@ -60,7 +60,10 @@ def test_the_rehearsal_trains_every_ablation_as_two_process_jobs(rehearsal):
         assert {r["world_size"] for r in records.values()} == {2}  # ... are the ones that trained
         # every finding judged by the rule: with one seed a cell has no standard error, and the verdict says so
         verdicts = {f["verdict"] for f in findings["findings"]}
-        assert verdicts and verdicts <= {"not testable", "not compared"} and "not testable" in verdicts, name
+        if name == "transfer":  # at the paper's scales a table beside Table 5's numbers: no claim to judge
+            assert not verdicts and "paper (Table 5" in (out / name / "README.md").read_text()
+        else:
+            assert verdicts and verdicts <= {"not testable", "not compared"} and "not testable" in verdicts, name
         for run in runs:  # each run trained in its own folder under the results, with its logs
             folder = run_folder(ResultStore(out / name), run)
             assert json.loads((folder / "train" / "train_config.json").read_text())["checkpoint_every"] == 10

@@ -187,6 +187,8 @@ class TransferAblation(Ablation):
 
     def runs(self, scale: Scale) -> list[Run]:
         seeds = scale.seeds
+        if scale.name == "gpu":  # fine-tuning the released weights is the paper scale's (3,400 GPU-hours at
+            return []            # 125 TFLOP/s): the gpu scale's day on one node is the ablations'
         if scale.cells == "paper":
             return [finetune_run(scale, m, d, data, seed) for m in MODELS for d, data in paper_datasets(scale).items()
                     for seed in range(seeds)]
