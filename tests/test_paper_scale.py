@@ -66,9 +66,10 @@ def test_the_rehearsal_trains_every_ablation_as_two_process_jobs(rehearsal):
             assert verdicts and verdicts <= {"not testable", "not compared"} and "not testable" in verdicts, name
         for run in runs:  # each run trained in its own folder under the results, with its logs
             folder = run_folder(ResultStore(out / name), run)
-            assert json.loads((folder / "train" / "train_config.json").read_text())["checkpoint_every"] == 10
+            train = folder / "final" / "train" if name == "transfer" else folder / "train"  # transfer: after its sweep
+            assert json.loads((train / "train_config.json").read_text())["checkpoint_every"] == 10
             # finished: its final weights stay, its checkpoints (written every 10 steps) are gone
-            assert (folder / "train" / "model.safetensors").is_file() and not (folder / "train" / "checkpoints").exists()
+            assert (train / "model.safetensors").is_file() and not (train / "checkpoints").exists()
             assert list((folder / "logs").rglob("stderr.log"))
     assert "1 run(s) at once, each 2 CPU process(es)" in printed  # the plan describes that assignment
 
