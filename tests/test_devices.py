@@ -149,7 +149,7 @@ def test_auto_precision_is_bf16_only_on_gpus_that_have_it_natively(monkeypatch, 
     """precision=auto: bf16 where the GPU computes it natively (A100, H100), fp16 with the loss scaler
     where it only emulates it (T4, V100), as gpu-half is; gpu-half is float32 on the CPU (where auto
     measures: tests/test_fastest.py)."""
-    monkeypatch.setattr(build, "native_bf16", lambda device: native)
+    monkeypatch.setattr(precision, "native_bf16", lambda device: native)
     for rule in ("auto", "gpu-half"):
         assert build.resolve_precision(tiny_config(precision=rule), torch.device("cuda", 0)) == expected
     assert build.resolve_precision(tiny_config(precision="gpu-half"), torch.device("cpu")) is None

@@ -60,14 +60,22 @@ def test_training_picks_between_float32_and_bf16_only():
 
 
 def test_a_gpu_is_not_measured_it_says_what_it_computes_natively(monkeypatch):
-    from vitzoo import precision
+    """One rule for a GPU's half precision (`precision.gpu_half`): the measured choice, the fast path's
+    default and training's gpu-half and auto all follow it."""
+    from vitzoo import fast, precision
+    from vitzoo.train import TrainConfig
+    from vitzoo.train.build import resolve_precision
 
     monkeypatch.setattr(fastest, "measure_cpu", lambda shape: pytest.fail("a GPU was measured"))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla T4")
     model = vitzoo.create("vit_ti16", img_size=32, patch_size=8, num_classes=5)
+    gpu = torch.device("cuda", 0)
     for native, expected in ((True, torch.bfloat16), (False, torch.float16)):
         monkeypatch.setattr(precision, "native_bf16", lambda device, native=native: native)
-        assert fastest.fastest_precision(model, torch.device("cuda", 0)).dtype == expected
+        assert fastest.fastest_precision(model, gpu).dtype == expected
+        assert fast.inference_dtype(gpu) == expected
+        for rule in ("gpu-half", "auto"):
+            assert resolve_precision(TrainConfig(model="vit_ti16", precision=rule), gpu) == expected
 
 
 # ---------------------------------------------------------------------------- measured once per machine

@@ -216,9 +216,9 @@ def test_the_gpu_scale_is_planned_within_a_day_on_one_8_gpu_node():
 def test_the_probe_trains_in_the_run_s_precision_and_names_an_out_of_memory(monkeypatch):
     run = ABLATIONS["head"].runs(get_scale("paper", "imagenet"))[0]
     assert planning.run_precision(run, "cpu") == "float32"
-    monkeypatch.setattr("vitzoo.train.build.native_bf16", lambda device: True)
+    monkeypatch.setattr("vitzoo.precision.native_bf16", lambda device: True)
     assert planning.run_precision(run, "cuda") == "bfloat16"  # --precision auto on a GPU with native bf16
-    monkeypatch.setattr("vitzoo.train.build.native_bf16", lambda device: False)
+    monkeypatch.setattr("vitzoo.precision.native_bf16", lambda device: False)
     assert planning.run_precision(run, "cuda") == "float16"  # ... and on one that only emulates it
 
     def no_room(*args, **kwargs):

@@ -89,9 +89,7 @@ def inference_dtype(device: torch.device | str) -> torch.dtype:
     bf16 (T4, V100: emulated bf16 is several times slower than their fp16); bf16 elsewhere. What the
     precision of `for_inference(model)` is on a GPU; on a CPU it is measured (`vitzoo.fastest`)."""
     device = torch.device(device)
-    if device.type == "cuda" and not precision.native_bf16(device):
-        return torch.float16
-    return torch.bfloat16
+    return precision.gpu_half(device) if device.type == "cuda" else torch.bfloat16
 
 
 def _seconds_per_call(fast: Inference, example: torch.Tensor, calls: int = 3) -> float:

@@ -133,7 +133,7 @@ def fastest_precision(model: nn.Module, device: torch.device | str, batch: int =
     training (autocast) bf16 and float32 on the CPU, as autocast has no fp16 there."""
     device = torch.device(device)
     if device.type == "cuda":
-        if precision.native_bf16(device):
+        if precision.gpu_half(device) == torch.bfloat16:
             return Choice(torch.bfloat16, f"{torch.cuda.get_device_name(device)} computes bf16 natively")
         return Choice(torch.float16, f"{torch.cuda.get_device_name(device)} only emulates bf16: fp16 is its half precision")
     if device.type != "cpu":

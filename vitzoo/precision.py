@@ -25,4 +25,11 @@ def native_bf16(device: torch.device) -> bool:
         return torch.cuda.is_bf16_supported(including_emulation=False)
 
 
-__all__ = ["autocast", "native_bf16", "sum_dtype"]
+def gpu_half(device: torch.device) -> torch.dtype:
+    """The half precision of a CUDA `device`: bf16 where it is native (A100, H100 and later), fp16 where
+    bf16 is only emulated (T4, V100: several times slower than their fp16). The one rule that inference
+    (`vitzoo.fast`), the measured choice (`vitzoo.fastest`) and training's `gpu-half` follow."""
+    return torch.bfloat16 if native_bf16(device) else torch.float16
+
+
+__all__ = ["autocast", "gpu_half", "native_bf16", "sum_dtype"]

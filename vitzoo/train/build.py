@@ -22,7 +22,7 @@ from vitzoo import data as datasets
 from vitzoo.config import SHAPE_OPTIONS, shape_differences
 from vitzoo.errors import ConfigError
 from vitzoo.fastest import fastest_precision
-from vitzoo.precision import native_bf16
+from vitzoo.precision import gpu_half
 from vitzoo.train import distributed
 from vitzoo.train.config import TrainConfig
 from vitzoo.train.distributed import gather_objects
@@ -182,7 +182,7 @@ def resolve_precision(cfg: TrainConfig, device: torch.device, model: torch.nn.Mo
         if env is not None and env.world_size > 1:  # every process must compute alike
             precision = gather_objects(precision, env)[0]
     if precision in ("auto", "gpu-half"):
-        precision = ("bf16" if native_bf16(device) else "fp16") if device.type == "cuda" else "fp32"
+        precision = {torch.bfloat16: "bf16", torch.float16: "fp16"}[gpu_half(device)] if device.type == "cuda" else "fp32"
     if precision == "fp16" and device.type != "cuda":
         raise ConfigError("--precision fp16 needs CUDA (use bf16 or fp32)")
     return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
