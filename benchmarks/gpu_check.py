@@ -170,7 +170,7 @@ def speed(out: Path) -> dict[str, Any]:
 
     import copy
 
-    contestants = {"vitzoo": runner(model), "vitzoo.fast": runner(for_inference(copy.deepcopy(model)), mixed=None),
+    contestants = {"vitzoo": runner(model), "vitzoo.fast": runner(for_inference(copy.deepcopy(model), compile=False), mixed=None),
                    **{lib: runner(peer) for lib, peer in peers.items()},
                    **{f"vitzoo[{name}]": runner(model, kernel) for name, kernel in sdpa_backends(device).items()}}
     inference = interleaved(contestants, reps=10, images=64, device=device)

@@ -119,8 +119,10 @@ def test_inference_refuses_what_it_cannot_do(tiny):
     model = vitzoo.create("vit_ti16", **tiny)
     with pytest.raises(ValueError, match="dtype must be .auto. or one of"):
         vitzoo.fast.for_inference(model, dtype=torch.int8)
-    with pytest.raises(ValueError, match="needs `example`"):
-        vitzoo.fast.for_inference(model, compile=True)
+    with pytest.raises(ValueError, match="compile must be"):
+        vitzoo.fast.for_inference(model, compile="always")
+    with pytest.raises(ValueError, match="example must be a batch of floating-point images"):
+        vitzoo.fast.for_inference(model, compile=True, example=torch.zeros(2, 3, 32, 32, dtype=torch.uint8))
 
 
 # ---------------------------------------------------------------------------- the default half precision
@@ -144,7 +146,7 @@ def test_for_inference_without_a_dtype_takes_the_fastest_precision_of_the_models
     fast = vitzoo.fast.for_inference(vitzoo.create("vit_ti16", **tiny))
     assert asked == [torch.device("cpu")] and fast.dtype == torch.float16
     assert all(p.dtype == torch.float16 for p in fast.model.parameters())
-    assert fast.describe() == "float16: the fastest; eager: not asked for"
+    assert fast.describe() == "float16: the fastest; eager: decided at the first call"
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

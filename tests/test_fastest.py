@@ -3,6 +3,8 @@ measured once per machine, behind `vitzoo.fast.for_inference(model)` and `vitzoo
 benchmarks never take it."""
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -137,15 +139,38 @@ def test_for_inference_with_no_arguments_computes_in_the_measured_fastest_precis
 
 def test_an_explicit_dtype_is_kept_and_said(measuring, tiny):
     measuring.fake(AMD_EPYC)
-    fast = vitzoo.fast.for_inference(vitzoo.create("vit_ti16", **tiny), torch.float32)
+    fast = vitzoo.fast.for_inference(vitzoo.create("vit_ti16", **tiny), torch.float32, compile=False)
     assert fast.dtype == torch.float32 and fast.describe() == "float32: asked for; eager: not asked for"
     assert measuring == []
     with pytest.raises(ValueError, match="'auto' or one of"):
         vitzoo.fast.for_inference(vitzoo.create("vit_ti16", **tiny), "bf16")
 
 
+@pytest.fixture
+def compiling(monkeypatch, tmp_path):
+    """compile="auto" measured (the suite keeps it eager otherwise) into an empty cache; `fake(eager_s,
+    compiled_s)` fakes the timings and the compilation, logging the batch shapes compiled on."""
+    monkeypatch.delenv("VITZOO_COMPILE", raising=False)
+    monkeypatch.setenv("VITZOO_CACHE", str(tmp_path / "cache"))
+
+    class Compiled(list):
+        def fake(self, *seconds, fails=False):
+            timings = iter(seconds)
+            monkeypatch.setattr(vitzoo.fast, "_seconds_per_call", lambda fast, example: next(timings))
+
+            def compile_on(fast, example):
+                self.append(list(example.shape))
+                if fails:
+                    raise RuntimeError("InvalidCxxCompiler: no working C++ compiler found")
+                with torch.inference_mode():  # as the real compilation's first call, which compiles on it
+                    fast.model(example)
+            monkeypatch.setattr(vitzoo.fast.Inference, "compile_on", compile_on)
+
+    return Compiled()
+
+
 @pytest.mark.parametrize("compiled_faster", [True, False])
-def test_compile_auto_keeps_the_compiled_model_only_where_it_measured_faster(monkeypatch, tiny, compiled_faster):
+def test_compile_auto_keeps_the_compiled_model_only_where_it_measured_faster(compiling, monkeypatch, tiny, compiled_faster):
     model = vitzoo.create("vit_ti16", **tiny).eval()
     x = torch.randn(2, 3, 32, 32)
     with torch.inference_mode():
@@ -158,6 +183,69 @@ def test_compile_auto_keeps_the_compiled_model_only_where_it_measured_faster(mon
     assert ("2.00x eager" if compiled_faster else "0.83x eager") in fast.describe()
     torch.testing.assert_close(fast(x), exact, rtol=1e-4, atol=1e-4)
     assert list(fast.model.state_dict()) == list(vitzoo.create("vit_ti16", **tiny).state_dict())
+
+
+def test_with_no_arguments_the_first_batch_settles_compilation_and_the_machine_remembers_it(compiling, tiny):
+    compiling.fake(1.0, 0.8)  # compiled: 1.25x eager
+    fast = vitzoo.fast.for_inference(vitzoo.create("vit_ti16", **tiny), torch.float32)
+    assert compiling == [] and "eager: decided at the first call" in fast.describe()
+    x = torch.randn(2, 3, 32, 32)
+    fast(x)
+    fast(x)
+    assert compiling == [[2, 3, 32, 32]] and fast.compiled
+    assert fast.describe().endswith("compiled: 1.25x eager on a batch of [2, 3, 32, 32]")
+    # the next process (a fresh model) compiles at once: nothing measured (no timings are left)
+    again = vitzoo.fast.for_inference(vitzoo.create("vit_ti16", **tiny), torch.float32)
+    again(x)
+    assert again.compiled and "(measured before)" in again.describe() and len(compiling) == 2
+    cached = json.loads((Path(os.environ["VITZOO_CACHE"]) / vitzoo.fast.COMPILE_CACHE).read_text())
+    (key,) = cached
+    assert cached[key] == 1.25 and json.loads(key)["input"] == [2, 3, 32, 32] and "threads" in json.loads(key)
+
+
+def test_where_compiling_did_not_pay_it_is_not_compiled_again(compiling, tiny):
+    compiling.fake(1.0, 1.0)  # compiled as fast as eager: not worth its compilation
+    x = torch.randn(2, 3, 32, 32)
+    fast = vitzoo.fast.for_inference(vitzoo.create("vit_ti16", **tiny), torch.float32)
+    fast(x)
+    assert not fast.compiled and "compiled ran at 1.00x eager" in fast.describe() and len(compiling) == 1
+    later = vitzoo.fast.for_inference(vitzoo.create("vit_ti16", **tiny), torch.float32)
+    later(x)
+    assert not later.compiled and len(compiling) == 1  # neither measured nor compiled
+
+
+def test_a_machine_that_cannot_compile_runs_eagerly_warning_why(compiling, tiny):
+    compiling.fake(1.0, fails=True)
+    model = vitzoo.create("vit_ti16", **tiny).eval()
+    x = torch.randn(2, 3, 32, 32)
+    with torch.inference_mode():
+        exact = model(x)
+    fast = vitzoo.fast.for_inference(model, torch.float32)
+    with pytest.warns(RuntimeWarning, match="could not compile the model here.*InvalidCxxCompiler"):
+        torch.testing.assert_close(fast(x), exact)
+    assert not fast.compiled and "compilation failed (RuntimeError)" in fast.describe()
+    later = vitzoo.fast.for_inference(vitzoo.create("vit_ti16", **tiny), torch.float32)
+    later(x)
+    assert len(compiling) == 1 and "failed to compile here before" in later.describe()
+
+
+def test_compile_true_compiles_at_the_first_batch_and_a_refused_batch_settles_nothing(compiling, tiny):
+    compiling.fake()
+    fast = vitzoo.fast.for_inference(vitzoo.create("vit_ti16", **tiny), torch.float32, compile=True)
+    with pytest.raises(ValueError, match="32"):  # the model's own check of the image size, not a compile error
+        fast(torch.randn(2, 3, 48, 48))
+    assert not fast.compiled
+    fast(torch.randn(2, 3, 32, 32))
+    assert fast.compiled and fast.describe().endswith("compiled: asked for")
+    assert compiling == [[2, 3, 48, 48], [2, 3, 32, 32]]
+
+
+def test_vitzoo_compile_0_keeps_auto_eager_without_measuring(compiling, monkeypatch, tiny):
+    compiling.fake()
+    monkeypatch.setenv("VITZOO_COMPILE", "0")
+    fast = vitzoo.fast.for_inference(vitzoo.create("vit_ti16", **tiny), torch.float32)
+    fast(torch.randn(2, 3, 32, 32))
+    assert compiling == [] and fast.describe().endswith("eager: VITZOO_COMPILE=0 (not measured)")
 
 
 # ---------------------------------------------------------------------------- training

@@ -12,7 +12,7 @@ standardization computed once in eval mode). Two things remain:
   for the CPU's matrix kernels ahead of time; torch.compile (Inductor) does both.
 
 - `for_inference`: the model with its weights in its fastest precision (or one asked for), compiled as
-  below if asked, or where it measures faster (`compile="auto"`).
+  below where that measured faster on this machine (the default, `compile="auto"`), or if asked.
 - `compile_for_inference`: Inductor with weight *freezing*: parameters become constants, folded and
   pre-packed for oneDNN on CPU (cuBLAS-friendly on CUDA), bias/GELU/residual adds fused. The model
   must not be trained afterwards through the returned module (the weights are baked in).
@@ -22,17 +22,25 @@ standardization computed once in eval mode). Two things remain:
   faster in our runs).
 
 Compilation happens at the first call (tens of seconds on a small CPU); `example` triggers it at once.
+Whether it pays is measured once per machine, model, precision and input shape, and kept in
+$VITZOO_CACHE/compile_gain.json; `VITZOO_COMPILE=0` keeps `compile="auto"` eager without measuring
+(the test suite sets it: its tests do not wait for compilations they are not about).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import time
+import warnings
 
 import torch
 from torch import nn
 
 from vitzoo import precision
-from vitzoo.fastest import Choice, fastest_precision
+from vitzoo.fastest import Choice, fastest_precision, remembered
+from vitzoo.machine import cpu_flags, cpu_model
 
 
 def compile_for_inference(
@@ -56,32 +64,121 @@ def compile_for_inference(
 class Inference(nn.Module):
     """A model whose weights were cast to `dtype` once: images of any floating dtype are cast to it
     (others are refused by the model's own input check), and every call runs without autograd.
-    Outputs are in `dtype`. `choice` says why this precision (and whether compiled): `describe()`."""
+    Outputs are in `dtype`. `choice` says why this precision, `describe()` also whether compiled.
 
-    def __init__(self, model: nn.Module, dtype: torch.dtype, choice: Choice | None = None) -> None:
+    `compile` (True or "auto") is settled at the first call on floating images (or on `for_inference`'s
+    example): compiled there, or for "auto" only where that measured `COMPILE_MUST_BE` x eager's speed."""
+
+    def __init__(self, model: nn.Module, dtype: torch.dtype, choice: Choice | None = None,
+                 compile: bool | str = False, mode: str | None = None) -> None:
         super().__init__()
         self.model = model
         self.dtype = dtype
         self.choice = choice or Choice(dtype, "asked for")
         self.compiled = False
-        self.compile_reason = "not asked for"
+        self.compile_reason = "not asked for" if not compile else "decided at the first call"
+        self.pending_compile = compile  # True or "auto" until the first call settles it, then False
+        self.mode = mode
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # only floats are cast: anything else goes to the model as it is, whose input check refuses it
         # (integer or boolean images are not normalised pixels; a cast would hide that)
         if isinstance(x, torch.Tensor) and x.is_floating_point():
             x = x.to(self.dtype)
+            if self.pending_compile:
+                self.settle_compilation(x)
         with torch.inference_mode():
             return self.model(x)
 
+    def settle_compilation(self, example: torch.Tensor) -> None:
+        """Compile on `example` (the first batch), or for "auto" keep whichever of eager and compiled
+        measured faster on it: measured once per machine, model, precision and shape (cached)."""
+        how, self.pending_compile = self.pending_compile, False  # the calls below run as they are
+        try:
+            if how is True:
+                self.compile_on(example)
+                self.compiled, self.compile_reason = True, "asked for"
+            elif os.environ.get("VITZOO_COMPILE") == "0":
+                self.compile_reason = "VITZOO_COMPILE=0 (not measured)"
+            else:
+                self.settle_by_measurement(example)
+        except BaseException:  # the model refused this batch (say, its shape): the next one settles it
+            self.uncompile()
+            self.pending_compile = how
+            raise
+
+    def settle_by_measurement(self, example: torch.Tensor) -> None:
+        measured_here = False
+
+        def measure() -> float:  # eager's seconds per call over compiled's; 0.0: it does not compile here
+            nonlocal measured_here
+            measured_here = True
+            eager_s = _seconds_per_call(self, example)
+            if not self.try_compile_on(example):
+                return 0.0
+            return round(eager_s / _seconds_per_call(self, example), 3)
+
+        gain = remembered(COMPILE_CACHE, compile_key(self, example), measure, valid=lambda g: isinstance(g, float))
+        batch = list(example.shape)
+        if gain == 0.0:  # try_compile_on said why, if it was tried here
+            self.compile_reason = self.compile_reason if measured_here else f"it failed to compile here before ({COMPILE_CACHE})"
+        elif gain < COMPILE_MUST_BE:
+            self.uncompile()
+            self.compile_reason = f"compiled ran at {gain:.2f}x eager on a batch of {batch}"
+        elif measured_here or self.try_compile_on(example):
+            self.compiled = True
+            self.compile_reason = f"{gain:.2f}x eager on a batch of {batch}" + ("" if measured_here else " (measured before)")
+
+    def compile_on(self, example: torch.Tensor) -> None:
+        """Compile the model in place (`nn.Module.compile`: the state dict keeps its keys) with frozen
+        weights, on `example`."""
+        import torch._inductor.config as inductor_config
+
+        self.model.compile(mode=self.mode, dynamic=False)
+        with inductor_config.patch(freezing=True), torch.inference_mode():  # read at this first call's compilation
+            self.model(example)
+
+    def try_compile_on(self, example: torch.Tensor) -> bool:
+        """`compile_on`, or eager again where this machine cannot compile (no C++ compiler, an
+        unsupported operator), warning why."""
+        try:
+            self.compile_on(example)
+            return True
+        except Exception as error:  # Inductor's errors have no common base class across versions
+            self.uncompile()
+            self.compile_reason = f"compilation failed ({type(error).__name__}), eager"
+            warnings.warn(f"vitzoo.fast: compile='auto' could not compile the model here, so it runs eagerly: "
+                          f"{type(error).__name__}: {str(error)[:300]}", RuntimeWarning, stacklevel=3)
+            return False
+
+    def uncompile(self) -> None:
+        # nn.Module.compile keeps the compiled call here, and nothing else
+        self.model._compiled_call_impl = None
+        self.compiled = False
+
     def describe(self) -> str:
         """What this fast path computes in and why, e.g. "bfloat16: measured 206 GFLOP/s against
-        float32's 42 on this CPU; compiled: 1.3x eager on the example"."""
+        float32's 42 on this CPU; compiled: 1.10x eager on a batch of [8, 3, 224, 224]"."""
         return f"{self.choice}; {'compiled' if self.compiled else 'eager'}: {self.compile_reason}"
+
+
+def compile_key(fast: Inference, example: torch.Tensor) -> str:
+    """What a measured compilation gain holds for: this machine (CPU model, instruction sets and
+    threads, or the GPU), torch, the model's architecture, the precision, the input's shape."""
+    device = example.device
+    where = ({"cpu": cpu_model(), "flags": cpu_flags(), "threads": torch.get_num_threads()} if device.type == "cpu"
+             else {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else device.type})
+    config = getattr(fast.model, "config", None)
+    shapes = [(name, tuple(p.shape)) for name, p in fast.model.state_dict().items()]
+    architecture = repr(config) if config is not None else (
+        type(fast.model).__qualname__ + " " + hashlib.sha256(repr(shapes).encode()).hexdigest()[:16])
+    return json.dumps({**where, "torch": torch.__version__, "model": architecture, "dtype": str(fast.dtype),
+                       "input": list(example.shape), "mode": fast.mode}, sort_keys=True)
 
 
 INFERENCE_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 COMPILE_MUST_BE = 1.05  # x eager's speed on the example, for compile="auto" to keep the compiled model
+COMPILE_CACHE = "compile_gain.json"
 
 
 def inference_dtype(device: torch.device | str) -> torch.dtype:
@@ -106,10 +203,10 @@ def _seconds_per_call(fast: Inference, example: torch.Tensor, calls: int = 3) ->
     return best
 
 
-def for_inference(model: nn.Module, dtype: torch.dtype | str | None = None, compile: bool | str = False,
+def for_inference(model: nn.Module, dtype: torch.dtype | str | None = None, compile: bool | str = "auto",
                   example: torch.Tensor | None = None, mode: str | None = None) -> Inference:
-    """`model` for inference, its weights cast once to the fastest precision of its device; compiled
-    with frozen weights if asked, or where it measures faster.
+    """`model` for inference, its weights cast once to the fastest precision of its device, and compiled
+    with frozen weights where that is faster on this machine.
 
     `dtype`: None or "auto" picks what the device computes fastest (`vitzoo.fastest`: on a GPU bf16
     where native, else fp16; on a CPU float32, bf16 or fp16 from a one-off measurement of the model's
@@ -122,10 +219,13 @@ def for_inference(model: nn.Module, dtype: torch.dtype | str | None = None, comp
     float32 model. Every tensor runs in `dtype`, the residual stream included; under autocast it
     would stay in float32, so bf16 outputs differ from autocast's within bf16's rounding.
 
-    `compile=True` compiles with Inductor and frozen weights (see `compile_for_inference`) and needs
-    `example`, a batch of the shape that will be used, to compile at once. `compile="auto"` times the
-    eager and the compiled model on `example` and keeps the compiled one only where it is
-    `COMPILE_MUST_BE` x faster (the compilation itself takes tens of seconds on a small CPU).
+    `compile="auto"` (the default) times the eager and the compiled model (Inductor with frozen weights,
+    see `compile_for_inference`) on the first batch and keeps the compiled one only where it is
+    `COMPILE_MUST_BE` x faster; the gain is kept per machine, model, precision and batch shape, so the
+    next process compiles only where it paid (the compilation takes tens of seconds on a small CPU, once
+    per process; other batch shapes are compiled again when they come). `compile=True` always compiles,
+    `False` never. `example`, a batch of the shape that will be used, settles this at once instead of at
+    the first call.
     """
     device = next(model.parameters(), torch.empty(0)).device
     batch = example.shape[0] if isinstance(example, torch.Tensor) and example.dim() == 4 else 8
@@ -137,26 +237,11 @@ def for_inference(model: nn.Module, dtype: torch.dtype | str | None = None, comp
         raise ValueError(f"dtype must be 'auto' or one of {INFERENCE_DTYPES}, got {dtype!r}")
     if compile not in (False, True, "auto"):
         raise ValueError(f"compile must be True, False or 'auto', got {compile!r}")
-    if compile and example is None:
-        raise ValueError(f"compile={compile!r} needs `example`, a batch of the inputs' shape, to compile with frozen "
-                         "weights")
-    fast = Inference(model.eval().requires_grad_(False).to(choice.dtype), choice.dtype, choice)
-    if compile:
-        import torch._inductor.config as inductor_config
-
-        eager_s = _seconds_per_call(fast, example) if compile == "auto" else None
-        # in place (nn.Module.compile): the state dict keeps the model's keys
-        fast.model.compile(mode=mode, dynamic=False)
-        with inductor_config.patch(freezing=True):  # read when the graph is compiled: at this first call
-            fast(example)
-        fast.compiled, fast.compile_reason = True, "asked for"
-        if eager_s is not None:
-            gain = eager_s / _seconds_per_call(fast, example)
-            if gain >= COMPILE_MUST_BE:
-                fast.compile_reason = f"{gain:.2f}x eager on the example"
-            else:  # back to eager: nn.Module.compile keeps the compiled call here, and nothing else
-                fast.model._compiled_call_impl = None
-                fast.compiled, fast.compile_reason = False, f"compiled ran at {gain:.2f}x eager on the example"
+    if example is not None and not (isinstance(example, torch.Tensor) and example.is_floating_point()):
+        raise ValueError("example must be a batch of floating-point images, as the model is called with")
+    fast = Inference(model.eval().requires_grad_(False).to(choice.dtype), choice.dtype, choice, compile, mode)
+    if compile and example is not None:
+        fast.settle_compilation(example.to(choice.dtype))
     return fast
 
 

@@ -23,6 +23,7 @@ import dataclasses
 import json
 import os
 import time
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -93,23 +94,30 @@ def machine_key(shape: tuple[int, int, int]) -> str:
 CACHE_NAME = "fastest_precision.json"
 
 
-def measured_cpu(shape: tuple[int, int, int]) -> dict[str, float]:
-    """`measure_cpu(shape)`, from the cache where this machine measured it before."""
-    path, key = cache_dir() / CACHE_NAME, machine_key(shape)
+def remembered(cache_name: str, key: str, measure: Callable[[], Any], valid: Callable[[Any], bool]) -> Any:
+    """What `measure()` gives, kept under `key` in $VITZOO_CACHE/`cache_name`: measured once per machine
+    (the key names the machine), then read back. An unreadable cache, or an entry that is not `valid`, is
+    measured again and written anew; a read-only cache is only measured."""
+    path = cache_dir() / cache_name
     try:
         cached = json.loads(path.read_text())
         if not isinstance(cached, dict):
             cached = {}
     except (OSError, ValueError):  # none yet, or unreadable: measured again and written anew
         cached = {}
-    if isinstance(cached.get(key), dict):
+    if key in cached and valid(cached[key]):
         return cached[key]
-    cached[key] = measure_cpu(shape)
+    cached[key] = measure()
     try:
         write_text(path, json.dumps(cached, indent=1, sort_keys=True) + "\n")
     except OSError:  # a read-only home: the choice still holds, measured again next time
         pass
     return cached[key]
+
+
+def measured_cpu(shape: tuple[int, int, int]) -> dict[str, float]:
+    """`measure_cpu(shape)`, from the cache where this machine measured it before."""
+    return remembered(CACHE_NAME, machine_key(shape), lambda: measure_cpu(shape), valid=lambda speeds: isinstance(speeds, dict))
 
 
 def pick(gflops: dict[str, float], candidates: tuple[torch.dtype, ...]) -> Choice:
@@ -149,4 +157,4 @@ def fastest_precision(model: nn.Module, device: torch.device | str, batch: int =
     return pick(measured_cpu(mlp_shape(model, batch)), candidates)
 
 
-__all__ = ["Choice", "fastest_precision", "measure_cpu", "measured_cpu", "mlp_shape", "pick"]
+__all__ = ["Choice", "fastest_precision", "measure_cpu", "measured_cpu", "mlp_shape", "pick", "remembered"]

@@ -27,7 +27,8 @@ is also timed with each of scaled_dot_product_attention's kernels forced (`vitzo
 
 Each at its fastest (inference, batch 8): every peer eager in float32 and in the device's half precision
 under autocast, its faster one counted, against `vitzoo.fast.for_inference(model)` with no argument (the
-precision `vitzoo.fastest` measures this machine computes fastest) and vitzoo's eager float32.
+precision `vitzoo.fastest` measures this machine computes fastest, compiled where that measured faster)
+and vitzoo's eager float32.
 
 The modules, in the order a case is measured:
 

@@ -50,7 +50,7 @@ def inference(case: Case, batches: list[int], reps: int, compile_at: int | None,
     rows = []
     for dtype_name, dtype in precisions(device).items():
         # the weights cast once (vitzoo.fast converts its model in place: a copy of its own)
-        fast = for_inference(copy.deepcopy(model), dtype) if dtype is not None else None
+        fast = for_inference(copy.deepcopy(model), dtype, compile=False) if dtype is not None else None
         for batch in batches:
             ceiling = matmul_ceiling(product_shapes(model, batch), dtype, reps, device)
             x = torch.randn(batch, 3, case.img_size, case.img_size, device=device)
@@ -84,15 +84,16 @@ def inference(case: Case, batches: list[int], reps: int, compile_at: int | None,
 
 
 def at_their_fastest(case: Case, batch: int, reps: int, device: torch.device) -> list[dict]:
-    """Each contestant at its own fastest, eager: every peer in float32 and in its device's half
-    precision under autocast, vitzoo eager in float32, and `vitzoo.fast.for_inference(model)` with no
-    argument (the precision `vitzoo.fastest` picks on this machine), interleaved in one run."""
+    """Each contestant at its own fastest: every peer eager in float32 and in its device's half precision
+    under autocast, vitzoo eager in float32, and `vitzoo.fast.for_inference(model)` with no argument (the
+    precision `vitzoo.fastest` picks on this machine, compiled where that measured faster: settled at
+    the warm-up call, before the timing), interleaved in one run."""
     torch.manual_seed(0)
     peers = {lib: build().eval().to(device) for lib, build in case.peers.items()}
     model = converted(next(iter(peers.values())).cpu(), case).eval().to(device)
     for peer in peers.values():
         peer.to(device)
-    fast = for_inference(copy.deepcopy(model))  # "auto": measured here (or read from this machine's cache)
+    fast = for_inference(copy.deepcopy(model))  # "auto" twice: measured here (or read from this machine's cache)
     x = torch.randn(batch, 3, case.img_size, case.img_size, device=device)
 
     def runner(m, mixed=None):

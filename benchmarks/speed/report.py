@@ -65,7 +65,8 @@ def at_their_fastest(rows: list[dict]) -> str:
         return ""
     return ("### Each at its fastest: `vitzoo.fast.for_inference(model)` with no argument\n\n"
             "Every peer eager in float32 and in half precision under autocast, its faster one counted; vitzoo's "
-            "fast path in the precision it picks on this machine (`vitzoo.fastest`), eager; interleaved in one run.\n\n"
+            "fast path in the precision it picks on this machine (`vitzoo.fastest`), compiled where that measured "
+            "faster (`compile=\"auto\"`, the default; the column *picked* says which); interleaved in one run.\n\n"
             + markdown_table(["model", "batch", "picked", "vitzoo.fast() images/s", "fastest peer", "its images/s",
                               "over it", "over vitzoo float32"], table))
 
