@@ -541,3 +541,17 @@ def test_without_matplotlib_the_benchmarks_say_how_to_install_it_before_they_tra
     with pytest.raises(SystemExit):
         bench.main(["pos_embed", "--quick", "--quiet"])
     assert "pip install -e '.[bench]'" in capsys.readouterr().err
+
+
+def test_the_operator_profile_sets_each_operator_of_vitzoo_beside_the_peer_s():
+    """`python -m benchmarks.speed.profile`: own CPU time and calls per forward, per operator, both models."""
+    import vitzoo
+    from benchmarks.speed.profile import operator_ms, table
+
+    model = vitzoo.create("vit_ti16", embed_dim=32, depth=2, num_heads=2, mlp_dim=64, img_size=32, patch_size=8).eval()
+    ops = operator_ms(model, torch.randn(2, 3, 32, 32), torch.bfloat16, calls=2)
+    assert ops["aten::addmm"][1] >= 2 * 2  # q/k/v and output projection, two MLP layers, per block (the last
+    assert all(ms >= 0 for ms, _ in ops.values())  # block's for the class token alone) and the head
+    text = table({"aten::addmm": (3.0, 9), "aten::gelu": (1.0, 2)}, {"aten::addmm": (4.0, 9), "aten::bmm": (1.0, 4)}, "timm", 2)
+    assert "| `aten::addmm` | 4.0 | 9 | 3.0 | 9 |" in text and "| `aten::bmm` | 1.0 | 4 | 0.0 | 0 |" in text
+    assert "**5.0**" in text and "**4.0** (0.80x)" in text and "gelu" not in text.split("all operators")[0]
