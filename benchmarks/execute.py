@@ -25,7 +25,8 @@ def _measured(measure: Callable[..., dict[str, Any]], run: Run, device: str, out
         torch.set_num_threads(threads)
     started, start = time.time(), time.perf_counter()
     outcome = measure(run, device=device, out=out)
-    return {"outcome": outcome, "wall_s": time.perf_counter() - start, "started": started}
+    # the threads it trained with, recorded as they were: a float32 sum's order, so its last bits, depend on them
+    return {"outcome": outcome, "wall_s": time.perf_counter() - start, "started": started, "threads": torch.get_num_threads()}
 
 
 def execute(
@@ -62,7 +63,8 @@ def execute(
 
     def done(run: Run, result: dict[str, Any]) -> None:
         store.add(make_record(run, result["outcome"], result["wall_s"], assignment.device, **launch,
-                              started=round(result["started"], 3), **({"gpus": result["slot"]} if result.get("slot") else {})))
+                              threads=result.get("threads", assignment.threads_per_process), started=round(result["started"], 3),
+                              **({"gpus": result["slot"]} if result.get("slot") else {})))
         bar.set_postfix_str(f"{run.label} seed {run.seed}")
         bar.update(1)
 

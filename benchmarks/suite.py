@@ -116,11 +116,11 @@ class ResultStore:
 
 def make_record(run: Run, outcome: dict[str, Any], wall_s: float, device: str, **launch: Any) -> dict[str, Any]:
     """What the store keeps of a measured run: its key and settings, the numerics version of the code
-    that measured it, the outcome, its wall time, how it was launched (launcher, processes, `started`:
-    the Unix time it began), and its environment."""
+    that measured it, the outcome, its wall time, how it was launched (launcher, processes, threads of
+    each, `started`: the Unix time it began), and its environment."""
     return {"key": run.key, "ablation": run.ablation, "label": run.label, "group": run.group, "config": run.config,
-            "seed": run.seed, "numerics": NUMERICS_VERSION, "wall_s": round(wall_s, 2), **outcome, **launch,
-            **environment(device)}
+            "seed": run.seed, "numerics": NUMERICS_VERSION, "wall_s": round(wall_s, 2), **outcome,
+            **environment(device), **launch}  # the launch's threads (a worker's) over this process's
 
 
 def run_folder(store: ResultStore, run: Run) -> Path:

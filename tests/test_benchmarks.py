@@ -555,3 +555,15 @@ def test_the_operator_profile_sets_each_operator_of_vitzoo_beside_the_peer_s():
     text = table({"aten::addmm": (3.0, 9), "aten::gelu": (1.0, 2)}, {"aten::addmm": (4.0, 9), "aten::bmm": (1.0, 4)}, "timm", 2)
     assert "| `aten::addmm` | 4.0 | 9 | 3.0 | 9 |" in text and "| `aten::bmm` | 1.0 | 4 | 0.0 | 0 |" in text
     assert "**5.0**" in text and "**4.0** (0.80x)" in text and "gelu" not in text.split("all operators")[0]
+
+
+def test_runs_measured_side_by_side_record_the_threads_each_trained_with(tmp_path):
+    """With --workers 2 each run trains in a worker process with its share of the cores: the record says
+    that share, not the launching process's threads (the last bits of a float32 sum depend on it)."""
+    from benchmarks.launchers.assign import assign
+
+    share = assign("cpu", workers=2).threads_per_process
+    assert bench.main(["head", "--quick", "--quiet", "--workers", "2", "--out", str(tmp_path)]) == 0
+    runs = json.loads((tmp_path / "head" / "results.json").read_text())["runs"]
+    assert len(runs) >= 2 and {r["threads"] for r in runs} == {share}
+    assert f"threads per run {share};" in (tmp_path / "head" / "README.md").read_text()
