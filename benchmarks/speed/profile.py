@@ -37,7 +37,7 @@ def operator_ms(model: torch.nn.Module, x: torch.Tensor, dtype: torch.dtype | No
 
 
 def table(mine: dict[str, tuple[float, int]], theirs: dict[str, tuple[float, int]], peer: str, rows: int) -> str:
-    names = sorted(set(mine) | set(theirs), key=lambda k: -max(mine.get(k, (0, 0))[0], theirs.get(k, (0, 0))[0]))
+    names = sorted(set(mine) | set(theirs), key=lambda k: (-max(mine.get(k, (0, 0))[0], theirs.get(k, (0, 0))[0]), k))
     lines = [f"| operator | {peer} ms | calls | vitzoo ms | calls |", "|---|---|---|---|---|"]
     for name in names[:rows]:
         (t, tn), (v, vn) = theirs.get(name, (0.0, 0)), mine.get(name, (0.0, 0))
