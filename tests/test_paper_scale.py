@@ -26,7 +26,7 @@ from benchmarks.training import evaluate_per_epoch, train_images
 CHECKOUT = Path(__file__).resolve().parents[1]
 
 
-def benchmarks(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
+def benchmarks(*args: str, timeout: int = 1800) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(CHECKOUT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     return subprocess.run([sys.executable, "-m", "benchmarks", *args], capture_output=True, text=True, timeout=timeout,
                           cwd=CHECKOUT, env=env)

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from vitzoo.data.normalization import Normalizer
+from vitzoo.data.workers import worker_start
 from vitzoo.precision import autocast, sum_dtype
 
 FEWSHOT_L2_REG = 2.0**10
@@ -44,7 +45,8 @@ def eval_loader(dataset: Dataset, indices: Sequence[int] | None = None, *, batch
     evaluates again and again makes its loader once)."""
     data = dataset if indices is None else Subset(dataset, list(indices))
     return DataLoader(data, batch_size=batch_size, shuffle=False, num_workers=num_workers, pin_memory=pin_memory,
-                      persistent_workers=persistent and num_workers > 0)
+                      persistent_workers=persistent and num_workers > 0,
+                      multiprocessing_context=worker_start(num_workers))
 
 
 def _on_device(model, loader: Iterable):

@@ -6,7 +6,8 @@
   torchvision fetches, `download` (MD5-verified, docs/datasets.md);
 - `augment`: per-sample resizing and augmentation, reproducible from (seed, epoch, index)
   (`Transformed`), and batch-level MixUp / CutMix (`batch_mixer`);
-- `normalization`: uint8 batches on the device -> normalised floats with the model's mean and std.
+- `normalization`: uint8 batches on the device -> normalised floats with the model's mean and std;
+- `workers`: how a loader starts its worker processes (`worker_start`: not by fork where that can hang).
 
     from vitzoo import data
     train = data.Transformed(data.load_split("synthetic", "train"), data.build_transform((28, 28), None))
@@ -34,6 +35,7 @@ from vitzoo.data.sources import (
     split_validation,
     subset,
 )
+from vitzoo.data.workers import worker_start
 
 __all__ = [
     "FASHION_FILES",
@@ -57,6 +59,7 @@ __all__ = [
     "keep_classes",
     "download",
     "load_split",
+    "worker_start",
     "normalize",
     "split_validation",
     "subset",

@@ -198,9 +198,9 @@ class Trainer:
         cfg, env = self.cfg, self.env
         pin, persistent = self.device.type == "cuda", cfg.num_workers > 0
         self.sampler = GlobalBatchSampler(len(self.train_set), cfg.batch_size, self.micro, env.rank, env.world_size, cfg.seed, 0)
-        self.train_loader = DataLoader(self.train_set, batch_sampler=self.sampler, num_workers=cfg.num_workers,
-                                       pin_memory=pin, persistent_workers=persistent,
-                                       generator=torch.Generator().manual_seed(cfg.seed))
+        self.train_loader = DataLoader(self.train_set, batch_sampler=self.sampler, num_workers=cfg.num_workers, pin_memory=pin,
+                                       persistent_workers=persistent, generator=torch.Generator().manual_seed(cfg.seed),
+                                       multiprocessing_context=datasets.worker_start(cfg.num_workers))
         self.evaluation = Evaluation(self.model, env, batch_size=max(self.micro, 256), num_workers=cfg.num_workers,
                                      pin_memory=pin, autocast_dtype=self.amp_dtype)
 
