@@ -34,13 +34,14 @@ import json
 import os
 import time
 import warnings
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
 
 from vitzoo import precision
-from vitzoo.fastest import Choice, fastest_precision, remembered
-from vitzoo.machine import cpu_flags, cpu_model
+from vitzoo.fastest import Choice, fastest_precision, measured_on, remembered
 
 
 def compile_for_inference(
@@ -51,14 +52,20 @@ def compile_for_inference(
     Call the result under `torch.inference_mode()` (and the same autocast dtype) as you would the
     model. Input shapes other than the example's trigger a recompilation.
     """
-    import torch._inductor.config as inductor_config
-
     model.eval()
     compiled = torch.compile(model, mode=mode, dynamic=False)
-    # freezing is read when the graph is compiled, i.e. at the first call: warm up inside the patch
+    _first_call_frozen(compiled, example, autocast)
+    return compiled
+
+
+def _first_call_frozen(compiled: Callable[[torch.Tensor], Any], example: torch.Tensor,
+                       autocast: torch.dtype | None = None) -> None:
+    """The first call of a compiled model, on `example`, with Inductor's weight freezing: parameters
+    become constants, folded into the graph. Freezing is read when the graph compiles, at this call."""
+    import torch._inductor.config as inductor_config
+
     with inductor_config.patch(freezing=True), torch.inference_mode(), precision.autocast(example.device, autocast):
         compiled(example)
-    return compiled
 
 
 class Inference(nn.Module):
@@ -132,11 +139,8 @@ class Inference(nn.Module):
     def compile_on(self, example: torch.Tensor) -> None:
         """Compile the model in place (`nn.Module.compile`: the state dict keeps its keys) with frozen
         weights, on `example`."""
-        import torch._inductor.config as inductor_config
-
         self.model.compile(mode=self.mode, dynamic=False)
-        with inductor_config.patch(freezing=True), torch.inference_mode():  # read at this first call's compilation
-            self.model(example)
+        _first_call_frozen(self.model, example)
 
     def try_compile_on(self, example: torch.Tensor) -> bool:
         """`compile_on`, or eager again where this machine cannot compile (no C++ compiler, an
@@ -165,14 +169,11 @@ class Inference(nn.Module):
 def compile_key(fast: Inference, example: torch.Tensor) -> str:
     """What a measured compilation gain holds for: this machine (CPU model, instruction sets and
     threads, or the GPU), torch, the model's architecture, the precision, the input's shape."""
-    device = example.device
-    where = ({"cpu": cpu_model(), "flags": cpu_flags(), "threads": torch.get_num_threads()} if device.type == "cpu"
-             else {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else device.type})
     config = getattr(fast.model, "config", None)
     shapes = [(name, tuple(p.shape)) for name, p in fast.model.state_dict().items()]
     architecture = repr(config) if config is not None else (
         type(fast.model).__qualname__ + " " + hashlib.sha256(repr(shapes).encode()).hexdigest()[:16])
-    return json.dumps({**where, "torch": torch.__version__, "model": architecture, "dtype": str(fast.dtype),
+    return json.dumps({**measured_on(example.device), "model": architecture, "dtype": str(fast.dtype),
                        "input": list(example.shape), "mode": fast.mode}, sort_keys=True)
 
 

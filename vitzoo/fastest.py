@@ -86,9 +86,18 @@ def measure_cpu(shape: tuple[int, int, int]) -> dict[str, float]:
                                 else probe[dtype], 1) for dtype in NAMES}
 
 
+def measured_on(device: torch.device) -> dict[str, Any]:
+    """What a speed measured on `device` holds for: the CPU's model, instruction sets and threads (or the
+    GPU's name), and torch's version. Part of the key of every remembered measurement."""
+    if device.type == "cpu":
+        where = {"cpu": cpu_model(), "flags": cpu_flags(), "threads": torch.get_num_threads()}
+    else:
+        where = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else device.type}
+    return {**where, "torch": torch.__version__}
+
+
 def machine_key(shape: tuple[int, int, int]) -> str:
-    return json.dumps({"cpu": cpu_model(), "flags": cpu_flags(), "torch": torch.__version__,
-                       "threads": torch.get_num_threads(), "shape": list(shape)}, sort_keys=True)
+    return json.dumps({**measured_on(torch.device("cpu")), "shape": list(shape)}, sort_keys=True)
 
 
 CACHE_NAME = "fastest_precision.json"
