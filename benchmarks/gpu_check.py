@@ -108,8 +108,9 @@ def cuda_tests(out: Path) -> dict[str, Any]:
 
 def training(out: Path) -> dict[str, Any]:
     from vitzoo.precision import gpu_half
+    from vitzoo.train.build import precision_flag
 
-    precision = {torch.bfloat16: "bf16", torch.float16: "fp16"}[gpu_half(torch.device("cuda", 0))]
+    precision = precision_flag(gpu_half(torch.device("cuda", 0)))
     run = out / "training"
     result = run_child(["-m", "vitzoo", "train", "vit_s16", "--data", "synthetic", "--steps", "200", "--batch-size", "64",
                         "--precision", precision, "--compile", "--device", "cuda", "--num-workers", "8", "--log-every", "20",

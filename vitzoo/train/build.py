@@ -182,11 +182,19 @@ def resolve_precision(cfg: TrainConfig, device: torch.device, model: torch.nn.Mo
         if env is not None and env.world_size > 1:  # every process must compute alike
             precision = gather_objects(precision, env)[0]
     if precision in ("auto", "gpu-half"):
-        precision = {torch.bfloat16: "bf16", torch.float16: "fp16"}[gpu_half(device)] if device.type == "cuda" else "fp32"
+        precision = precision_flag(gpu_half(device)) if device.type == "cuda" else "fp32"
     if precision == "fp16" and device.type != "cuda":
         raise ConfigError("--precision fp16 needs CUDA (use bf16 or fp32)")
-    return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+    return AUTOCAST_DTYPES[precision]
+
+
+AUTOCAST_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}  # --precision's fixed values
+
+
+def precision_flag(dtype: torch.dtype) -> str:
+    """The fixed --precision value that computes in half-precision `dtype`."""
+    return next(flag for flag, autocast in AUTOCAST_DTYPES.items() if autocast == dtype)
 
 
 __all__ = ["base_config", "build_model", "build_optimizer", "check_data", "has_running_statistics", "load_splits", "model_options",
-           "resolve_precision"]
+           "precision_flag", "resolve_precision"]
