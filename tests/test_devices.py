@@ -222,6 +222,25 @@ def test_the_largest_batch_is_found_by_bisection_and_a_batch_at_the_cap_is_repor
     assert cost.largest_batch({"largest_batch": 40, "batch_cap": cost.BATCH_CAP}) == 40
 
 
+def test_a_cpu_memory_growth_under_the_noise_gives_a_lower_bound_not_a_huge_batch():
+    """On the CPU the largest batch is extrapolated from the peak memory at two batches. A growth the
+    noise can hide (measured once: 6 KB between batches 2 and 8, extrapolated to 15.6 million images)
+    bounds the batch from below; a clear growth is extrapolated."""
+    from benchmarks.ablations import cost
+
+    def point(batch, peak_gb):
+        return batch, {"weights_gb": 0.3, "peak_gb": peak_gb}
+
+    unresolved = cost.extrapolated(point(2, 0.100), point(8, 0.100006), budget_gb=16.0)
+    per_image = cost.MEMORY_RESOLUTION_GB / 6  # at most the resolution over the 6 images between the batches
+    bound = int((16.0 - 0.3 - max(0.100006 - per_image * 8, 0.0)) // per_image)
+    assert not unresolved["resolved"] and unresolved["largest_batch"] == bound < 10_000
+    assert cost.largest_batch(unresolved) == f"at least {bound}"
+    resolved = cost.extrapolated(point(2, 0.1), point(8, 0.1 + 6 * 0.05), budget_gb=16.0)  # 50 MB per image
+    assert resolved["resolved"] and resolved["largest_batch"] == int((16.0 - 0.3 - 0.1 + 0.1) // 0.05)
+    assert cost.largest_batch(resolved) == resolved["largest_batch"]
+
+
 def test_cost_resolves_auto_to_a_real_device_and_records_it(monkeypatch):
     """`--device auto` measures on the device `auto` stands for (the CPU, on a machine without a GPU),
     and says which."""
