@@ -32,6 +32,7 @@ import torch
 from torch.utils.data import Dataset
 
 from vitzoo.data import named
+from vitzoo.data.decode import FileImages
 from vitzoo.data.named import cache_dir
 from vitzoo.errors import DataError
 from vitzoo.io import atomic_path
@@ -193,24 +194,15 @@ class TensorImages(Dataset):
         return self.images[index], int(self.targets[index])
 
 
-class FolderImages(Dataset):
-    """torchvision's ImageFolder, decoded to uint8 tensors (C, H, W)."""
+class FolderImages(FileImages):
+    """An ImageFolder tree (`ROOT/<class>/<image>`), listed by torchvision's `ImageFolder` (its class order
+    and extensions), read and decoded by `FileImages`."""
 
     def __init__(self, root: Path) -> None:
         from torchvision.datasets import ImageFolder
 
-        self.folder = ImageFolder(str(root))
-        self.targets = torch.tensor(self.folder.targets, dtype=torch.long)
-        self.classes = self.folder.classes
-
-    def __len__(self) -> int:
-        return len(self.folder)
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
-        from torchvision.transforms.v2 import functional as TF
-
-        image, label = self.folder[index]
-        return TF.pil_to_tensor(image.convert("RGB")), label
+        folder = ImageFolder(str(root), loader=lambda path: path)  # listing only: nothing is opened here
+        super().__init__([path for path, _ in folder.samples], folder.targets, folder.classes)
 
 
 class TorchvisionImages(Dataset):
