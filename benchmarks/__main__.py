@@ -41,7 +41,7 @@ from benchmarks.ablations import ABLATIONS
 from benchmarks.execute import execute
 from benchmarks.execute import records as measured
 from benchmarks.figures import MATPLOTLIB_MISSING
-from benchmarks.launchers.assign import LAUNCHERS, Assignment, assign
+from benchmarks.launchers.assign import LAUNCHERS, Assignment, assign, common_share
 from benchmarks.launchers.slurm import SlurmOptions
 from benchmarks.scales import SCALES, get_scale
 from benchmarks.spec import Ablation, Scale, report
@@ -120,13 +120,22 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
             args.scale_settings = dataclasses.replace(args.scale_settings, seeds=args.seeds)
         args.assignment = assign(args.device, args.launcher, gpus_per_run=args.gpus_per_run, workers=args.workers,
                                  processes_per_run=args.processes_per_run or args.scale_settings.processes_per_run,
-                                 stated_gpus=args.gpus, nodes=args.nodes, gpus_per_node=args.gpus_per_node)
+                                 stated_gpus=args.gpus, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
+                                 share=batch_share_of(names, args.scale_settings))
     except ValueError as exc:
         parser.error(str(exc))
     if args.assignment.device == "cuda" and not args.assignment.present and not args.dry_run:
         parser.error(f"--device {args.device}: no CUDA GPU is visible here (--dry-run plans for GPUs that are not here)")
     args.names = names
     return args
+
+
+def batch_share_of(names: list[str], scale: Scale) -> int:
+    """What the processes of every data-parallel run of these ablations must divide (`common_share`):
+    each training of each run, its fine-tuning and sweeps included."""
+    trainings = [train for name in names if name in ABLATIONS and ABLATIONS[name].parallel
+                 for run in ABLATIONS[name].runs(scale) for train in (run.config["train"], *run.config.get("more_train", ()))]
+    return common_share(trainings)
 
 
 def assignment_for(spec: Ablation, assignment: Assignment) -> Assignment:

@@ -17,7 +17,7 @@ import torch
 from benchmarks import plan as planning
 from benchmarks.ablations import ABLATIONS
 from benchmarks.launchers import local
-from benchmarks.launchers.assign import Assignment, assign
+from benchmarks.launchers.assign import Assignment, assign, batch_share, default_per_run
 from benchmarks.rehearsal_data import FolderSpec, image_folder
 from benchmarks.scales import get_scale, rehearsal_model
 from benchmarks.suite import ResultStore, Run, run_folder
@@ -107,15 +107,50 @@ def fake_gpus(monkeypatch, count: int) -> None:
 
 
 def test_gpus_are_cut_into_disjoint_sets_one_run_on_each(monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     fake_gpus(monkeypatch, 8)
     whole = assign("cuda")
-    assert whole.slots == (tuple(range(8)),) and whole.processes_per_run == 8  # default: every GPU
+    assert whole.slots == (tuple("01234567"),) and whole.processes_per_run == 8  # default: every GPU
     pairs = assign("cuda", gpus_per_run=2)
-    assert pairs.slots == ((0, 1), (2, 3), (4, 5), (6, 7)) and pairs.runs_at_once == 4
+    assert pairs.slots == (("0", "1"), ("2", "3"), ("4", "5"), ("6", "7")) and pairs.runs_at_once == 4
     odd = assign("cuda", gpus_per_run=3)
-    assert odd.slots == ((0, 1, 2), (3, 4, 5)) and odd.idle_gpus == 2 and "2 GPU(s) idle" in odd.describe()
+    assert odd.slots == (("0", "1", "2"), ("3", "4", "5")) and odd.idle_gpus == 2 and "2 GPU(s) idle" in odd.describe()
     with pytest.raises(ValueError, match="8 visible GPU"):
         assign("cuda", gpus_per_run=16)
+
+
+def test_gpu_sets_name_the_gpus_the_parent_process_sees(monkeypatch):
+    """Slots are positions in the visible list; a child must be given the ids the list holds (indices,
+    UUIDs, MIG ids), or a suite started on GPUs 4-7 trains on 0-3."""
+    fake_gpus(monkeypatch, 4)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
+    assert assign("cuda", gpus_per_run=2).slots == (("4", "5"), ("6", "7"))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-8a1b,GPU-9c2d,MIG-3e4f,MIG-5a6b")
+    assert assign("cuda", gpus_per_run=1).slots == (("GPU-8a1b",), ("GPU-9c2d",), ("MIG-3e4f",), ("MIG-5a6b",))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3,9")  # CUDA stopped at the GPU it could not use: two visible
+    fake_gpus(monkeypatch, 2)
+    assert assign("cuda").slots == (("2", "3"),)
+
+
+@pytest.mark.parametrize("gpus, expected", [(8, 4), (6, 2), (5, 1), (4, 4), (3, 1), (2, 2), (1, 1)])
+def test_the_default_gpus_per_run_share_the_batch_and_keep_the_most_gpus_busy(monkeypatch, gpus, expected):
+    """The rehearsal's batch is 4 micro-batches: a run of 3, 5, 6, 7 or 8 GPUs could not share it."""
+    fake_gpus(monkeypatch, gpus)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert assign("cuda", share=4).processes_per_run == expected
+    assert default_per_run(8, 16) == 8 and default_per_run(6, 16) == 2  # the gpu scale: 1024 = 16 x 64
+
+
+def test_a_run_size_that_cannot_share_the_batch_is_refused_before_anything_starts(monkeypatch, tmp_path):
+    fake_gpus(monkeypatch, 8)
+    with pytest.raises(ValueError, match=r"--gpus-per-run 3: .* 4 micro-batches .* choose one of 1, 2, 4"):
+        assign("cuda", gpus_per_run=3, share=4)
+    with pytest.raises(ValueError, match=r"--processes-per-run 3"):
+        assign("cpu", processes_per_run=3, share=4)
+    # the plan and the dry run refuse it too, for GPUs that are not here, before any data is written
+    result = benchmarks("head", "--scale", "gpu", "--device", "cuda", "--gpus", "8", "--gpus-per-run", "3", "--dry-run")
+    assert result.returncode == 2 and "--gpus-per-run 3" in result.stderr and "choose one of 1, 2, 4, 8" in result.stderr
+    assert batch_share({"batch_size": 1024, "micro_batch": 64}) == 16 and batch_share({"batch_size": 12}) == 12
 
 
 def test_a_named_gpu_is_refused_where_each_run_gets_its_own():
@@ -138,14 +173,16 @@ def _report_gpus(run, device, out):
 
 
 def test_runs_at_once_see_only_their_own_gpu_set_and_the_plan_counts_the_same(monkeypatch, tmp_path):
+    """A suite under a parent CUDA_VISIBLE_DEVICES (fake GPUs): each run's processes see their set's ids."""
     fake_gpus(monkeypatch, 4)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
     assignment = assign("cuda", gpus_per_run=2)
     runs = [Run("fake", f"run {i}", {"model": "vit_ti16", "options": {}, "train": {}}, seed=i) for i in range(4)]
     results = [result for _, result in local.launch_at_once(_report_gpus, runs, lambda run: tmp_path / run.key, assignment)]
     seen = [result["outcome"] for result in results]
     assert len(seen) == 4
     assert all(o["world"] == 2 and o["rank"] == 0 for o in seen)  # two processes each, rank 0 reports
-    assert {o["visible"] for o in seen} == {"0,1", "2,3"}  # each launching process keeps its set
+    assert {o["visible"] for o in seen} == {"4,5", "6,7"}  # each launching process keeps its set
     assert all(o["visible"] == ",".join(map(str, r["slot"])) for o, r in zip(seen, results))
     intervals = sorted((r["started"], r["started"] + r["wall_s"], tuple(r["slot"])) for r in results)
     overlapping = [(a, b) for i, a in enumerate(intervals) for b in intervals[i + 1:] if b[0] < a[1]]
