@@ -7,7 +7,7 @@ from __future__ import annotations
 import multiprocessing
 import time
 from collections.abc import Iterable
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
@@ -88,8 +88,8 @@ def execute(
         with ProcessPoolExecutor(max_workers=len(assignment.slots), mp_context=context) as pool:
             futures = {pool.submit(_measured, measure, run, device, run_folder(store, run),
                                    assignment.threads_per_process): run for run in pending()}
-            for future in as_completed(futures):
-                done(futures[future], future.result())
+            for run, result in local.as_finished(futures):
+                done(run, result)
     else:
         for run, result in local.launch_at_once(measure, pending(), lambda run: run_folder(store, run), assignment):
             done(run, result)

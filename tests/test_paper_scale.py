@@ -196,6 +196,35 @@ def test_runs_at_once_see_only_their_own_gpu_set_and_the_plan_counts_the_same(mo
     assert plans[0].device_hours == pytest.approx(plans[1].device_hours)
 
 
+def _fail_or_sleep(run, device, out):
+    """The first run fails at once; the others take a while, each leaving a mark that it started."""
+    import time
+
+    if run.group.get("fails"):
+        raise RuntimeError("this run's data is missing")
+    Path(out).mkdir(parents=True, exist_ok=True)
+    (Path(out).parent / f"started-{run.seed}").touch()
+    time.sleep(1.5)
+    return {"metrics": {"test_acc": 0.5}}
+
+
+def test_a_failed_run_cancels_the_runs_not_started_and_keeps_those_running(tmp_path):
+    """One failure in a long queue is reported as soon as the runs already going are in, not after every
+    queued run has trained."""
+    from benchmarks.execute import execute
+
+    runs = [Run("fake", "broken", {"x": 0}, 0, {"fails": True})] + [Run("fake", "fine", {"x": 1}, s) for s in range(1, 13)]
+    store = ResultStore(tmp_path)
+    with pytest.raises(RuntimeError, match="data is missing"):
+        execute(runs, _fail_or_sleep, store, assign("cpu", workers=2), quiet=True)
+    started = len(list((tmp_path / "runs").glob("started-*")))
+    store.refresh()
+    # the run beside the failed one, and those the pool had already handed to a worker (its call queue holds
+    # workers + 1), not all twelve
+    assert 1 <= started <= 4
+    assert len(store.keys()) == started  # every run that ran is stored
+
+
 def test_the_dry_run_describes_the_assignment_the_launcher_uses():
     result = benchmarks("head", "--scale", "paper", "--device", "cuda", "--gpus", "8", "--gpus-per-run", "4", "--dry-run")
     assert result.returncode == 0, result.stderr[-2000:]

@@ -13,7 +13,7 @@ import os
 import time
 import uuid
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import CancelledError, Future, ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Callable
 
@@ -115,7 +115,7 @@ def launch_at_once(measure: Callable[..., dict], runs: list, folder: Callable[[A
                    assignment: Assignment) -> Iterator[tuple[Any, dict]]:
     """Launch `runs`, as many at once as the assignment has slots: one launching process per slot, each
     taking its slot (a GPU set) once and keeping it, so runs never share a GPU. Yields (run, result)
-    as runs finish; a failed run raises."""
+    as runs finish; a failed run cancels the runs not started and raises (`as_finished`)."""
     context = multiprocessing.get_context("spawn")
     slots = context.Queue()
     for slot in assignment.slots:
@@ -123,8 +123,30 @@ def launch_at_once(measure: Callable[..., dict], runs: list, folder: Callable[[A
     with ProcessPoolExecutor(max_workers=len(assignment.slots), mp_context=context, initializer=_take_slot,
                              initargs=(slots,)) as pool:
         futures = {pool.submit(_launch_on_own_slot, measure, run, folder(run), assignment): run for run in runs}
-        for future in as_completed(futures):
-            yield futures[future], future.result()
+        yield from as_finished(futures)
 
 
-__all__ = ["launch", "launch_at_once", "rank_main", "timed_launch"]
+def as_finished(futures: dict[Future, Any]) -> Iterator[tuple[Any, Any]]:
+    """(what each future is for, its result), as they finish. When one fails, the runs not yet started
+    are cancelled (a failure in a day-long queue is reported in minutes, not at the end), those already
+    running are waited for and yielded (their work is kept), and then the first failure is raised."""
+    failure: BaseException | None = None
+    for future in as_completed(futures):
+        if future.cancelled():
+            continue
+        try:
+            result = future.result()
+        except CancelledError:
+            continue
+        except Exception as exc:  # noqa: BLE001 (raised below, once the running ones are in)
+            if failure is None:
+                failure = exc
+                for queued in futures:
+                    queued.cancel()  # does nothing to a running one
+            continue
+        yield futures[future], result
+    if failure is not None:
+        raise failure
+
+
+__all__ = ["as_finished", "launch", "launch_at_once", "rank_main", "timed_launch"]
