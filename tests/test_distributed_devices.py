@@ -3,6 +3,7 @@ own `init_process_group` / `mp.spawn`). Shown on the CPU with gloo groups and a 
 and on GPUs (skipped without enough of them) with NCCL."""
 
 import os
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -26,6 +27,7 @@ def fake_gpus(patch, count: int) -> list[torch.device]:
     patch(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
     patch(torch.cuda, "get_arch_list", lambda: ["sm_80", "sm_90"])
     patch(torch.cuda, "get_device_name", lambda device=None: "Some GPU")
+    patch(torch.cuda, "get_device_properties", lambda device=None: SimpleNamespace(uuid=f"GPU-{torch.device(device).index}"))
     return chosen
 
 
@@ -179,7 +181,7 @@ def test_with_a_routable_host_name_the_ranks_agree_over_a_gloo_group_on_the_host
     fake = FakeNcclGroup(monkeypatch)
     monkeypatch.setattr(distributed, "host_addresses", resolver("10.1.2.3"))
     assert distributed.host_agreement(torch.device("cpu")) == ("gloo group", torch.device("cpu"))
-    assert fake.new_groups == [{"backend": "gloo"}] and len(recwarn) == 0
+    assert fake.new_groups == [{"backend": "gloo", "timeout": distributed.collective_timeout()}] and len(recwarn) == 0
 
 
 def test_a_rank_whose_own_host_is_fine_follows_the_ranks_that_are_not(monkeypatch, recwarn):

@@ -10,24 +10,49 @@ resolves to 127.0.1.1, as Debian and Ubuntu set it), over the NCCL group instead
 The group is made at the first `setup` and lives as long as the process: torch cannot make the default
 group again in a process once it was destroyed (the second rendezvous hangs), and a script may train
 several times (`fit` twice under one torchrun).
+
+When one rank fails, the others must not wait for it: a collective that a rank never joins waits for the
+group's timeout (`COLLECTIVE_TIMEOUT`, 10 minutes unless VITZOO_COLLECTIVE_TIMEOUT_MIN says otherwise),
+then raises; work that may fail on one rank and not on another is followed by an agreement on whether it
+failed anywhere (`all_or_none`), so every rank raises at the same point. The launcher then ends the job
+(torchrun and the elastic launcher stop every rank when one exits with an error; under SLURM, srun's
+--kill-on-bad-exit does).
 """
 
 from __future__ import annotations
 
 import atexit
+import datetime
 import ipaddress
 import os
 import socket
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
 
 from vitzoo.errors import ConfigError
 from vitzoo.train import gpu_support
+
+T = TypeVar("T")
+
+
+def collective_timeout(environ: Mapping[str, str] = os.environ) -> datetime.timedelta:
+    """How long a rank waits in a collective for the others before it raises: VITZOO_COLLECTIVE_TIMEOUT_MIN
+    minutes (default 10: longer than rank 0 writing a checkpoint of ViT-H on a slow file system, far
+    shorter than torch's 30-minute default a failed job would hold its GPUs for)."""
+    text = environ.get("VITZOO_COLLECTIVE_TIMEOUT_MIN", "10")
+    try:
+        minutes = float(text)
+    except ValueError:
+        minutes = float("nan")
+    if not minutes > 0:
+        raise ConfigError(f"VITZOO_COLLECTIVE_TIMEOUT_MIN={text!r}: give the minutes a rank waits for the others, a "
+                          "positive number (default 10)")
+    return datetime.timedelta(minutes=minutes)
 
 
 @dataclass
@@ -79,8 +104,13 @@ def pick_device(name: str, local_rank: int = 0) -> torch.device:
 
 
 def own_gpu(local_rank: int, gpus: int) -> int:
-    """The GPU of the process of this local rank: one each. Two processes on one GPU would only fail
-    later, in NCCL's first collective ("Duplicate GPU detected"), so more processes than GPUs is an error."""
+    """The GPU of the process of this local rank: one each. A process that sees a single GPU works on it
+    whatever its local rank: a launcher that binds one GPU to each task (SLURM's --gpu-bind, or
+    --gpus-per-task) shows each its own as device 0 (two ranks that see the same one are refused once the
+    group exists: `refuse_shared_gpus`). Otherwise more processes than GPUs is an error: two on one GPU
+    would only fail later, in NCCL's first collective ("Duplicate GPU detected")."""
+    if gpus == 1:
+        return 0
     if local_rank >= gpus:
         raise RuntimeError(f"LOCAL_RANK {local_rank} has no GPU of its own: this node runs more processes than its "
                            f"{gpus} visible CUDA device(s); start at most {gpus} (torchrun --nproc_per_node {gpus}) "
@@ -107,12 +137,35 @@ def setup(device: str) -> Env:
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
     if world > 1 and not joined:
-        dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")
+        dist.init_process_group("nccl" if dev.type == "cuda" else "gloo", timeout=collective_timeout())
         atexit.register(_destroy_group)
         rank, world = dist.get_rank(), dist.get_world_size()
     if not dist.is_initialized():
         return Env(rank, world, local_rank, dev)
-    return Env(rank, world, local_rank, dev, *host_agreement(dev, warn=local_rank == 0))
+    env = Env(rank, world, local_rank, dev, *host_agreement(dev, warn=local_rank == 0))
+    if dev.type == "cuda" and world > 1:
+        refuse_shared_gpus(gather_objects((socket.gethostname(), gpu_identity(dev)), env))
+    return env
+
+
+def gpu_identity(device: torch.device) -> str:
+    """What tells GPUs apart across processes that number them differently: the device's UUID."""
+    return str(getattr(torch.cuda.get_device_properties(device), "uuid", device.index))
+
+
+def refuse_shared_gpus(identities: list[tuple[str, str]]) -> None:
+    """Each rank's (host, GPU UUID), in rank order: two ranks on one GPU are a ConfigError, on every rank
+    alike (NCCL would fail at its first collective with "Duplicate GPU detected", or hang)."""
+    ranks: dict[tuple[str, str], list[int]] = {}
+    for rank, identity in enumerate(identities):
+        ranks.setdefault(tuple(identity), []).append(rank)
+    shared = [(host, gpu, r) for (host, gpu), r in ranks.items() if len(r) > 1]
+    if shared:
+        host, gpu, together = shared[0]
+        raise ConfigError(f"ranks {', '.join(map(str, together))} all work on GPU {gpu} of {host}: each process needs a GPU "
+                          "of its own. Start one process per GPU (torchrun --nproc_per_node = the node's GPUs; under "
+                          "SLURM one task per GPU, with --gpus-per-task=1 or --gpu-bind so each task sees its own, "
+                          "or every GPU visible to every task so that LOCAL_RANK picks one)")
 
 
 def node_rank(rank: int, joined: bool) -> int:
@@ -197,7 +250,7 @@ def host_agreement(device: torch.device, warn: bool = True) -> tuple[Any, torch.
                               "on the host again", stacklevel=3)
             _HOST_AGREEMENT["group"] = None
         else:
-            _HOST_AGREEMENT["group"] = dist.new_group(backend="gloo")
+            _HOST_AGREEMENT["group"] = dist.new_group(backend="gloo", timeout=collective_timeout())
     group = _HOST_AGREEMENT["group"]
     return group, (torch.device("cpu") if group is not None else device)
 
@@ -251,10 +304,36 @@ def gather_objects(value: Any, env: Env) -> list:
     return values
 
 
+class RankFailed(RuntimeError):
+    """Work that every rank did failed on another rank (whose own error says why)."""
+
+
+def all_or_none(work: Callable[[], T], env: Env) -> T:
+    """`work()` on every rank, then an agreement on whether it failed on any rank, before any rank goes
+    on: a rank whose work failed raises its error, the others RankFailed naming the ranks that failed.
+    For local work between collectives that can fail on one rank only (a damaged image in its share):
+    without the agreement that rank would go on to the next collective while the others wait in this
+    one's, until the group's timeout."""
+    try:
+        result, error = work(), None
+    except Exception as exc:  # noqa: BLE001 (raised below, on every rank alike)
+        result, error = None, exc
+    if env.distributed:
+        flags = [0.0] * env.world_size
+        flags[env.rank] = float(error is not None)
+        failed = [rank for rank, flag in enumerate(host_max(flags, env)) if flag]
+        if failed and error is None:
+            raise RankFailed(f"rank(s) {', '.join(map(str, failed))} failed (their logs say why); rank {env.rank} "
+                             "stops with them")
+    if error is not None:
+        raise error
+    return result
+
+
 def barrier(env: Env) -> None:
     if env.distributed:
         dist.barrier()
 
 
-__all__ = ["Env", "all_reduce", "barrier", "gather_objects", "gather_strided", "gloo_loopback_problem", "host_addresses",
+__all__ = ["Env", "RankFailed", "all_or_none", "all_reduce", "collective_timeout", "gpu_identity", "refuse_shared_gpus", "barrier", "gather_objects", "gather_strided", "gloo_loopback_problem", "host_addresses",
            "host_agreement", "host_max", "node_rank", "own_gpu", "pick_device", "refuse_one_gpu_for_all", "setup"]

@@ -4,10 +4,11 @@ process the same numbers.
 Top-1, top-5 and loss (`measure`): rank r scores images r, r + W, r + 2W, ... (W the world size) and
 the sums are all-reduced. The paper's few-shot linear accuracy (`fewshot`, vitzoo.evaluate): each rank
 extracts the features of its share of the images, and every rank gets all of them back, in order, for
-the closed-form regression. Each evaluation makes its loader and its workers end with it: a rank
-keeps only the training loader's workers alive between evaluations (a persistent loader per evaluated
-split would triple them: 192 processes on an 8-GPU node with 8 workers each, each holding the dataset's
-file list).
+the closed-form regression. A rank whose share fails (a damaged image) fails every rank at once
+(`distributed.all_or_none`), never leaving the others waiting in the gather. Each evaluation makes its
+loader and its workers end with it: a rank keeps only the training loader's workers alive between
+evaluations (a persistent loader per evaluated split would triple them: 192 processes on an 8-GPU node
+with 8 workers each, each holding the dataset's file list).
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ class Evaluation:
         indices = range(self.env.rank, len(dataset), self.env.world_size)
         loader = eval_loader(dataset, indices, batch_size=self.batch_size, num_workers=self.num_workers,
                              pin_memory=self.pin_memory)
-        sums = classification_sums(self.model, dataset, autocast_dtype=self.autocast_dtype,
-                                   loader=loader)  # the loader says which images, how batched
+        sums = distributed.all_or_none(lambda: classification_sums(  # the loader says which images, how batched
+            self.model, dataset, autocast_dtype=self.autocast_dtype, loader=loader), self.env)
         return metrics_from_sums(distributed.all_reduce(sums, self.env))
 
     def fewshot(self, train_set: Dataset, test_set: Dataset, shots: Iterable[int], seed: int) -> dict:
@@ -56,8 +57,8 @@ class Evaluation:
         indices = list(range(len(dataset))) if indices is None else list(indices)
         mine = indices[env.rank :: env.world_size]
         # a rank with no image of its own passes one through anyway, to learn the features' width
-        features, labels = extract_features(self.model, dataset, mine or indices[:1], batch_size=self.batch_size,
-                                            num_workers=self.num_workers)
+        features, labels = distributed.all_or_none(lambda: extract_features(
+            self.model, dataset, mine or indices[:1], batch_size=self.batch_size, num_workers=self.num_workers), env)
         features, labels = features[: len(mine)], labels[: len(mine)]
         return (distributed.gather_strided(features, len(indices), env), distributed.gather_strided(labels, len(indices), env))
 
