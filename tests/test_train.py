@@ -349,3 +349,29 @@ def test_the_small_recipe_is_the_cpu_scales_and_warms_up_over_a_twentieth_of_the
     for knob in ("lr", "batch_size", "weight_decay", "schedule", "clip_grad"):
         assert getattr(cfg, knob) == {**SMALL_RECIPE, "lr": 2e-3}[knob], knob
     assert cfg.optimizer == "adamw" and cfg.recipe_warmup(total_steps=468) == 0.05  # a fraction of the run
+
+
+def test_a_run_resumed_where_auto_would_choose_another_precision_keeps_the_one_it_trained_in(tmp_path, monkeypatch):
+    """A job requeued onto another kind of machine (an H100's bf16, then a V100's fp16; here the CPU's
+    measured choice) resumes in the precision of its checkpoint: the same losses as the run never moved."""
+    from types import SimpleNamespace
+
+    def machine_picks(dtype):
+        monkeypatch.setattr(build, "fastest_precision", lambda *args, **kwargs: SimpleNamespace(dtype=dtype))
+
+    machine_picks(torch.bfloat16)
+    fit(tiny_config(tmp_path / "straight", precision="auto", steps=6))
+    fit(tiny_config(tmp_path / "moved", precision="auto", steps=6, stop_at=3))
+    machine_picks(torch.float32)  # the machine it resumes on would compute in float32
+    messages = []
+    monkeypatch.setattr(loop.Trainer, "say", lambda self, message: messages.append(message))
+    summary = fit(tiny_config(tmp_path / "moved", precision="auto", steps=6, resume=True))
+    assert summary["precision"] == "bfloat16"
+    assert any("resuming in bf16, the precision the checkpoint was trained in, not fp32" in m for m in messages)
+    assert losses(tmp_path / "moved" / "run") == losses(tmp_path / "straight" / "run")
+
+
+def test_an_fp16_checkpoint_cannot_go_on_without_cuda():
+    with pytest.raises(vitzoo.errors.ConfigError, match="trained in fp16, which needs CUDA"):
+        build.resumed_precision("fp16", None, torch.device("cpu"))
+    assert build.resumed_precision(None, torch.bfloat16, torch.device("cpu")) == torch.bfloat16  # older checkpoints

@@ -191,10 +191,27 @@ def resolve_precision(cfg: TrainConfig, device: torch.device, model: torch.nn.Mo
 AUTOCAST_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}  # --precision's fixed values
 
 
+def resumed_precision(saved: str | None, resolved: torch.dtype | None, device: torch.device,
+                      say=lambda message: None) -> torch.dtype | None:
+    """The precision a resumed run computes in: the one its checkpoint was written in (`saved`, a fixed
+    --precision value; None for checkpoints written before it was stored), whatever this device would
+    choose now (`resolved`). A run requeued from an H100 (bf16) onto a V100 (fp16) otherwise changes its
+    numbers mid-run and finds no loss scaler state to resume; fp16 where CUDA is missing cannot go on."""
+    if saved is None or AUTOCAST_DTYPES[saved] == resolved:
+        return resolved
+    if saved == "fp16" and device.type != "cuda":
+        raise ConfigError(f"the checkpoint was trained in fp16, which needs CUDA, and this run is on {device}: resume it "
+                          "on a GPU, or start a new run")
+    now = precision_flag(resolved)
+    slow = " (emulated on this GPU: slower)" if saved == "bf16" and device.type == "cuda" and gpu_half(device) != torch.bfloat16 else ""
+    say(f"resuming in {saved}, the precision the checkpoint was trained in, not {now}, which {device} would choose{slow}")
+    return AUTOCAST_DTYPES[saved]
+
+
 def precision_flag(dtype: torch.dtype) -> str:
-    """The fixed --precision value that computes in half-precision `dtype`."""
+    """The fixed --precision value that computes in `dtype` (None: float32, "fp32")."""
     return next(flag for flag, autocast in AUTOCAST_DTYPES.items() if autocast == dtype)
 
 
 __all__ = ["base_config", "build_model", "build_optimizer", "check_data", "has_running_statistics", "load_splits", "model_options",
-           "precision_flag", "resolve_precision"]
+           "precision_flag", "resolve_precision", "resumed_precision"]

@@ -37,15 +37,8 @@ from vitzoo.errors import ConfigError, TrainingDiverged
 from vitzoo.io import write_text
 from vitzoo.precision import autocast, sum_dtype
 from vitzoo.train import build, distributed, state
-from vitzoo.train.build import (
-    base_config,
-    build_model,
-    build_optimizer,
-    has_running_statistics,
-    load_splits,
-    model_options,
-    resolve_precision,
-)
+from vitzoo.train.build import (base_config, build_model, build_optimizer, has_running_statistics, load_splits,
+                                model_options, resolve_precision)
 from vitzoo.train.config import TrainConfig
 from vitzoo.train.evaluation import Evaluation
 from vitzoo.train.metrics import Metrics, scores
@@ -167,6 +160,8 @@ class Trainer:
             torch.manual_seed(cfg.seed + 1 + env.rank)  # dropout / drop-path / mixing differ across processes
             return
         self.resume_from, saved = state.load_first(resume_points, self.model, device)
+        self.amp_dtype = build.resumed_precision(saved.get("precision"), self.amp_dtype, device, self.say)
+        self.scaler = torch.amp.GradScaler(device.type, enabled=self.amp_dtype == torch.float16)
         self.optimizer.load_state_dict(saved["optimizer"])
         self.schedule.load_state_dict(saved["schedule"])
         self.scaler.load_state_dict(saved["scaler"])
@@ -422,7 +417,7 @@ class Trainer:
                       "batch_in_epoch": self.step % self.steps_per_epoch, "train_seconds": self.train_seconds,
                       "images_seen": self.images_seen, "world_size": self.env.world_size,
                       "optimizer": self.optimizer.state_dict(), "schedule": self.schedule.state_dict(),
-                      "scaler": self.scaler.state_dict(), "rng": rng}
+                      "scaler": self.scaler.state_dict(), "rng": rng, "precision": build.precision_flag(self.amp_dtype)}
             if self.cfg.keep_best:
                 saving["best"] = dict(self.best)
             state.save(self.run_dir / "checkpoints", self.step, self.model, saving, self.cfg.keep_checkpoints)

@@ -193,7 +193,8 @@ def load(path: str | Path, model: torch.nn.Module, map_location: torch.device | 
     not read (truncated, damaged) is a CheckpointError naming it; `model` is unchanged then."""
     path = Path(path)
     try:
-        state = torch.load(path / STATE_NAME, map_location="cpu", weights_only=True)
+        # mapped, not read: the ranks of a node share one copy of the optimizer's state in the page cache
+        state = torch.load(path / STATE_NAME, map_location="cpu", weights_only=True, mmap=True)
     except Exception as exc:  # torch raises several types for a truncated or foreign file
         raise read_failed(path / STATE_NAME, exc) from exc
     try:
