@@ -1,5 +1,5 @@
-"""Two CPU processes (gloo, launched by torchrun) follow the same loss curve as one process with the
-same global batch."""
+"""Eight CPU processes (gloo, launched by torchrun: an 8-GPU node's world size, rehearsed on 2 cores)
+follow the same loss curve as one process with the same global batch."""
 
 import json
 import os
@@ -28,26 +28,26 @@ def curve(run) -> list[float]:
 
 
 @pytest.mark.slow
-def test_two_processes_follow_the_one_process_loss_curve(tmp_path):
+def test_eight_processes_follow_the_one_process_loss_curve(tmp_path):
     # both runs on the CPU: on a GPU machine `auto` would pick CUDA (and bf16) for the reference alone
     fit(TrainConfig(model="vit_ti16", model_options=TINY, out=str(tmp_path / "one"), quiet=True, tensorboard=False,
                     device="cpu", fewshot=(1, 2), **ARGS))
-    # the two-process run halves each global batch between the processes, and accumulates 2 micro-batches
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+    # the eight-process run shares each global batch of 32 between the processes: one micro-batch of 4 each
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "8", "--master_addr", "127.0.0.1",
            "--master_port", str(free_port()), "-m", "vitzoo", "train", "vit_ti16", "--device", "cpu",
-           "--out", str(tmp_path / "two"), "--micro-batch", "8", "--quiet", "--no-tensorboard", "--fewshot", "1,2"]
+           "--out", str(tmp_path / "eight"), "--micro-batch", "4", "--quiet", "--no-tensorboard", "--fewshot", "1,2"]
     cmd += [f"--{k.replace('_', '-')}={v}" for k, v in {**TINY, **ARGS}.items()]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", "lo")}
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
-    one, two = curve(tmp_path / "one"), curve(tmp_path / "two")
-    assert len(one) == len(two) == 8
-    for a, b in zip(one, two):
-        assert abs(a - b) <= 1e-5, (one, two)  # float rounding only (measured: ~4e-7)
-    summary = json.loads((tmp_path / "two" / "summary.json").read_text())
+    one, eight = curve(tmp_path / "one"), curve(tmp_path / "eight")
+    assert len(one) == len(eight) == 8
+    for a, b in zip(one, eight):
+        assert abs(a - b) <= 1e-5, (one, eight)  # float rounding only (measured: ~4e-7)
+    summary = json.loads((tmp_path / "eight" / "summary.json").read_text())
     reference = json.loads((tmp_path / "one" / "summary.json").read_text())
-    assert summary["world_size"] == 2 and summary["status"] == "finished"
+    assert summary["world_size"] == 8 and summary["status"] == "finished"
     assert abs(summary["test_top1"] - reference["test_top1"]) < 0.05
-    # the few-shot features are shared between the two processes and gathered in order
+    # the few-shot features are shared between the eight processes and gathered in order
     assert summary["fewshot"].keys() == reference["fewshot"].keys() == {"1", "2"}
     assert all(abs(summary["fewshot"][k] - reference["fewshot"][k]) < 0.05 for k in ("1", "2"))
