@@ -175,17 +175,21 @@ def _report_gpus(run, device, out):
 def test_runs_at_once_see_only_their_own_gpu_set_and_the_plan_counts_the_same(monkeypatch, tmp_path):
     """A suite under a parent CUDA_VISIBLE_DEVICES (fake GPUs): each run's processes see their set's ids."""
     fake_gpus(monkeypatch, 4)
+    monkeypatch.setattr("benchmarks.machine.gpu_name", lambda device: "Fake GPU")  # what the records name
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
     assignment = assign("cuda", gpus_per_run=2)
     runs = [Run("fake", f"run {i}", {"model": "vit_ti16", "options": {}, "train": {}}, seed=i) for i in range(4)]
-    results = [result for _, result in local.launch_at_once(_report_gpus, runs, lambda run: tmp_path / run.key, assignment)]
-    seen = [result["outcome"] for result in results]
-    assert len(seen) == 4
-    assert all(o["world"] == 2 and o["rank"] == 0 for o in seen)  # two processes each, rank 0 reports
-    assert {o["visible"] for o in seen} == {"4,5", "6,7"}  # each launching process keeps its set
-    assert all(o["visible"] == ",".join(map(str, r["slot"])) for o, r in zip(seen, results))
+    from benchmarks.execute import execute
+
+    results = execute(runs, _report_gpus, ResultStore(tmp_path), assignment, quiet=True)  # the suite's own path
+    assert len(results) == 4
+    assert all(r["world"] == 2 and r["rank"] == 0 for r in results)  # two processes each, rank 0 reports
+    assert {r["visible"] for r in results} == {"4,5", "6,7"}  # each launching process keeps its set
+    assert all(r["visible"] == ",".join(r["gpus"]) for r in results)  # and the record names the GPUs it used
+    results = [{**r, "slot": r["gpus"]} for r in results]
     intervals = sorted((r["started"], r["started"] + r["wall_s"], tuple(r["slot"])) for r in results)
-    overlapping = [(a, b) for i, a in enumerate(intervals) for b in intervals[i + 1:] if b[0] < a[1]]
+    # overlapping by more than the records' rounding (wall time to 0.01 s)
+    overlapping = [(a, b) for i, a in enumerate(intervals) for b in intervals[i + 1:] if b[0] < a[1] - 0.02]
     assert overlapping and all(a[2] != b[2] for a, b in overlapping)  # runs at once never share a GPU
     # the plan divides by the same number of runs at once, and times each run on its set's GPUs
     gpu = assign("cuda", gpus_per_run=2, stated_gpus=4)
