@@ -126,6 +126,12 @@ def test_each_process_opens_the_shards_itself(written):
     for i in range(len(train)):
         assert torch.equal(train.encoded(i)[0], expected[i])
         assert len(train._files) <= 2
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(4) as pool:  # threads closing and opening descriptors under each other's reads
+        for _ in range(20):
+            order = torch.randperm(len(train)).tolist()
+            assert all(torch.equal(got, expected[i]) for i, (got, _) in zip(order, pool.map(train.encoded, order)))
     loader = torch.utils.data.DataLoader(train, batch_size=None, num_workers=2,
                                          collate_fn=lambda sample: sample,
                                          multiprocessing_context="fork" if hasattr(os, "fork") else None)
@@ -153,13 +159,13 @@ def test_the_index_is_made_once_beside_the_shard_or_else_in_the_cache(tmp_path, 
     requested = []
 
     class Counting(io.FileIO):  # what the indexer asks to read of the shard
-        def readinto(self, buffer):
-            got = super().readinto(buffer)
-            requested.append(got)
+        def read(self, size=-1):
+            got = super().read(size)
+            requested.append(len(got))
             return got
 
-    monkeypatch.setattr(shard_index, "open", lambda path, mode: io.BufferedReader(Counting(path, "r"), 512)
-                        if mode == "rb" else open(path, mode), raising=False)
+    monkeypatch.setattr(shard_index, "open", lambda path, mode, **kw: Counting(path, "r") if mode == "rb" else open(path, mode),
+                        raising=False)
     real = shard_index.atomic_path
 
     def read_only(path):  # a folder of shared data this user cannot write (root writes anywhere: simulated)
@@ -228,6 +234,11 @@ def test_the_command_writes_the_shards_and_a_second_run_changes_nothing(tmp_path
     times = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "out").iterdir()}
     assert main(["shard", str(folder), str(tmp_path / "out"), "--samples-per-shard", "3", "--quiet"]) == 0
     assert {p.name: p.stat().st_mtime_ns for p in (tmp_path / "out").iterdir()} == times
+    # the default size, then the same size written otherwise: the same shards, kept
+    assert main(["shard", str(folder), str(tmp_path / "one"), "--quiet"]) == 0
+    times = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "one").iterdir()}
+    assert main(["shard", str(folder), str(tmp_path / "one"), "--quiet", "--shard-size-mb", "1e3"]) == 0
+    assert {p.name: p.stat().st_mtime_ns for p in (tmp_path / "one").iterdir()} == times
 
 
 def test_an_interrupted_run_keeps_its_complete_shards_and_finishes(tmp_path, written, monkeypatch):

@@ -114,7 +114,8 @@ def read_headers(shard: Path) -> ShardIndex:
     samples: list[dict[str, tuple[int, int]]] = []
     keys: list[str] = []
     try:
-        with open(shard, "rb") as f, tarfile.open(fileobj=f, mode="r:") as tar:
+        # unbuffered: a header is one 512-byte read, not a buffer's 8 KB of the image data around it
+        with open(shard, "rb", buffering=0) as f, tarfile.open(fileobj=f, mode="r:") as tar:
             for member in tar:
                 if not member.isreg():
                     continue

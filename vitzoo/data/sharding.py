@@ -45,7 +45,7 @@ DEFAULT_SHARD_MB = 1000  # ~1 GB: ImageNet-1k's 1.28M training images in ~140 sh
 INFO = INFO_FILES[0]
 PLAN = ".vitzoo-shard-plan.json"
 FORMAT_VERSION = 1  # of what is written; shards of another version are not taken for this run's
-_SHARD = r"[a-z]+-\d{6}\.tar(?:\.idx)?"
+_SHARD = rf"(?:train|{'|'.join(TEST_SPLITS)})-\d{{6}}\.tar(?:\.idx)?"
 # what vitzoo writes in OUT (shards, their indexes, the info, the plan, and their temporary names)
 _OURS = re.compile(rf"^(?:{_SHARD}|_info\.json|\.vitzoo-shard-plan\.json|\.(?:{_SHARD}|_info\.json|"
                    rf"\.vitzoo-shard-plan\.json)\.[0-9a-f]{{12}}\.tmp)$")
@@ -130,22 +130,27 @@ def plan_shards(folder: str | os.PathLike, shard_mb: float = DEFAULT_SHARD_MB, s
         raise DataError(f"{folder}/{test}/ and {folder}/train/ hold different classes ({', '.join(differ[:5])}): their "
                         f"labels would not agree; give both splits the same class folders (an empty one holds no images: "
                         f"add images to it or remove it)")
-    digest = hashlib.sha256(json.dumps([FORMAT_VERSION, classes, shard_mb if samples_per_shard is None else None,
-                                        samples_per_shard]).encode())
+    # what is written, and so what a resumed run must find: every image (path, size, time, class) and
+    # where each shard starts (not the options that chose it: --shard-size-mb 1000 and 1000.0 agree)
+    digest = hashlib.sha256(json.dumps([FORMAT_VERSION, classes]).encode())
     samples = {train: train_samples, test: test_samples}
     shards: list[Shard] = []
     for split, listed in samples.items():
         digest.update(f"\n{split}".encode())
-        start, size = 0, 0
+        boundaries, size = [0], 0  # the first sample of each shard
         for i, sample in enumerate(listed):
             digest.update(f"\n{os.path.relpath(sample.path, folder)}\t{sample.size}\t{sample.mtime_ns}\t{sample.label}".encode())
             grown = size + _sample_bytes(sample)
-            full = (i - start >= samples_per_shard if samples_per_shard else _tar_bytes(grown) > shard_mb * MB)
-            if i > start and full:
-                shards.append(Shard(f"{split}-{sum(s.split == split for s in shards):06d}.tar", split, start, i, _tar_bytes(size)))
-                start, grown = i, _sample_bytes(sample)
+            full = i - boundaries[-1] >= samples_per_shard if samples_per_shard else _tar_bytes(grown) > shard_mb * MB
+            if i > boundaries[-1] and full:
+                boundaries.append(i)
+                grown = _sample_bytes(sample)
             size = grown
-        shards.append(Shard(f"{split}-{sum(s.split == split for s in shards):06d}.tar", split, start, len(listed), _tar_bytes(size)))
+        boundaries.append(len(listed))
+        for n, (first, stop) in enumerate(zip(boundaries, boundaries[1:])):
+            content = sum(_sample_bytes(sample) for sample in listed[first:stop])
+            shards.append(Shard(f"{split}-{n:06d}.tar", split, first, stop, _tar_bytes(content)))
+        digest.update(f"\nshards {boundaries}".encode())
     return Plan(folder, tuple(classes), samples, tuple(shards), digest.hexdigest())
 
 

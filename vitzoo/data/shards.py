@@ -27,6 +27,7 @@ import bisect
 import json
 import os
 import re
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -220,15 +221,19 @@ class ShardImages(Dataset):
             raise DataError(f"the shards {self.shards[0]} ... hold class {top if top >= len(self.classes) else int(labels.min())}, "
                             f"outside the {len(self.classes)} classes their info file names")
         self._files: OrderedDict[int, int] = OrderedDict()  # shard -> descriptor, this process's own
-        self._pid: int | None = None
+        self._pid: int | None = None  # the process they are open in
+        self._lock: threading.Lock | None = None
 
     def __len__(self) -> int:
         return self.starts[-1]
 
-    def _descriptor(self, shard: int) -> int:
+    def _this_process(self) -> None:
         if self._pid != os.getpid():  # a new process (a forked worker): the parent's descriptors are not its own
             self._close()
-            self._pid, self._limit = os.getpid(), open_files_allowed()
+            self._pid, self._limit, self._lock = os.getpid(), open_files_allowed(), threading.Lock()
+
+    def _descriptor(self, shard: int) -> int:
+        """The shard's descriptor, opened now if need be (the least recently read closed past the limit)."""
         fd = self._files.get(shard)
         if fd is None:
             while len(self._files) >= self._limit:
@@ -251,7 +256,15 @@ class ShardImages(Dataset):
             raise IndexError(f"sample {index} of {len(self)}")
         shard = bisect.bisect_right(self.starts, index) - 1
         size = int(self.sizes[index])
-        data = read_at(self._descriptor(shard), int(self.offsets[index]), size)
+        self._this_process()
+        # threads of one process share the descriptors: where one may be closed to open another (more shards
+        # than open files allowed), a read holds the lock, else it would read the file that took its number
+        closing = len(self.shards) > self._limit
+        with self._lock:
+            fd = self._descriptor(shard)
+            data = read_at(fd, int(self.offsets[index]), size) if closing else None
+        if data is None:
+            data = read_at(fd, int(self.offsets[index]), size)
         if len(data) != size:
             raise DataError(f"shard {self.shards[shard]} ends before sample {index - self.starts[shard]} (truncated "
                             "or changed since it was indexed): copy or write it again")
@@ -262,7 +275,7 @@ class ShardImages(Dataset):
         return decode_rgb(data), label
 
     def __getstate__(self) -> dict:  # a worker started by spawn or a fork server opens its own files
-        return {**self.__dict__, "_files": OrderedDict(), "_pid": None}
+        return {**self.__dict__, "_files": OrderedDict(), "_pid": None, "_lock": None}
 
     def __del__(self) -> None:
         if getattr(self, "_pid", None) == os.getpid():
