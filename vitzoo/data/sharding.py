@@ -52,11 +52,17 @@ _OURS = re.compile(rf"^(?:{_SHARD}|_info\.json|\.vitzoo-shard-plan\.json|\.(?:{_
 
 
 @dataclass(frozen=True)
-class Sample:
-    path: str
-    label: int
-    size: int
-    mtime_ns: int
+class Listed:
+    """One split's images in the folder's order: paths, classes, sizes and modification times (arrays:
+    ImageNet-21k's 14 million images fit a node's memory)."""
+
+    paths: list[str]
+    labels: np.ndarray
+    sizes: np.ndarray
+    mtimes_ns: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.paths)
 
 
 @dataclass(frozen=True)
@@ -72,24 +78,29 @@ class Shard:
 class Plan:
     folder: Path
     classes: tuple[str, ...]
-    samples: dict[str, list[Sample]]  # split -> its samples, in the folder's order
+    samples: dict[str, Listed]  # split -> its images, in the folder's order
     shards: tuple[Shard, ...]
     digest: str
 
     def key(self, split: str, number: int) -> str:
         """Sample `number`'s key: the number zero-padded (to sort as it is numbered), then the file's name."""
         width = max(8, len(str(len(self.samples[split]) - 1)))
-        stem = re.sub(r"[^A-Za-z0-9_-]", "_", Path(self.samples[split][number].path).stem)[:64]
+        stem = re.sub(r"[^A-Za-z0-9_-]", "_", Path(self.samples[split].paths[number]).stem)[:64]
         return f"{number:0{width}d}_{stem}"
 
-
-def _member(size: int) -> int:
-    """Bytes of a tar member of `size` bytes: a 512-byte header and its data in 512-byte blocks."""
-    return 512 + -(-size // 512) * 512
+    def image_bytes(self, shards: list[Shard] | tuple[Shard, ...]) -> int:
+        return sum(int(self.samples[s.split].sizes[s.first:s.stop].sum()) for s in shards)
 
 
-def _sample_bytes(sample: Sample) -> int:
-    return _member(sample.size) + _member(len(str(sample.label)))
+def _blocks(size):
+    """`size` bytes of data in a tar, in whole 512-byte blocks (an int or an array)."""
+    return -(-size // 512) * 512
+
+
+def _sample_bytes(sizes: np.ndarray) -> np.ndarray:
+    """Bytes of samples of images of `sizes` in a tar: the image's header and data, and its .cls member
+    (a header and a block: a class index's text)."""
+    return 512 + _blocks(sizes) + 1024
 
 
 def _tar_bytes(members: int) -> int:
@@ -104,14 +115,21 @@ def extension(path: str) -> str:
 
 
 # ---------------------------------------------------------------------------- the plan
-def _listing(folder: Path, split: str, threads: int) -> tuple[str, list[str], list[Sample]]:
-    """The split's folder name, class names and samples (sizes and times read now, `threads` at once)."""
+def _size_and_time(path: str) -> tuple[int, int]:
+    info = os.stat(path)
+    return info.st_size, info.st_mtime_ns
+
+
+def _listing(folder: Path, split: str, threads: int) -> tuple[str, list[str], Listed]:
+    """The split's folder name, class names and images (sizes and times read now, `threads` at once)."""
     split_dir = _folder_split(folder, split)
     listed = FolderImages(split_dir)  # the listing training uses: the same order, classes and labels
+    stats = np.zeros((len(listed), 2), dtype=np.int64)
     with ThreadPoolExecutor(threads) as pool:
-        stats = list(pool.map(os.stat, listed.paths))
-    samples = [Sample(path, label, s.st_size, s.st_mtime_ns) for path, label, s in zip(listed.paths, listed.targets.tolist(), stats)]
-    return split_dir.name, listed.classes, samples
+        for start in range(0, len(listed), 10_000):  # a chunk at a time: not 14 million futures at once
+            chunk = listed.paths[start:start + 10_000]
+            stats[start:start + len(chunk)] = list(pool.map(_size_and_time, chunk))
+    return split_dir.name, listed.classes, Listed(listed.paths, listed.targets.numpy(), stats[:, 0], stats[:, 1])
 
 
 def plan_shards(folder: str | os.PathLike, shard_mb: float = DEFAULT_SHARD_MB, samples_per_shard: int | None = None,
@@ -136,20 +154,23 @@ def plan_shards(folder: str | os.PathLike, shard_mb: float = DEFAULT_SHARD_MB, s
     samples = {train: train_samples, test: test_samples}
     shards: list[Shard] = []
     for split, listed in samples.items():
-        digest.update(f"\n{split}".encode())
-        boundaries, size = [0], 0  # the first sample of each shard
-        for i, sample in enumerate(listed):
-            digest.update(f"\n{os.path.relpath(sample.path, folder)}\t{sample.size}\t{sample.mtime_ns}\t{sample.label}".encode())
-            grown = size + _sample_bytes(sample)
-            full = i - boundaries[-1] >= samples_per_shard if samples_per_shard else _tar_bytes(grown) > shard_mb * MB
-            if i > boundaries[-1] and full:
-                boundaries.append(i)
-                grown = _sample_bytes(sample)
-            size = grown
+        prefix = len(str(folder / split)) + 1  # the paths' part below the split's folder
+        for path, size, mtime_ns, label in zip(listed.paths, listed.sizes.tolist(), listed.mtimes_ns.tolist(),
+                                               listed.labels.tolist()):
+            digest.update(f"\n{split}/{path[prefix:]}\t{size}\t{mtime_ns}\t{label}".encode())
+        each = _sample_bytes(listed.sizes).tolist()
+        if samples_per_shard:
+            boundaries = list(range(0, len(listed), samples_per_shard))
+        else:
+            boundaries, content = [0], 0  # the first sample of each shard
+            for i, grows in enumerate(each):
+                if i > boundaries[-1] and _tar_bytes(content + grows) > shard_mb * MB:
+                    boundaries.append(i)
+                    content = 0
+                content += grows
         boundaries.append(len(listed))
         for n, (first, stop) in enumerate(zip(boundaries, boundaries[1:])):
-            content = sum(_sample_bytes(sample) for sample in listed[first:stop])
-            shards.append(Shard(f"{split}-{n:06d}.tar", split, first, stop, _tar_bytes(content)))
+            shards.append(Shard(f"{split}-{n:06d}.tar", split, first, stop, _tar_bytes(sum(each[first:stop]))))
         digest.update(f"\nshards {boundaries}".encode())
     return Plan(folder, tuple(classes), samples, tuple(shards), digest.hexdigest())
 
@@ -182,32 +203,34 @@ def _read_ahead(paths: list[str], threads: int) -> Iterator[bytes]:
 
 def _write_shard(out: Path, plan: Plan, shard: Shard, contents: Iterator[bytes], progress) -> None:
     """Write one shard under a temporary name, rename it into place, then its index beside it."""
-    samples = plan.samples[shard.split][shard.first:shard.stop]
+    listed = plan.samples[shard.split]
     offsets, sizes = [], []
     with atomic_path(out / shard.name) as tmp:
         with open(tmp, "wb") as f:
             with tarfile.open(fileobj=f, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-                for number, sample in enumerate(samples, start=shard.first):
+                for number in range(shard.first, shard.stop):
+                    path, size, label = listed.paths[number], int(listed.sizes[number]), int(listed.labels[number])
                     try:
                         data = next(contents)
                     except OSError as exc:
-                        raise DataError(f"{sample.path} cannot be read ({exc.strerror or exc}); it was there when the "
+                        raise DataError(f"{path} cannot be read ({exc.strerror or exc}); it was there when the "
                                         "folder was listed: run `vitzoo shard` again once it is readable") from None
-                    if len(data) != sample.size:
-                        raise DataError(f"{sample.path} changed while it was sharded ({len(data)} bytes, {sample.size} "
-                                        "when listed): run `vitzoo shard` again once the folder is not being written")
+                    if len(data) != size:
+                        raise DataError(f"{path} changed while it was sharded ({len(data)} bytes, {size} when "
+                                        "listed): run `vitzoo shard` again once the folder is not being written")
                     key = plan.key(shard.split, number)
-                    for name, payload in ((key + extension(sample.path), data), (key + ".cls", str(sample.label).encode())):
+                    for name, payload in ((key + extension(path), data), (key + ".cls", str(label).encode())):
                         member = tarfile.TarInfo(name)
-                        member.size, member.mtime, member.mode = len(payload), sample.mtime_ns // 10**9, 0o644
+                        member.size, member.mode = len(payload), 0o644
+                        member.mtime = int(listed.mtimes_ns[number]) // 10**9
                         tar.addfile(member, io.BytesIO(payload))
                         if payload is data:  # where its data starts: the archive's end less the data's blocks
-                            offsets.append(tar.offset - -(-len(data) // 512) * 512)
+                            offsets.append(tar.offset - _blocks(len(data)))
                     sizes.append(len(data))
                     progress.update(len(data))
             if f.tell() != shard.bytes:  # the plan's sizes decide resuming: they must be the files'
                 raise RuntimeError(f"{shard.name}: wrote {f.tell()} bytes, planned {shard.bytes}")
-    labels = [sample.label for sample in samples]
+    labels = listed.labels[shard.first:shard.stop]
     save_index(out / shard.name, ShardIndex(*(np.asarray(v, dtype=np.int64) for v in (offsets, sizes, labels))))
 
 
@@ -300,9 +323,8 @@ def write_shards(folder: str | os.PathLike, out: str | os.PathLike, shard_mb: fl
         if not todo and (out / INFO).is_file():
             return json.loads((out / INFO).read_text(encoding="utf-8"))
         write_text(out / PLAN, json.dumps(_info(plan), indent=1))
-        total = sum(s.size for listed in plan.samples.values() for s in listed)
-        remaining = sum(s.size for shard in todo for s in plan.samples[shard.split][shard.first:shard.stop])
-        paths = [s.path for shard in todo for s in plan.samples[shard.split][shard.first:shard.stop]]
+        total, remaining = plan.image_bytes(plan.shards), plan.image_bytes(todo)
+        paths = [path for shard in todo for path in plan.samples[shard.split].paths[shard.first:shard.stop]]
         contents = _read_ahead(paths, threads)
         with tqdm(total=total, initial=total - remaining, unit="B", unit_scale=True, desc=f"shard {plan.folder.name}",
                   disable=not progress) as bar:

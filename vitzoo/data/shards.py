@@ -278,8 +278,11 @@ class ShardImages(Dataset):
         return {**self.__dict__, "_files": OrderedDict(), "_pid": None, "_lock": None}
 
     def __del__(self) -> None:
-        if getattr(self, "_pid", None) == os.getpid():
-            self._close()
+        try:
+            if getattr(self, "_pid", None) == os.getpid():
+                self._close()
+        except Exception:  # at interpreter exit, when os may be gone: the descriptors close with the process
+            pass
 
 
 def _all_classes(splits: ShardSplits) -> tuple[str, ...]:
