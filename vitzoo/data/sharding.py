@@ -33,7 +33,7 @@ from typing import Iterator
 
 import numpy as np
 
-from vitzoo.data.shard_index import ShardIndex, index_file, load_index, save_index
+from vitzoo.data.shard_index import ShardIndex, load_index, save_index
 from vitzoo.data.shards import INFO_FILES, TEST_SPLITS, is_shards
 from vitzoo.data.sources import FolderImages, _folder_split, check_data
 from vitzoo.errors import DataError
@@ -339,5 +339,4 @@ def write_shards(folder: str | os.PathLike, out: str | os.PathLike, shard_mb: fl
     return info
 
 
-__all__ = ["DEFAULT_SHARD_MB", "MB", "Plan", "Shard", "TEST_SPLITS", "extension", "index_file", "plan_shards",
-           "write_shards"]
+__all__ = ["DEFAULT_SHARD_MB", "MB", "Listed", "Plan", "Shard", "extension", "plan_shards", "write_shards"]
