@@ -60,7 +60,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seeds", type=int, default=None,
                         help="seeds per cell instead of the scale's (a run's key does not change: more seeds add runs)")
     parser.add_argument("--data", default=None,
-                        help="dataset for --scale paper or gpu: an ImageFolder directory (ImageNet's layout), cifar10, cifar100")
+                        help="dataset for --scale paper or gpu: an ImageFolder directory (ImageNet's layout), its shards "
+                        "(vitzoo shard: their folder or DIR/train-{000000..000127}.tar), cifar10, cifar100")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--device", default="cpu", help="cpu, cuda (each run its own GPUs), or auto")
     parser.add_argument("--out", type=Path, default=None,

@@ -9,7 +9,8 @@ path ImageNet takes, so it is a folder of JPEG files that loader workers decode,
 Each class is a striped pattern of its own orientation, frequency and colour, drawn at a random phase
 with noise, so that a small model learns it within a few steps (the pipeline is exercised end to end,
 accuracy moves off chance). The folder is written once per specification, into a temporary folder
-renamed into place, and reused while its `spec.json` matches.
+renamed into place, and reused while its `spec.json` matches. `image_shards` writes the same images as
+WebDataset tar shards (`vitzoo shard`) in ROOT/shards/, once, for the same runs on shards.
 """
 
 from __future__ import annotations
@@ -113,4 +114,15 @@ def image_folder(root: str | os.PathLike, spec: FolderSpec = FolderSpec()) -> Pa
     return root
 
 
-__all__ = ["FolderSpec", "class_name", "draw", "image_folder"]
+def image_shards(root: str | os.PathLike, spec: FolderSpec = FolderSpec(), samples_per_shard: int = 64) -> Path:
+    """The folder's images as tar shards in ROOT/shards/ (beside train/ and val/, which the folder's readers
+    read alone), `samples_per_shard` each (several shards per split); written with the folder if need be,
+    reused while they are the folder's (vitzoo.data.sharding resumes or keeps them)."""
+    from vitzoo.data.sharding import write_shards
+
+    folder = image_folder(root, spec)
+    write_shards(folder, folder / "shards", samples_per_shard=samples_per_shard, progress=False)
+    return folder / "shards"
+
+
+__all__ = ["FolderSpec", "class_name", "draw", "image_folder", "image_shards"]

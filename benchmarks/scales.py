@@ -119,7 +119,8 @@ def get_scale(name: str, data: str | None = None, data_dir: str | None = None) -
         raise ValueError(f"unknown scale {name!r}; choose from {', '.join(SCALES)}")
     scale = SCALES[name]
     if name in NEEDS_DATA and not data:
-        raise ValueError(f"--scale {name} needs --data (an ImageFolder directory such as ImageNet's, cifar10 or cifar100)")
+        raise ValueError(f"--scale {name} needs --data (an ImageFolder directory such as ImageNet's, its shards from "
+                         "`vitzoo shard`, cifar10 or cifar100)")
     if name == "rehearsal" and not data:
         raise ValueError("--scale rehearsal trains on the image folder it writes: give its path as --data")
     train = dict(scale.train)

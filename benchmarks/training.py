@@ -20,6 +20,8 @@ from typing import Any
 
 import vitzoo
 from benchmarks.suite import Run
+from vitzoo.data import shards
+from vitzoo.errors import DataError
 from vitzoo.train import TrainConfig, Trainer
 
 
@@ -107,8 +109,9 @@ def outcome(model: vitzoo.VisionTransformer, summary: dict[str, Any], folder: Pa
     }
 
 
-# Images of the named datasets' (training, test) splits; an ImageFolder's are counted, and a dataset that
-# is neither (a dry run of the paper's scale without --data) is taken to be ImageNet-1k.
+# Images of the named datasets' (training, test) splits; an ImageFolder's are counted, shards' read from
+# their info file (or index), and a dataset that is none of these (a dry run of the paper's scale without
+# --data) is taken to be ImageNet-1k.
 DATASET_IMAGES = {"fashion-mnist": (60_000, 10_000), "cifar10": (50_000, 10_000), "cifar100": (50_000, 10_000),
                   "oxford-pets": (3_680, 3_669), "flowers102": (2_040, 6_149), "synthetic": (10_000, 2_000)}
 IMAGENET = (1_281_167, 50_000)
@@ -125,6 +128,11 @@ def dataset_images(train: dict) -> tuple[int, int]:
     name = train.get("data", "fashion-mnist")
     if name in DATASET_IMAGES:
         return DATASET_IMAGES[name]
+    if shards.is_shards(name):
+        try:
+            return shards.split_sizes(name)
+        except DataError:  # shards not on this machine (a dry run): ImageNet-1k, as for a folder not here
+            return IMAGENET
     if Path(name).is_dir():
         return _folder_images(str(Path(name).resolve()))
     return IMAGENET

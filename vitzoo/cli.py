@@ -22,12 +22,13 @@ examples:
   vitzoo list --pretrained
   vitzoo predict cat.jpg --model vit_b16.orig_in21k_ft_in1k
   vitzoo train --pretrained vit_s16.augreg_in21k_ft_in1k --data my_images/ --recipe paper-finetune --steps 500 --out runs/ft
+  vitzoo shard /data/imagenet /data/imagenet-shards    # then --data /data/imagenet-shards
   vitzoo pull alice/vit-b16-cifar10 weights/
 
 `vitzoo COMMAND --help` lists a command's options."""
 
 # the commands in the order a user meets them; a module not named here is listed after them
-ORDER = ("listing", "predict", "train", "weights", "bench")
+ORDER = ("listing", "predict", "train", "shard", "weights", "bench")
 
 
 def build_parser() -> argparse.ArgumentParser:

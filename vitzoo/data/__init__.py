@@ -1,9 +1,11 @@
 """Data for training and evaluation, all read through torchvision, in three steps:
 
 - `sources`: where images come from (fashion-mnist, cifar10/100, oxford-pets, flowers102, an ImageFolder
-  tree, synthetic), the dataset's facts (`data_info`) and the splits cut from it (`split_validation`,
-  `subset`); every dataset yields `(uint8 image (C, H, W), label)`; `named`: the files of the datasets
-  torchvision fetches, `download` (MD5-verified, docs/datasets.md);
+  tree, its WebDataset shards, synthetic), the dataset's facts (`data_info`) and the splits cut from it
+  (`split_validation`, `subset`); every dataset yields `(uint8 image (C, H, W), label)`; `named`: the files
+  of the datasets torchvision fetches, `download` (MD5-verified, docs/datasets.md); `sharding`: an
+  ImageFolder written as tar shards (`write_shards`, `vitzoo shard`), `shards`: read at random
+  (`ShardImages`), `shard_index`: where each sample lies in a shard;
 - `augment`: per-sample resizing and augmentation, reproducible from (seed, epoch, index)
   (`Transformed`), and batch-level MixUp / CutMix (`batch_mixer`);
 - `normalization`: uint8 batches on the device -> normalised floats with the model's mean and std;
@@ -16,6 +18,8 @@
 from vitzoo.data.augment import Augment, Transformed, batch_mixer, build_transform
 from vitzoo.data.named import download
 from vitzoo.data.normalization import Normalizer, normalize
+from vitzoo.data.sharding import write_shards
+from vitzoo.data.shards import ShardImages
 from vitzoo.data.sources import (
     FASHION_FILES,
     STATS,
@@ -46,6 +50,7 @@ __all__ = [
     "DataInfo",
     "FolderImages",
     "Normalizer",
+    "ShardImages",
     "SyntheticImages",
     "TensorImages",
     "Transformed",
@@ -60,6 +65,7 @@ __all__ = [
     "download",
     "load_split",
     "worker_start",
+    "write_shards",
     "normalize",
     "split_validation",
     "subset",

@@ -13,6 +13,8 @@ the device). The names:
 - `cifar10`, `cifar100`, `oxford-pets`, `flowers102`: torchvision's classes on `--data-dir` (default
   the cache), downloaded into it with `--download` (vitzoo.data.named: the files, checksums, errors).
 - a directory: `ImageFolder` layout, `DIR/train/<class>/*.jpg` and `DIR/val/<class>/...` (or `test/`).
+- WebDataset tar shards (vitzoo.data.shards): a folder with their info file (`vitzoo shard` writes one),
+  or a pattern of shard files, `DIR/train-{000000..000127}.tar`.
 - `synthetic`: random images with a class-dependent pattern (learnable), generated on the fly from a
   seed; for tests and speed runs.
 """
@@ -31,7 +33,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import Dataset
 
-from vitzoo.data import named
+from vitzoo.data import named, shards
 from vitzoo.data.decode import FileImages
 from vitzoo.data.named import cache_dir
 from vitzoo.errors import DataError
@@ -127,7 +129,8 @@ def _check_image_folder(split_dir: Path) -> None:
         raise DataError(f"{split_dir} has no class subdirectories (expected {split_dir}/<class>/<images>)")
     for d in classes:
         if not any(f.suffix.lower() in IMAGE_EXTENSIONS for f in d.iterdir()):
-            raise DataError(f"class folder {d} holds no images ({', '.join(IMAGE_EXTENSIONS)})")
+            raise DataError(f"class folder {d} holds no images ({', '.join(IMAGE_EXTENSIONS)}): add its images, or "
+                            "remove the folder")
 
 
 def check_data(name: str, data_dir: str | os.PathLike | None = None, download: bool = False) -> None:
@@ -141,10 +144,14 @@ def check_data(name: str, data_dir: str | os.PathLike | None = None, download: b
     if name in named.TORCHVISION:
         named.require(name, data_dir, download)
         return
+    if shards.is_shards(name):
+        shards.locate(name)
+        return
     root = Path(name)
     if not root.is_dir():
         raise DataError(f"unknown dataset {name!r}: not one of {', '.join(NAMED)} and not a directory "
-                        f"(an ImageFolder tree DIR/train/<class>/..., DIR/val/<class>/...).{closest(name, NAMED)}")
+                        f"(an ImageFolder tree DIR/train/<class>/..., DIR/val/<class>/..., or its shards)."
+                        f"{closest(name, NAMED)}")
     for split in ("train", "test"):
         _check_image_folder(_folder_split(root, split))
 
@@ -271,6 +278,8 @@ def load_split(name: str, split: str, data_dir=None, *, img_size=(28, 28), in_ch
     if name in named.TORCHVISION:
         root = named.root_of(data_dir)
         return TorchvisionImages([named.open_split(name, root, kwargs) for kwargs in named.splits(name, split)])
+    if shards.is_shards(name):
+        return shards.load_shards(name, split)
     return FolderImages(_folder_split(Path(name), split))
 
 

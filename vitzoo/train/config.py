@@ -79,7 +79,8 @@ class TrainConfig(Options):
                                    "format vitzoo reads", default=None)
     # data
     data: str = _help("fashion-mnist | cifar10 | cifar100 | oxford-pets | flowers102 | synthetic | an ImageFolder "
-                      "directory (docs/datasets.md)", default="fashion-mnist")
+                      "directory | its WebDataset shards: their folder (vitzoo shard) or DIR/train-{000000..000127}.tar "
+                      "(docs/datasets.md)", default="fashion-mnist")
     data_dir: str | None = _help("where the named dataset's files are (default $VITZOO_CACHE/datasets, i.e. "
                                  "~/.cache/vitzoo/datasets; Fashion-MNIST: the Debian package first)", default=None)
     download: bool = _help("fetch a named dataset that is not in --data-dir through torchvision, its archives' "
