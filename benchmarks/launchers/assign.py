@@ -85,9 +85,9 @@ def assign(device: str, launcher: str = "local", *, gpus_per_run: int | None = N
     present = torch.cuda.is_available()
     name = torch.cuda.get_device_name(0) if present else "a GPU that is not here"
     cpus = os.cpu_count() or 1
-    if launcher == "slurm":
-        per_node = gpus_per_node or stated_gpus or (torch.cuda.device_count() if present else 8)
-        return Assignment(launcher, "cuda", name, per_node * nodes, (), max(1, cpus // per_node), nodes, present)
+    if launcher == "slurm":  # the compute nodes' GPUs, not this (login) node's: planned as stated (--gpu-tflops)
+        per_node = gpus_per_node or stated_gpus or 8
+        return Assignment(launcher, "cuda", "a GPU of the cluster", per_node * nodes, (), 1, nodes, False)
     visible = torch.cuda.device_count() if present else (stated_gpus or 8)
     per_run = gpus_per_run or visible
     if per_run < 1 or per_run > visible:
