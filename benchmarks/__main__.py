@@ -12,8 +12,9 @@ Where runs go (benchmarks/launchers/): on the CPU `--workers N` runs go at once,
 data-parallel job over `--gpus-per-run` GPUs (default: every visible GPU), started by PyTorch's elastic
 launcher, runs side by side on disjoint GPU sets; `--launcher slurm` submits each run as a SLURM job of
 `--nodes` x `--gpus-per-node` through submitit (requeued on preemption, resumed from its checkpoint),
-waits unless `--no-wait` (a later invocation collects). `--dry-run` prints the plan for that same
-assignment (runs, FLOPs, minutes, device-hours) and trains nothing.
+from a login node without GPUs (planned at `--gpu-tflops` per GPU, as `--dry-run` plans), and waits
+unless `--no-wait` (a later invocation collects); what a job asks for is in docs/gpus.md. `--dry-run`
+prints the plan for that same assignment (runs, FLOPs, minutes, device-hours) and trains nothing.
 
 Results go to benchmarks/results/<ablation>/ (the rehearsal's to runs/rehearsal/): results.json (every
 run, its settings and environment), findings.json (the verdicts), README.md (the table beside the
@@ -42,7 +43,7 @@ from benchmarks.execute import execute
 from benchmarks.execute import records as measured
 from benchmarks.figures import MATPLOTLIB_MISSING
 from benchmarks.launchers.assign import LAUNCHERS, Assignment, assign, common_share
-from benchmarks.launchers.slurm import SlurmOptions
+from benchmarks.launchers.resources import MEM_BASE_GB, MEM_PER_LOADER_WORKER_GB, SlurmOptions, signal_delay_s
 from benchmarks.scales import SCALES, get_scale
 from benchmarks.spec import Ablation, Scale, report
 from benchmarks.suite import NUMERICS_VERSION, RESULTS, ResultStore, numerics_of
@@ -79,12 +80,22 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                              "submitit), submitit-local (SLURM's code path on this machine, for checking it)")
     slurm = parser.add_argument_group("SLURM (--launcher slurm)")
     slurm.add_argument("--nodes", type=int, default=1, help="nodes of each run's job")
-    slurm.add_argument("--gpus-per-node", type=int, default=None, help="GPUs (= tasks) per node of each job (default 8)")
-    slurm.add_argument("--partition", default=None)
+    slurm.add_argument("--gpus-per-node", type=int, default=None,
+                       help="GPUs (= tasks) per node of each job (default 8; the plan assumes --gpu-tflops each)")
+    slurm.add_argument("--partition", default=None, help="default: the cluster's default partition")
     slurm.add_argument("--account", default=None)
     slurm.add_argument("--time-limit-min", type=float, default=None,
-                       help="each job's time limit (default: its planned time x 1.5, at least 10 minutes; a run that "
-                            "reaches it is requeued and resumes)")
+                       help="each job's time limit (default: its planned time x 1.5, at least 10 minutes; at most the "
+                            "partition's MaxTime; a run that reaches it is requeued and resumes)")
+    slurm.add_argument("--cpus-per-task", type=int, default=None,
+                       help="CPUs of each task, asked of sbatch and srun (default: the run's loader workers + 2); its "
+                            "torch threads are these less its loader workers")
+    slurm.add_argument("--mem-per-task-gb", type=float, default=None,
+                       help=f"memory of each task (default {MEM_BASE_GB:g} GB + {MEM_PER_LOADER_WORKER_GB:g} GB per loader "
+                            "worker); sbatch's --mem is this x the tasks of a node")
+    slurm.add_argument("--signal-delay-s", type=int, default=None,
+                       help="USR2 this long before the time limit, to checkpoint (default: the plan's longest evaluation "
+                            "x 1.5, at least 120 s, + 60 s to write the checkpoint)")
     slurm.add_argument("--no-wait", action="store_true",
                        help="submit and return; the jobs store their results, and running the same command again "
                             "collects them (and submits the runs whose job ended without a result)")
@@ -103,9 +114,15 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     unknown = [n for n in names if n not in ABLATIONS and n != "speed"]
     if unknown:
         parser.error(f"unknown ablation {unknown[0]!r}; choose from {', '.join(ABLATIONS)}, all, speed (gpu-check alone)")
-    for flag in ("workers", "seeds", "processes_per_run", "gpus_per_run", "nodes", "gpus_per_node"):
+    for flag in ("workers", "seeds", "processes_per_run", "gpus_per_run", "nodes", "gpus_per_node", "cpus_per_task"):
         if getattr(args, flag) is not None and getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} must be at least 1, got {getattr(args, flag)}")
+    for flag in ("time_limit_min", "mem_per_task_gb", "signal_delay_s"):
+        if getattr(args, flag) is not None and not getattr(args, flag) > 0:
+            parser.error(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
+    if args.launcher == "slurm" and args.device == "auto":
+        parser.error("--device auto under --launcher slurm would be decided on this login node, which cannot see the "
+                     "compute nodes' GPUs; say --device cuda or --device cpu")
     if not args.dry_run and importlib.util.find_spec("matplotlib") is None:  # said before the training, not after
         parser.error(MATPLOTLIB_MISSING)
     if args.out is None:
@@ -125,7 +142,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                                  share=batch_share_of(names, args.scale_settings))
     except ValueError as exc:
         parser.error(str(exc))
-    if args.assignment.device == "cuda" and not args.assignment.present and not args.dry_run:
+    if args.assignment.device == "cuda" and not args.assignment.present and not args.dry_run and args.launcher != "slurm":
         parser.error(f"--device {args.device}: no CUDA GPU is visible here (--dry-run plans for GPUs that are not here)")
     args.names = names
     return args
@@ -194,8 +211,11 @@ def run_ablation(spec: Ablation, scale: Scale, store: ResultStore, args: argpars
         records = measured(runs, store)
     else:
         minutes = lambda run: plan.longest_run_min  # noqa: E731  (a job's time limit: the longest run's, with a margin)
+        # the warning before a job's limit covers the plan's longest evaluation, unless --signal-delay-s says
+        cluster = dataclasses.replace(args.slurm, signal_delay_s=args.slurm.signal_delay_s
+                                      or signal_delay_s(plan.longest_eval_min))
         records = execute(runs, measure, store, assignment_for(spec, args.assignment), quiet=args.quiet,
-                          cluster=args.slurm, wait=not args.no_wait, minutes=minutes)
+                          cluster=cluster, wait=not args.no_wait, minutes=minutes)
     if not records:
         return f"(no results of {spec.name} at --scale {scale.name} in {out} yet)"
     if spec.report is not None:  # its own report: the body, or the body and the verdicts
@@ -231,7 +251,9 @@ def main(argv: list[str] | None = None) -> int:
             from benchmarks.ablations.transfer import write_rehearsal_data
 
             write_rehearsal_data(scale)
-    args.slurm = SlurmOptions(partition=args.partition, account=args.account, time_limit_min=args.time_limit_min)
+    args.slurm = SlurmOptions(partition=args.partition, account=args.account, time_limit_min=args.time_limit_min,
+                              cpus_per_task=args.cpus_per_task, mem_per_task_gb=args.mem_per_task_gb,
+                              signal_delay_s=args.signal_delay_s)
     specs = [ABLATIONS[name] for name in args.names if name in ABLATIONS]
     # --report-only reports what is there, whatever its numerics version; a suite measures for the current one
     numerics = None if args.report_only else NUMERICS_VERSION
@@ -241,6 +263,11 @@ def main(argv: list[str] | None = None) -> int:
     print(planning.describe(list(plans.values()), scale, args.assignment, args.gpu_tflops), flush=True)
     if args.dry_run:
         return 0
+    problems = [p for p in plans.values() if p.problem and p.to_measure]
+    if args.launcher != "local" and problems and not args.report_only:  # a job's time limit comes from the plan
+        print(f"\nnothing submitted: the plan of {problems[0].name} found a problem: {problems[0].problem}",
+              file=sys.stderr, flush=True)
+        return 2
     if args.report_only:
         args.names = [n for n in args.names if n != "speed"]
     with contextlib.ExitStack() as serving:

@@ -49,6 +49,7 @@ class RunCost:
     train_images: int
     eval_images: int
     flops: float  # training FLOPs (forward and backward)
+    longest_eval_images: int = 0  # the images of its longest single evaluation (a SLURM job's warning covers it)
 
 
 def run_cost(run: Run) -> RunCost:
@@ -56,7 +57,8 @@ def run_cost(run: Run) -> RunCost:
     training, and the further trainings of the same model its config lists in `more_train` (the
     transfer benchmark's fine-tuning, or its learning-rate sweep)."""
     costs = [training_cost(run, train) for train in (run.config["train"], *run.config.get("more_train", ()))]
-    return RunCost(*(sum(getattr(c, f) for c in costs) for f in ("train_images", "eval_images", "flops")))
+    return RunCost(*(sum(getattr(c, f) for c in costs) for f in ("train_images", "eval_images", "flops")),
+                   max(c.longest_eval_images for c in costs))
 
 
 def training_cost(run: Run, train: dict) -> RunCost:
@@ -68,7 +70,8 @@ def training_cost(run: Run, train: dict) -> RunCost:
     evaluations = steps // train["eval_every"] if train.get("eval_every") else 0
     eval_each = train.get("val_size") or n_test
     eval_images = evaluations * eval_each + 2 * n_test  # the test set at the end, and its few-shot features
-    return RunCost(steps * batch, eval_images, image_flops(_model_key(run)) * steps * batch)
+    longest = max(eval_each if evaluations else 0, n_test)
+    return RunCost(steps * batch, eval_images, image_flops(_model_key(run)) * steps * batch, longest)
 
 
 @functools.lru_cache(maxsize=None)
@@ -194,6 +197,14 @@ class AblationPlan:
     longest_run_min: float = 0.0  # the longest run still to measure (a SLURM job's time limit comes from it)
     device_hours: float = 0.0  # GPU-hours (CPU: process-hours) of the runs still to measure
     problem: str = ""  # what stops a run (a micro-batch that does not fit), instead of an estimate
+    longest_eval_min: float = 0.0  # the longest single evaluation of a run still to measure
+
+
+def evaluation_seconds(seconds: float, cost: RunCost) -> float:
+    """The run's longest single evaluation, of a run taking `seconds`: its share of the run's work (an
+    image evaluated costs FORWARD_SHARE of one trained)."""
+    work = cost.train_images + FORWARD_SHARE * cost.eval_images
+    return max(seconds - RUN_OVERHEAD_S, 0.0) * FORWARD_SHARE * cost.longest_eval_images / work if work else 0.0
 
 
 def plan_ablation(spec: Ablation, scale: Scale, done: set[str], assignment: Assignment,
@@ -213,11 +224,13 @@ def plan_ablation(spec: Ablation, scale: Scale, done: set[str], assignment: Assi
     at_once = assignment.runs_at_once if spec.parallel else 1
     longest = max(seconds, default=0.0) / 60
     hours = sum(seconds) * assignment.processes_per_run / 3600
+    evaluation = max((evaluation_seconds(s, costs[r.key]) for r, s in zip(todo, seconds)), default=0.0) / 60
     if at_once is None:  # SLURM: every job may start at once; the longest bounds the wall time
-        return AblationPlan(spec.name, len(runs), len(todo), flops, longest, scale.budget_min, longest, hours)
+        return AblationPlan(spec.name, len(runs), len(todo), flops, longest, scale.budget_min, longest, hours,
+                            longest_eval_min=evaluation)
     slowdown = PARALLEL_SLOWDOWN if at_once > 1 and assignment.device == "cpu" else 1.0
     return AblationPlan(spec.name, len(runs), len(todo), flops, sum(seconds) / at_once * slowdown / 60,
-                        scale.budget_min, longest, hours)
+                        scale.budget_min, longest, hours, longest_eval_min=evaluation)
 
 
 def describe(plans: list[AblationPlan], scale: Scale, assignment: Assignment, gpu_tflops: float) -> str:

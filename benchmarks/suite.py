@@ -11,13 +11,13 @@ one table), and only `--report-only` reports it, saying that the versions mix.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from benchmarks.machine import environment
 from vitzoo.io import write_text
@@ -31,6 +31,8 @@ RESULTS = Path(__file__).parent / "results"
 # Records written before the version existed (every record committed up to issue 24) lack the field and
 # count as version 0: they predate the check, and their code is named only by their `commit`.
 NUMERICS_VERSION = 1
+RECORD = "record.json"  # a run's record, in its folder: what results.json is the union of
+SAFE_NAME = re.compile(r"[A-Za-z0-9._-]+")
 
 
 def numerics_of(record: dict[str, Any]) -> int:
@@ -56,12 +58,19 @@ class Run:
 
 
 class ResultStore:
-    """`results.json` of one ablation: {"runs": [...]}, shared by every process that measures its runs.
+    """`results.json` of one ablation: {"runs": [...]}, shared by every process that measures its runs,
+    with no lock (cluster file systems such as Lustre and BeeGFS have none that holds across nodes).
 
-    Each `add` takes the store's lock (an flock on `results.json.lock`), reads what other processes added
-    meanwhile, merges the record in and writes the file atomically: two suites on one `--out`, or the
-    jobs of a cluster, each keep every result. `runs` is what the file held at the last read or add;
-    `order`, if given, sorts the records as they are written (a key function of a record).
+    Each `add` writes its record atomically as a file of its own, RECORD in the run's folder
+    (`record_folder`: runs/<key>-n<numerics>/, ignored by git), and record files are never deleted.
+    `results.json` is the union of what it held and every record file (a record file is the latest word
+    on its run; of two for one key, the later written), rewritten atomically by whoever adds or reads
+    (`refresh`) when the union differs from it. Two processes writing the union at once may each miss
+    the other's newest record; so each lists the record files again after writing and writes again
+    until its union holds every one it sees: the last writer has seen every record file written before
+    its last write, and a record file stays for the next reader in any case. `runs` is the union at
+    the last read or add; `order`, if given, sorts the records as they are written (a key function of
+    a record); else results.json keeps its order and new or replaced records follow, oldest first.
 
     `numerics`: the numerics version whose records count as measured (`get`, `keys`); records of other
     versions stay in the file until a new measurement of the same run replaces them. None counts every
@@ -74,25 +83,59 @@ class ResultStore:
         self.order = order
         self.numerics = numerics
         self.path = self.directory / "results.json"
-        self.runs: list[dict[str, Any]] = self._read()
+        self._files: dict[Path, tuple[tuple[int, ...], dict[str, Any]]] = {}  # record file -> (its stat, record) read
+        self.runs: list[dict[str, Any]] = []
+        self.refresh()
 
-    def _read(self) -> list[dict[str, Any]]:
-        return json.loads(self.path.read_text())["runs"] if self.path.exists() else []
+    def _record_files(self) -> dict[Path, tuple[int, ...]]:
+        """Every record file now, with its modification time, size and inode (an atomic write makes a new one)."""
+        found = {}
+        for path in self.directory.glob(f"runs/*/{RECORD}"):
+            with contextlib.suppress(FileNotFoundError):
+                stat = path.stat()
+                found[path] = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+        return found
 
-    @contextlib.contextmanager
-    def locked(self) -> Iterator[None]:
-        """Hold the store's lock (blocking): the only writer while it is held."""
-        self.directory.mkdir(parents=True, exist_ok=True)
-        with open(self.directory / "results.json.lock", "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+    def _record(self, path: Path, seen: tuple[int, ...]) -> dict[str, Any] | None:
+        """The record in a file, read again only when it changed since the last read."""
+        if path not in self._files or self._files[path][0] != seen:
             try:
-                yield
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+                self._files[path] = (seen, json.loads(path.read_text()))
+            except (FileNotFoundError, json.JSONDecodeError):  # replaced meanwhile: read at the next listing
+                return None
+        return self._files[path][1]
+
+    def _union(self, held: list[dict[str, Any]], files: dict[Path, tuple[int, ...]]) -> list[dict[str, Any]]:
+        """What results.json held with every record file merged in: a file's record replaces the held
+        one of its key (moving it to the end unless they are equal); of several files, the later written."""
+        newest: dict[str, tuple[tuple[int, str], dict[str, Any]]] = {}
+        for path, seen in files.items():
+            record = self._record(path, seen)
+            if record is not None and (record["key"] not in newest or newest[record["key"]][0] < (seen[0], str(path))):
+                newest[record["key"]] = ((seen[0], str(path)), record)
+        kept = [r for r in held if r["key"] not in newest or newest[r["key"]][1] == r]
+        kept_keys = {r["key"] for r in kept}
+        added = sorted((item for item in newest.values() if item[1]["key"] not in kept_keys), key=lambda item: item[0])
+        runs = kept + [record for _, record in added]
+        if self.order is not None:
+            runs.sort(key=self.order)
+        return runs
+
+    def _merge(self) -> None:
+        """Make results.json the union of itself and every record file, and `runs` that union."""
+        while True:
+            files = self._record_files()
+            held = json.loads(self.path.read_text())["runs"] if self.path.exists() else None
+            self.runs = self._union(held or [], files)
+            if self.runs == (held if held is not None else []):  # nothing new: the file stays as it is
+                return
+            write_text(self.path, json.dumps({"runs": self.runs}, indent=1, sort_keys=True) + "\n")
+            if self._record_files() == files:  # none written meanwhile: the union written holds them all
+                return
 
     def refresh(self) -> None:
-        """Read the results other processes have added since."""
-        self.runs = self._read()
+        """Read the results other processes have added since (and write them into results.json)."""
+        self._merge()
 
     def counts(self, record: dict[str, Any]) -> bool:
         """Whether the record is a result of the code this store measures for (its numerics version)."""
@@ -107,11 +150,10 @@ class ResultStore:
         return {r["key"] for r in self.runs if self.counts(r)}
 
     def add(self, record: dict[str, Any]) -> None:
-        with self.locked():
-            self.runs = [r for r in self._read() if r["key"] != record["key"]] + [record]
-            if self.order is not None:
-                self.runs.sort(key=self.order)
-            write_text(self.path, json.dumps({"runs": self.runs}, indent=1, sort_keys=True) + "\n")
+        """Store the record (replacing any of its key): its own file first, then the union."""
+        write_text(record_folder(self.directory, record["key"], numerics_of(record)) / RECORD,
+                   json.dumps(record, indent=1, sort_keys=True) + "\n")
+        self._merge()
 
 
 def make_record(run: Run, outcome: dict[str, Any], wall_s: float, device: str, **launch: Any) -> dict[str, Any]:
@@ -123,11 +165,18 @@ def make_record(run: Run, outcome: dict[str, Any], wall_s: float, device: str, *
             **environment(device), **launch}  # the launch's threads (a worker's) over this process's
 
 
+def record_folder(directory: Path, key: str, numerics: int) -> Path:
+    """The folder of the run with this key measured by code of this numerics version, under a results
+    directory: runs/<key>-n<numerics>/ (a key that is no plain file name is named by its hash)."""
+    name = key if SAFE_NAME.fullmatch(key) else hashlib.sha256(key.encode()).hexdigest()[:16]
+    return Path(directory) / "runs" / f"{name}-n{numerics}"
+
+
 def run_folder(store: ResultStore, run: Run) -> Path:
-    """Where a run trains and keeps its checkpoints, final weights and logs (ignored by git: runs/): one
-    folder per numerics version, so that a run of other code, finished or not, is neither read as a
-    result of this code nor resumed by it."""
-    return store.directory / "runs" / f"{run.key}-n{NUMERICS_VERSION}"
+    """Where a run trains and keeps its checkpoints, final weights, logs, its record and its job (ignored
+    by git: runs/): one folder per numerics version, so that a run of other code, finished or not, is
+    neither read as a result of this code nor resumed by it."""
+    return record_folder(store.directory, run.key, NUMERICS_VERSION)
 
 
 def markdown_table(header: list[str], rows: list[list[Any]]) -> str:

@@ -1,13 +1,15 @@
 """An ablation's results store is shared by every process that measures its runs: two suites on one
-`--out`, or the jobs of a cluster, each keep every result they add. A result counts as measured only
-for the code of its numerics version."""
+`--out`, or the jobs of a cluster, each keep every result they add, with no lock (a cluster's file
+system may have none that holds across nodes): each record is a file of its own, results.json their
+union. A result counts as measured only for the code of its numerics version."""
 
 import json
 import multiprocessing
+import shutil
 
 from benchmarks.execute import execute
 from benchmarks.launchers.assign import assign
-from benchmarks.suite import NUMERICS_VERSION, ResultStore, Run, run_folder
+from benchmarks.suite import NUMERICS_VERSION, RECORD, RESULTS, ResultStore, Run, record_folder, run_folder
 
 NOW = {"numerics": NUMERICS_VERSION}  # a record of the current code
 
@@ -31,6 +33,57 @@ def test_two_processes_adding_at_once_keep_every_result(tmp_path):
         assert p.exitcode == 0
     runs = json.loads((tmp_path / "results.json").read_text())["runs"]
     assert sorted(r["key"] for r in runs) == sorted(f"{w}-{i}" for w in range(2) for i in range(40))
+    assert not list(tmp_path.glob("*.lock"))  # and no lock was taken
+
+
+def test_each_record_is_a_file_in_its_runs_folder_and_results_json_their_union(tmp_path):
+    run = Run("x", "a", {"lr": 1}, 0)
+    store = ResultStore(tmp_path)
+    store.add({"key": run.key, **NOW})
+    assert json.loads((run_folder(store, run) / RECORD).read_text()) == {"key": run.key, **NOW}
+    # a record whose writer lost the race for results.json (another process wrote its union last)
+    lost = record_folder(tmp_path, "b", NUMERICS_VERSION) / RECORD
+    lost.parent.mkdir(parents=True)
+    lost.write_text(json.dumps({"key": "b", **NOW}))
+    assert [r["key"] for r in json.loads((tmp_path / "results.json").read_text())["runs"]] == [run.key]
+    assert ResultStore(tmp_path).keys() == {run.key, "b"}  # whoever reads next writes the union
+    assert [r["key"] for r in json.loads((tmp_path / "results.json").read_text())["runs"]] == [run.key, "b"]
+    (tmp_path / "results.json").unlink()
+    assert [r["key"] for r in ResultStore(tmp_path).runs] == [run.key, "b"]  # the records alone make it again
+    assert ResultStore(tmp_path, numerics=None).get("a key with spaces / slashes") is None
+    ResultStore(tmp_path).add({"key": "a key with spaces / slashes", **NOW})  # a key that is no file name: hashed
+    assert ResultStore(tmp_path).get("a key with spaces / slashes") == {"key": "a key with spaces / slashes", **NOW}
+
+
+def test_a_record_added_while_the_union_is_written_is_in_the_file_the_writer_leaves(tmp_path, monkeypatch):
+    """Whoever writes the union looks at the record files again afterwards, and writes again for one
+    that came meanwhile: the last writer's results.json holds every record."""
+    import benchmarks.suite as suite
+
+    other = record_folder(tmp_path, "b", NUMERICS_VERSION) / RECORD
+    written = suite.write_text
+
+    def another_process_adds_meanwhile(path, text):
+        written(path, text)
+        if path.name == "results.json" and not other.exists():
+            other.parent.mkdir(parents=True)
+            other.write_text(json.dumps({"key": "b", **NOW}))
+
+    monkeypatch.setattr(suite, "write_text", another_process_adds_meanwhile)
+    ResultStore(tmp_path).add({"key": "a", **NOW})
+    assert [r["key"] for r in json.loads((tmp_path / "results.json").read_text())["runs"]] == ["a", "b"]
+
+
+def test_the_committed_results_load_unchanged(tmp_path):
+    """Every committed results.json reads as the records it holds, and reading does not rewrite it."""
+    committed = sorted(RESULTS.glob("**/results.json"))
+    assert len(committed) >= 7
+    for path in committed:
+        copy = tmp_path / path.parent.relative_to(RESULTS) / "results.json"
+        copy.parent.mkdir(parents=True)
+        shutil.copy(path, copy)
+        assert ResultStore(copy.parent, numerics=None).runs == json.loads(path.read_text())["runs"], path
+        assert copy.read_bytes() == path.read_bytes(), path
 
 
 def test_a_store_opened_earlier_sees_what_others_added_once_refreshed(tmp_path):

@@ -5,6 +5,7 @@
 `assign` decides which devices each run gets and how many runs go at once (the plan estimates with
 the same assignment); `local` starts each run as a data-parallel job through PyTorch's elastic
 launcher; `slurm` submits each run as a SLURM job through submitit (requeued on preemption, resumed
-from its checkpoint). Every launcher's runs add their outcomes to the ablation's results store under
-its lock, so results from many processes and jobs never overwrite each other.
+from its checkpoint), `resources` deciding what each job asks for and `jobs` following them. Every
+launcher's runs add their outcomes to the ablation's results store, each a file of its own (no lock),
+so results from many processes and jobs never overwrite each other.
 """

@@ -141,10 +141,10 @@ def assign(device: str, launcher: str = "local", *, gpus_per_run: int | None = N
     present = torch.cuda.is_available()
     name = torch.cuda.get_device_name(0) if present else "a GPU that is not here"
     cpus = os.cpu_count() or 1
-    if launcher == "slurm":
-        per_node = gpus_per_node or stated_gpus or (torch.cuda.device_count() if present else 8)
+    if launcher == "slurm":  # the compute nodes' GPUs, not this (login) node's: planned as stated (--gpu-tflops)
+        per_node = gpus_per_node or stated_gpus or 8
         check_divides(per_node * nodes, share, "--nodes x --gpus-per-node =")
-        return Assignment(launcher, "cuda", name, per_node * nodes, (), max(1, cpus // per_node), nodes, present)
+        return Assignment(launcher, "cuda", "a GPU of the cluster", per_node * nodes, (), 1, nodes, False)
     count = torch.cuda.device_count() if present else (stated_gpus or 8)
     ids = visible_gpus(count) if present else tuple(str(i) for i in range(count))
     per_run = gpus_per_run or default_per_run(count, share)

@@ -1,0 +1,336 @@
+"""A stand-in SLURM cluster of one node, for rehearsing the benchmarks' SLURM path where there is no SLURM.
+
+The commands beside this file (sbatch, srun, sacct, scontrol, scancel, sinfo) are what tests put first
+on PATH. Jobs run here as processes, with the environment SLURM gives them; each job's state lives in
+a folder under $SLURM_STANDIN_STATE (required):
+
+    STATE/sbatch.jsonl, srun.jsonl   every sbatch script and srun command line received, in order
+    STATE/unknown                    job ids (or `*`) that sacct and scontrol do not know: UNKNOWN
+    STATE/jobs/<id>/                 state, options.json, batch.sh, restarts, and while it runs: runner,
+                                     group (the batch script's process group), tasks (the step's pids)
+
+What it honours: the #SBATCH options submitit writes (tasks, CPUs, GPUs, time limit, --signal,
+--requeue, --output/--error with %j and %t); srun's --cpus-per-task (a step without it gets 1 CPU per
+task, as Slurm 22.05-23.02 give it: they do not pass sbatch's on) and --kill-on-bad-exit (the other
+tasks get SIGTERM, then SIGKILL after $SLURM_STANDIN_KILL_WAIT_S, default 2); signals to srun are
+passed to its tasks; `scontrol requeue` restarts the batch script with SLURM_RESTART_COUNT + 1, and is
+refused for a job submitted without --requeue (a site with JobRequeue=0); `scancel [--signal=SIG]`;
+sinfo's partition MaxTime ($SLURM_STANDIN_MAXTIME, default infinite). With $SLURM_STANDIN_HOLD=1 at
+submission a job stays PENDING (its script recorded, never run). Jobs of several nodes are recorded,
+not run: there is one node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+RUNNING_STATES = ("PENDING", "RUNNING", "REQUEUED")
+VALUED = {"output", "error", "cpus-per-task", "ntasks", "nodes", "ntasks-per-node", "mem", "partition", "signal", "p",
+          "o", "j", "s", "time", "job-name"}
+
+
+def state_dir() -> Path:
+    if not os.environ.get("SLURM_STANDIN_STATE"):
+        sys.exit("stand-in SLURM: set SLURM_STANDIN_STATE to the folder that holds the stand-in cluster's jobs")
+    return Path(os.environ["SLURM_STANDIN_STATE"])
+
+
+def job_dir(job_id: str) -> Path:
+    return state_dir() / "jobs" / str(job_id)
+
+
+def read(job_id: str, name: str, default: str = "") -> str:
+    path = job_dir(job_id) / name
+    return path.read_text().strip() if path.exists() else default
+
+
+def write(job_id: str, name: str, text: str) -> None:
+    tmp = job_dir(job_id) / f".{name}.{os.getpid()}"
+    tmp.write_text(text)
+    os.replace(tmp, job_dir(job_id) / name)
+
+
+def log(name: str, entry: dict) -> None:
+    with open(state_dir() / name, "a") as f:
+        f.write(json.dumps(entry) + "\n")
+
+
+def options(args: list[str]) -> tuple[dict, list[str]]:
+    """--key=value, --key value (for options that take one) and --flag, up to the first other word."""
+    found, i = {}, 0
+    while i < len(args) and args[i].startswith("-"):
+        key, has, value = args[i].lstrip("-").partition("=")
+        if not has and key in VALUED and i + 1 < len(args):
+            value, i = args[i + 1], i + 1
+        found[key] = value if has or key in VALUED else True
+        i += 1
+    return found, args[i:]
+
+
+def known(job_id: str) -> bool:
+    """Whether sacct and scontrol know the job (STATE/unknown lists those they do not)."""
+    unknown = (state_dir() / "unknown").read_text().split() if (state_dir() / "unknown").exists() else []
+    return job_dir(job_id).is_dir() and "*" not in unknown and str(job_id) not in unknown
+
+
+def signal_all(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def end_group(group: int) -> None:
+    """End a job's processes as SLURM does: SIGTERM to all, SIGKILL to what is left after the kill wait."""
+    deadline = time.time() + float(os.environ.get("SLURM_STANDIN_KILL_WAIT_S", 2))
+    for sig in (signal.SIGTERM, 0):
+        try:
+            os.killpg(group, sig)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    while time.time() < deadline:
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    try:
+        os.killpg(group, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+# ---------------------------------------------------------------------------- sbatch and the job's run
+def sbatch(args: list[str]) -> int:
+    opts, rest = options(args)
+    script = Path(rest[0]).read_text()
+    for line in script.splitlines():
+        if line.startswith("#SBATCH "):
+            opts.update(options(line.split(None, 1)[1:])[0])
+    state_dir().joinpath("jobs").mkdir(parents=True, exist_ok=True)
+    job_id = str(1000 + len(list(state_dir().joinpath("jobs").iterdir())))
+    while True:  # a fresh id, whoever else submits at once
+        try:
+            job_dir(job_id).mkdir()
+            break
+        except FileExistsError:
+            job_id = str(int(job_id) + 1)
+    (job_dir(job_id) / "batch.sh").write_text(script)
+    write(job_id, "options.json", json.dumps({**opts, "submit_dir": os.getcwd()}))
+    write(job_id, "state", "PENDING")
+    log("sbatch.jsonl", {"job_id": job_id, "argv": args, "script": script, "options": opts})
+    print(f"Submitted batch job {job_id}", flush=True)
+    if os.environ.get("SLURM_STANDIN_HOLD") != "1" and int(opts.get("nodes", 1)) == 1:
+        # the job runs with the submitting shell's environment, as sbatch exports it by default
+        subprocess.Popen([sys.executable, str(Path(__file__)), "run-job", job_id], start_new_session=True,
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return 0
+
+
+def expand(pattern: str, job_id: str, task: int) -> str:
+    return pattern.replace("%%", "\0").replace("%j", job_id).replace("%t", str(task)).replace("\0", "%")
+
+
+def job_environment(job_id: str, opts: dict, restarts: int) -> dict:
+    tasks = int(opts.get("nodes", 1)) * int(opts.get("ntasks-per-node", opts.get("ntasks", 1)))
+    env = {**os.environ, "SLURM_JOB_ID": job_id, "SLURM_JOBID": job_id, "SLURM_JOB_NAME": str(opts.get("job-name", "")),
+           "SLURM_JOB_NUM_NODES": "1", "SLURM_NNODES": "1", "SLURM_JOB_NODELIST": socket.gethostname(),
+           "SLURM_NTASKS": str(tasks), "SLURM_NPROCS": str(tasks), "SLURM_NTASKS_PER_NODE": str(tasks),
+           "SLURM_SUBMIT_DIR": opts["submit_dir"], "SLURM_CLUSTER_NAME": "standin",
+           "SLURM_JOB_PARTITION": str(opts.get("partition", "standin"))}
+    if "cpus-per-task" in opts:
+        env["SLURM_CPUS_PER_TASK"] = str(opts["cpus-per-task"])
+    if restarts:
+        env["SLURM_RESTART_COUNT"] = str(restarts)
+    gpus = int(opts.get("gpus-per-node", 0) or 0)
+    if gpus:  # SLURM sets the job's own GPUs, over whatever the submitting shell had
+        env["SLURM_JOB_GPUS"] = env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, range(gpus)))
+    return env
+
+
+def run_job(job_id: str) -> int:
+    """The controller and the node in one: runs the batch script, requeued, cancelled, signalled and
+    timed out as SLURM would."""
+    opts = json.loads(read(job_id, "options.json"))
+    write(job_id, "runner", str(os.getpid()))
+    limit_s = float(opts.get("time", 0)) * 60 or float("inf")
+    sig_name, _, delay = str(opts.get("signal", "")).partition("@")
+    restarts = 0
+    while True:
+        write(job_id, "restarts", str(restarts))
+        write(job_id, "state", "RUNNING")
+        out = open(expand(str(opts.get("output", os.devnull)).replace("%t", "0"), job_id, 0), "a")
+        err = open(expand(str(opts.get("error", os.devnull)).replace("%t", "0"), job_id, 0), "a")
+        batch = subprocess.Popen(["bash", str(job_dir(job_id) / "batch.sh")], env=job_environment(job_id, opts, restarts),
+                                 stdout=out, stderr=err, cwd=opts["submit_dir"], start_new_session=True)
+        write(job_id, "group", str(batch.pid))
+        started, warned, ending = time.time(), not sig_name, None
+        while batch.poll() is None and ending is None:
+            time.sleep(0.1)
+            if not warned and time.time() - started >= limit_s - float(delay or 0):
+                warned = True  # the warning goes to the step's tasks, as SLURM's --signal does
+                signal_all([int(p) for p in read(job_id, "tasks").split()], getattr(signal, "SIG" + sig_name))
+            if (job_dir(job_id) / "requeue").exists():
+                ending = "REQUEUED"
+            elif (job_dir(job_id) / "cancel").exists():
+                ending = "CANCELLED"
+            elif time.time() - started >= limit_s:
+                ending = "TIMEOUT"
+        if ending is not None:
+            end_group(batch.pid)
+        batch.wait()
+        out.close(), err.close()
+        (job_dir(job_id) / "tasks").unlink(missing_ok=True)
+        if ending == "REQUEUED":
+            (job_dir(job_id) / "requeue").unlink()
+            write(job_id, "state", "REQUEUED")
+            restarts += 1
+            continue
+        write(job_id, "exit_code", str(batch.returncode))
+        write(job_id, "state", ending or ("COMPLETED" if batch.returncode == 0 else "FAILED"))
+        return 0
+
+
+# ---------------------------------------------------------------------------- srun: one step of the job
+def srun(args: list[str]) -> int:
+    job_id = os.environ.get("SLURM_JOB_ID")
+    if not job_id:
+        sys.exit("srun: error: the stand-in runs srun only inside its jobs (no SLURM_JOB_ID)")
+    opts, command = options(args)
+    log("srun.jsonl", {"job_id": job_id, "argv": args, "restart": int(os.environ.get("SLURM_RESTART_COUNT", 0))})
+    ntasks = int(os.environ["SLURM_NTASKS"])
+    tasks, files = [], []
+    for task in range(ntasks):
+        env = {**os.environ, "SLURM_PROCID": str(task), "SLURM_LOCALID": str(task), "SLURM_NODEID": "0",
+               "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": str(ntasks),
+               # the step's CPUs: srun's own --cpus-per-task, else 1 (Slurm 22.05-23.02 do not inherit sbatch's)
+               "SLURM_CPUS_PER_TASK": str(opts.get("cpus-per-task", 1))}
+        out = open(expand(str(opts.get("output", os.devnull)), job_id, task), "a")
+        err = open(expand(str(opts.get("error", os.devnull)), job_id, task), "a")
+        files += [out, err]
+        tasks.append(subprocess.Popen(command, env=env, stdout=out, stderr=err))
+    write(job_id, "tasks", " ".join(str(t.pid) for t in tasks))
+    forward = lambda signum, frame: signal_all([t.pid for t in tasks if t.poll() is None], signum)  # noqa: E731
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCONT):
+        signal.signal(sig, forward)
+    kill = str(opts.get("kill-on-bad-exit", "0")) in ("1", "True")
+    while any(t.poll() is None for t in tasks):
+        if kill and any(t.poll() not in (None, 0) for t in tasks):
+            live = [t for t in tasks if t.poll() is None]
+            signal_all([t.pid for t in live], signal.SIGTERM)
+            deadline = time.time() + float(os.environ.get("SLURM_STANDIN_KILL_WAIT_S", 2))
+            while time.time() < deadline and any(t.poll() is None for t in live):
+                time.sleep(0.05)
+            for t in live:
+                if t.poll() is None:
+                    t.kill()
+        time.sleep(0.05)
+    for f in files:
+        f.close()
+    codes = [t.returncode for t in tasks]
+    return next((c if c > 0 else 128 - c for c in codes if c != 0), 0)
+
+
+# ---------------------------------------------------------------------------- what the controller tells
+def sacct(args: list[str]) -> int:
+    ids, fields, header = [], ["JobID", "State"], True
+    i = 0
+    while i < len(args):
+        if args[i] in ("-j", "--jobs"):
+            ids += args[i + 1].split(",")
+            i += 1
+        elif args[i] in ("-o", "--format"):
+            fields = args[i + 1].split(",")
+            i += 1
+        elif args[i] in ("-n", "--noheader"):
+            header = False
+        i += 1
+    if header:
+        print("|".join(fields))
+    for job_id in ids:
+        if known(job_id):
+            values = {"JobID": job_id, "State": read(job_id, "state"), "NodeList": socket.gethostname(),
+                      "ExitCode": f"{read(job_id, 'exit_code', '0')}:0"}
+            print("|".join(values.get(f, "") for f in fields))
+    return 0
+
+
+def scontrol(args: list[str]) -> int:
+    words = [a for a in args if not a.startswith("-")]
+    if words[:1] == ["requeue"]:
+        job_id = words[1]
+        if not known(job_id) or read(job_id, "state") not in RUNNING_STATES:
+            print(f"scontrol: error: Invalid job id {job_id} for requeue", file=sys.stderr)
+            return 1
+        if "requeue" not in json.loads(read(job_id, "options.json")):
+            print(f"Requested operation is presently disabled for job {job_id}", file=sys.stderr)
+            return 1
+        (job_dir(job_id) / "requeue").touch()
+        return 0
+    if words[:2] == ["show", "job"]:
+        job_id = words[2]
+        if not known(job_id):
+            print("slurm_load_jobs error: Invalid job id specified", file=sys.stderr)
+            return 1
+        print(f"JobId={job_id} JobState={read(job_id, 'state')} Restarts={read(job_id, 'restarts', '0')}")
+        return 0
+    print(f"scontrol (stand-in): {' '.join(args)} is not supported", file=sys.stderr)
+    return 1
+
+
+def scancel(args: list[str]) -> int:
+    ids, sig, i = [], None, 0
+    while i < len(args):  # scancel [--signal=SIG | --signal SIG | -s SIG] ID...
+        if args[i] in ("--signal", "-s"):
+            sig, i = args[i + 1], i + 1
+        elif args[i].startswith("--signal="):
+            sig = args[i].partition("=")[2]
+        else:
+            ids.append(args[i])
+        i += 1
+    for job_id in ids:
+        if sig:  # to the tasks of the running step, as scancel --signal does
+            name = sig.upper() if sig.upper().startswith("SIG") else "SIG" + sig.upper()
+            signal_all([int(p) for p in read(job_id, "tasks").split()], getattr(signal, name))
+        elif read(job_id, "state") == "PENDING" and not read(job_id, "runner"):
+            write(job_id, "state", "CANCELLED")
+        else:
+            (job_dir(job_id) / "cancel").touch()
+    return 0
+
+
+def sinfo(args: list[str]) -> int:
+    opts, _ = options(args)
+    partition = opts.get("p")
+    line = str(opts.get("o", "%P %l"))
+    name = partition or "standin*"
+    print(line.replace("%P", name).replace("%l", os.environ.get("SLURM_STANDIN_MAXTIME", "infinite")))
+    return 0
+
+
+def shutdown(state: Path) -> None:
+    """End every job of a stand-in cluster still running (a test's teardown): the runners, then the
+    batch scripts' process groups (tasks included)."""
+    for job in (state / "jobs").iterdir() if (state / "jobs").is_dir() else []:
+        for name, kill in (("runner", os.kill), ("group", os.killpg)):
+            pid = (job / name).read_text().strip() if (job / name).exists() else ""
+            if pid:
+                try:
+                    kill(int(pid), signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+
+
+COMMANDS = {"sbatch": sbatch, "srun": srun, "sacct": sacct, "scontrol": scontrol, "scancel": scancel, "sinfo": sinfo}
+
+if __name__ == "__main__":  # python _cluster.py run-job ID: the job's own process, started by sbatch
+    sys.exit(run_job(sys.argv[2]))
