@@ -188,9 +188,13 @@ def test_on_cuda_the_device_path_is_close_to_the_workers_images(folder):
     assert difference.mean() < 2.0 and difference.max() <= 64, (difference.mean(), difference.max())
 
 
-def test_an_encoded_view_pickles_for_workers_started_by_a_fork_server(folder):
+def test_the_workers_datasets_pickle_for_workers_started_by_a_fork_server(folder):
     import pickle
 
     view = EncodedView(Subset(data.load_split(str(folder), "train"), [3, 1]))
     again = pickle.loads(pickle.dumps(view))
     assert torch.equal(again[1][0], view[1][0]) and again[0][1] == view[0][1]
+    worker = data.Transformed(data.load_split(str(folder), "train"), data.build_transform((24, 24), CROP_AND_FLIP), seed=7)
+    samples = EncodedSamples(worker, device_ops(worker.transform))
+    copied = pickle.loads(pickle.dumps(samples))
+    assert torch.equal(copied[(2, 5)][0], samples[(2, 5)][0]) and copied[(2, 5)][2] == samples[(2, 5)][2]
