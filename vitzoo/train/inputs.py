@@ -5,8 +5,9 @@ micro-batches, and the batches of the evaluations, decoded in the loader workers
 decodes, augments and resizes its samples (`Transformed`), the training process gets uint8 batches at
 the model's size. `device`: the workers read the files' bytes and draw each sample's crop and flip
 (vitzoo.data.encoded, the same draws from the same seeds), the training process decodes each
-micro-batch on its device and applies them there (vitzoo.data.on_device): 8 CPU cores decode about
-3,800 ImageNet JPEGs a second where one H100 trains ViT-B/16 at 128 px on about 7,000. `auto` is
+micro-batch on its device and applies them there (vitzoo.data.on_device): one worker, one CPU core,
+decodes and augments about 500 ImageNet-sized JPEGs a second (benchmarks/results/loader/), so 8 feed a
+GPU about 4,000, where one at 40% of an H100's peak trains ViT-B/16 at 128 px on about 12,000. `auto` is
 `device` on CUDA for a dataset of image files, else `workers`. An augmentation the device does not
 apply (a padded random crop, RandAugment) keeps training on the workers' path; the evaluations, which
 only resize, still decode on the device.
