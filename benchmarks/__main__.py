@@ -1,7 +1,9 @@
 """python -m benchmarks LIST [--scale quick|main|cpu|rehearsal|gpu|paper] [--device cpu|cuda] [--dry-run] ...
 
-LIST: ablation names (see benchmarks/ablations/), `all` (every ablation), or `speed`; or `gpu-check`
-alone (the first command on a GPU machine: benchmarks/gpu_check.py). Scales are in
+LIST: ablation names (see benchmarks/ablations/), `all` (every ablation), `speed`, or `loader` (images/s
+of one loader worker per scale that reads image files, and the start-up that grows with a dataset:
+benchmarks/loader.py, which the plan uses); or `gpu-check` alone (the first command on a GPU machine:
+benchmarks/gpu_check.py). Scales are in
 benchmarks/scales.py: `main` is the main job's (Table 8's headline in minutes), `cpu` trains every
 ablation to where architecture matters on a 2-core CPU (hours), `paper` is the paper's (GPUs, days),
 `gpu` the paper's cells sized for a day on one 8-GPU node, `rehearsal` the paper's code path with every
@@ -51,11 +53,12 @@ from benchmarks.verdict import RULE
 from vitzoo.io import write_text
 
 REHEARSAL_OUT = Path("runs") / "rehearsal"  # the rehearsal's results never mix with the committed ones
+NOT_ABLATIONS = ("speed", "loader")  # benchmarks of LIST that are not ablations
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
-    parser.add_argument("names", nargs="+", help="ablations to run: " + ", ".join(ABLATIONS) + ", all, or speed")
+    parser.add_argument("names", nargs="+", help="ablations to run: " + ", ".join(ABLATIONS) + ", all, speed, or loader")
     parser.add_argument("--scale", choices=tuple(SCALES), default="cpu")
     parser.add_argument("--quick", action="store_true", help="the same as --scale quick (seconds per run; for tests)")
     parser.add_argument("--seeds", type=int, default=None,
@@ -111,9 +114,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     if args.quick:
         args.scale = "quick"
     names = list(ABLATIONS) if "all" in args.names else args.names
-    unknown = [n for n in names if n not in ABLATIONS and n != "speed"]
+    unknown = [n for n in names if n not in ABLATIONS and n not in NOT_ABLATIONS]
     if unknown:
-        parser.error(f"unknown ablation {unknown[0]!r}; choose from {', '.join(ABLATIONS)}, all, speed (gpu-check alone)")
+        parser.error(f"unknown ablation {unknown[0]!r}; choose from {', '.join(ABLATIONS)}, all, speed, loader (gpu-check alone)")
     for flag in ("workers", "seeds", "processes_per_run", "gpus_per_run", "nodes", "gpus_per_node", "cpus_per_task"):
         if getattr(args, flag) is not None and getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} must be at least 1, got {getattr(args, flag)}")
@@ -269,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr, flush=True)
         return 2
     if args.report_only:
-        args.names = [n for n in args.names if n != "speed"]
+        args.names = [n for n in args.names if n not in NOT_ABLATIONS]
     with contextlib.ExitStack() as serving:
         if scale.name == "rehearsal" and "transfer" in args.names and not args.report_only:
             # the transfer rehearsal's weights, downloaded from a Hub as the paper's tags are: a loopback one
@@ -292,6 +295,12 @@ def run_all(args: argparse.Namespace, plans: dict, stores: dict, scale: Scale) -
 
             measure.main(quick=args.scale == "quick", out=args.out / "speed", device=args.device)
             print((args.out / "speed" / "README.md").read_text())
+            continue
+        if name == "loader":
+            from benchmarks import loader
+
+            loader.main(out=args.out / "loader", quick=args.scale == "quick")
+            print((args.out / "loader" / "README.md").read_text())
             continue
         spec = ABLATIONS[name]
         print(run_ablation(spec, scale, stores[name], args, plans[name]), flush=True)

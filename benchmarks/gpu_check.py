@@ -1,20 +1,27 @@
 """python -m benchmarks gpu-check [--out DIR]: the first command on a machine with CUDA GPUs.
 
-In 3.4 minutes on an H200 (each step has its own time limit, 9 minutes together) it runs, and goes on
-after a step fails:
+Each step has its own time limit, 8 minutes together on one GPU (`LIMITS`; the first five steps took
+3.4 minutes on an H200). It runs, and goes on after a step fails:
 
 1. `environment`: torch and its CUDA, every GPU's name and compute capability, whether this build has
    kernels for it, native bf16, the driver (nvidia-smi);
-2. `cuda_tests`: the tests that only a GPU can run (tests/test_devices.py, tests/test_distributed_devices.py);
+2. `cuda_tests`: the tests that only a GPU can run (tests/test_devices.py, tests/test_distributed_devices.py,
+   tests/test_decode_on_device.py);
 3. `training`: 200 steps of ViT-S/16 on synthetic 224-px images, bf16 autocast (fp16 where bf16 is only
    emulated) and torch.compile, through `vitzoo train`: images/s over the run and, after the first
    logged interval (which holds the compilation), the median rate; and the loss going down;
 4. `rehearsal`: the paper-scale code path shrunk (`--scale rehearsal`, benchmarks/scales.py) on the
    GPUs through the local elastic launcher, for the head, data and inspect ablations with one seed
-   (15 runs, each a job over every visible GPU);
+   (15 runs, each a job over every visible GPU: `--gpus-per-run` their count);
 5. `speed`: ViT-B/16 inference (batch 64) and a ViT-S/16 training step (batch 64) against timm and
    torchvision on the same weights, in the precision `vitzoo.fast` picks, with every
-   scaled_dot_product_attention kernel forced in turn.
+   scaled_dot_product_attention kernel forced in turn;
+6. `loader`: the training input pipeline's images/s at 128 and 224 px (the gpu and paper scales) on
+   ImageNet-sized JPEGs it writes, decoded on the GPU (`--decode device`: 8 workers reading bytes) and
+   in 8 workers (the path before), and the GPU's own decoding rate (benchmarks/gpu_steps.py);
+7. `mfu`: a ViT-B/16 training step at batch 256, bf16 autocast, compiled, vitzoo against timm in one
+   process on the same weights, with each one's model FLOP utilisation against the GPU's dense bf16
+   peak (a GPU not in benchmarks/gpu_steps.py's table: said, no MFU).
 
 It writes DIR/gpu_check.json (every figure, every step's status and output tail) and DIR/README.md
 after every step (a check killed midway keeps the steps it finished), and exits 0 only if every step
@@ -43,7 +50,8 @@ CHECKOUT = Path(__file__).resolve().parents[1]
 OUT = Path("runs") / "gpu-check"
 REHEARSED = ("head", "data", "inspect")
 # seconds each step may take at most (a first compile on a fresh machine is most of `training`)
-LIMITS = {"environment": 30, "cuda_tests": 100, "training": 150, "rehearsal": 180, "speed": 60}
+LIMITS = {"environment": 10, "cuda_tests": 60, "training": 70, "rehearsal": 140, "speed": 30, "loader": 50, "mfu": 120}
+LOADER_PHOTOS = 128  # ImageNet-sized JPEGs the loader step writes (drawn on the GPU: seconds)
 
 
 def no_gpu_reason() -> str | None:
@@ -101,7 +109,7 @@ def environment(out: Path) -> dict[str, Any]:
 
 def cuda_tests(out: Path) -> dict[str, Any]:
     result = run_child(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_devices.py",
-                        "tests/test_distributed_devices.py"], LIMITS["cuda_tests"])
+                        "tests/test_distributed_devices.py", "tests/test_decode_on_device.py"], LIMITS["cuda_tests"])
     summary = next((line for line in reversed(result["output_tail"].splitlines()) if " passed" in line), "")
     return {**result, "summary": summary.strip("= ")}
 
@@ -132,7 +140,7 @@ def training(out: Path) -> dict[str, Any]:
 def rehearsal(out: Path) -> dict[str, Any]:
     folder = out / "rehearsal"
     result = run_child(["-m", "benchmarks", *REHEARSED, "--scale", "rehearsal", "--device", "cuda", "--seeds", "1",
-                        "--out", str(folder), "--quiet"], LIMITS["rehearsal"])
+                        "--gpus-per-run", str(torch.cuda.device_count()), "--out", str(folder), "--quiet"], LIMITS["rehearsal"])
     runs = [r for name in REHEARSED for r in json.loads((folder / name / "results.json").read_text())["runs"]]
     verdicts = {name: [f["verdict"] for f in json.loads((folder / name / "findings.json").read_text())["findings"]]
                 for name in REHEARSED}
@@ -191,8 +199,28 @@ def speed(out: Path) -> dict[str, Any]:
             "max_abs_logit_diff": parity}
 
 
+def loader(out: Path) -> dict[str, Any]:
+    """The input pipeline's images/s on GPU 0, decoded there and in the workers (benchmarks/gpu_steps.py)."""
+    from benchmarks.gpu_steps import loader_rates
+    from benchmarks.loader_data import PhotoSpec, mean_file_bytes, photo_folder
+
+    device = torch.device("cuda", 0)
+    photos = photo_folder(out / "loader-photos", PhotoSpec(images=LOADER_PHOTOS), device=device)
+    return {**loader_rates(photos, device), "mean_file_bytes": round(mean_file_bytes(photos)), "cpus": os.cpu_count()}
+
+
+def mfu(out: Path) -> dict[str, Any]:
+    """ViT-B/16 training at batch 256 compiled, vitzoo and timm, in a child process (a compilation that
+    hangs is killed at the step's limit)."""
+    written = out / "mfu.json"
+    written.unlink(missing_ok=True)
+    run_child(["-m", "benchmarks.gpu_steps", "mfu", str(written)], LIMITS["mfu"])
+    return json.loads(written.read_text())
+
+
 STEPS: dict[str, Callable[[Path], dict[str, Any]]] = {"environment": environment, "cuda_tests": cuda_tests,
-                                                      "training": training, "rehearsal": rehearsal, "speed": speed}
+                                                      "training": training, "rehearsal": rehearsal, "speed": speed,
+                                                      "loader": loader, "mfu": mfu}
 
 
 def report(results: dict[str, Any]) -> str:

@@ -12,7 +12,10 @@ machine, when a scale's models change: `python -m benchmarks.plan --record`.
 
 A run's time is its training images at the probed training speed, plus its evaluations (validation
 during training, the test set at the end, the few-shot features) at the probed speed of a forward
-pass (a third of a training step's work), plus a fixed start-up per run.
+pass (a third of a training step's work), plus its start. A run that reads image files trains no faster
+than its loaders feed it, and starts in a time that grows with its dataset (benchmarks/plan_inputs.py,
+from the measured figures of `python -m benchmarks loader`); the plan says which bound each ablation's
+runs meet, the device's ("GPU", "CPU") or the loader's.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Mapping
 import torch
 
 import vitzoo
+from benchmarks import plan_inputs
 from benchmarks.launchers.assign import Assignment
 from benchmarks.machine import environment
 from benchmarks.spec import Ablation, Scale
@@ -34,7 +38,6 @@ from benchmarks.suite import RESULTS, Run
 from benchmarks.training import dataset_images, train_images
 from vitzoo.io import write_text
 
-RUN_OVERHEAD_S = 4.0  # per run: the data loaded from the cache, the model built, the workers fed
 # Two one-thread workers on two cores slow each other (shared memory bandwidth, a lower boost clock):
 # the main job took 4.1 min where the single-worker probe predicted 3.5 (2026-11-25, AMD EPYC family 25).
 PARALLEL_SLOWDOWN = 1.2
@@ -61,13 +64,18 @@ def run_cost(run: Run) -> RunCost:
                    max(c.longest_eval_images for c in costs))
 
 
+def training_steps(train: dict) -> tuple[int, int]:
+    """(optimizer steps, evaluations during training) of one training with the settings `train`."""
+    steps = train.get("steps") or max(1, round(train.get("epochs", 10) * (train_images(train) // train["batch_size"])))
+    return steps, (steps // train["eval_every"] if train.get("eval_every") else 0)
+
+
 def training_cost(run: Run, train: dict) -> RunCost:
     """The cost of one training of the run's model with the settings `train`."""
-    n_train, n_test = train_images(train), dataset_images(train)[1]
+    n_test = dataset_images(train)[1]
     n_test = min(n_test, train.get("test_limit") or n_test)
     batch = train["batch_size"]
-    steps = train.get("steps") or max(1, round(train.get("epochs", 10) * (n_train // batch)))
-    evaluations = steps // train["eval_every"] if train.get("eval_every") else 0
+    steps, evaluations = training_steps(train)
     eval_each = train.get("val_size") or n_test
     eval_images = evaluations * eval_each + 2 * n_test  # the test set at the end, and its few-shot features
     longest = max(eval_each if evaluations else 0, n_test)
@@ -79,6 +87,13 @@ def image_flops(model_key: str) -> float:
     """Training FLOPs of one image (forward and backward), counted once per model: seeds share it."""
     spec = json.loads(model_key)
     return float(vitzoo.count_flops(vitzoo.get_config(spec["model"], **spec["options"]), backward=True))
+
+
+@functools.lru_cache(maxsize=None)
+def input_side(model_key: str) -> int:
+    """The side of the model's input images, in pixels."""
+    spec = json.loads(model_key)
+    return int(vitzoo.get_config(spec["model"], **spec["options"]).img_size[0])
 
 
 def dataset_classes(train: dict) -> int:
@@ -167,23 +182,58 @@ def probe_images_per_s(model_key: str, device: str, threads: int, precision: str
         torch.set_num_threads(previous)
 
 
-def run_seconds(run: Run, cost: RunCost, assignment: Assignment, gpu_tflops: float,
-                recorded: Mapping[str, float] | None = None) -> float:
-    """Wall seconds of one run on its share of the assignment: its processes' summed throughput."""
-    processes = assignment.processes_per_run
-    if assignment.device == "cuda" and not assignment.present:  # GPUs that are not here: the stated speed
-        work = cost.flops * (1 + FORWARD_SHARE * cost.eval_images / max(cost.train_images, 1))
-        return RUN_OVERHEAD_S + work / (processes * gpu_tflops * 1e12)
+def device_images_per_s(run: Run, assignment: Assignment, gpu_tflops: float,
+                        recorded: Mapping[str, float] | None = None) -> float:
+    """Training images per second of one process of the run on its device: the stated GPU throughput
+    for GPUs that are not here, else the recorded or a live probe."""
     key = _model_key(run)
+    if assignment.device == "cuda" and not assignment.present:
+        return gpu_tflops * 1e12 / image_flops(key)
     if recorded is not None:
         if key not in recorded:
             raise KeyError(f"no recorded throughput for the model of run {run.label!r} ({key}); re-record the probe "
                            f"on a quiet machine: python -m benchmarks.plan --record")
-        ips = recorded[key]
-    else:
-        ips = probe_images_per_s(key, assignment.device, assignment.threads_per_process,
-                                 run_precision(run, assignment.device))
-    return RUN_OVERHEAD_S + (cost.train_images + FORWARD_SHARE * cost.eval_images) / (ips * processes)
+        return recorded[key]
+    return probe_images_per_s(key, assignment.device, assignment.threads_per_process, run_precision(run, assignment.device))
+
+
+@dataclass(frozen=True)
+class RunTime:
+    seconds: float  # wall seconds on the run's share of the assignment, its start included
+    bound: str  # what its training images wait for: "GPU" or "CPU" (the device), "loader" (its input pipeline)
+    startup_s: float
+
+
+def run_time(run: Run, assignment: Assignment, gpu_tflops: float, recorded: Mapping[str, float] | None = None) -> RunTime:
+    """One run on its share of the assignment: each training's images at the lower of its processes'
+    summed device throughput and its loaders' rate (benchmarks/plan_inputs.py), its evaluations alike
+    at a forward pass's share of the work, and its start."""
+    processes = assignment.processes_per_run
+    per_process = device_images_per_s(run, assignment, gpu_tflops, recorded)
+    img_size = input_side(_model_key(run))
+    bound = "GPU" if assignment.device == "cuda" else "CPU"
+    start = plan_inputs.BUILD_S + (plan_inputs.RENDEZVOUS_S[assignment.device] if processes > 1 else 0.0)
+    seconds = 0.0
+    for train in (run.config["train"], *run.config.get("more_train", ())):
+        cost = training_cost(run, train)
+        training = cost.train_images / (per_process * processes)
+        evaluating = FORWARD_SHARE * cost.eval_images / (per_process * processes)
+        fed = plan_inputs.feed(train, img_size, processes)
+        if fed is not None and fed.serial:  # the training process decodes between its steps
+            training, evaluating = training + cost.train_images / fed.train, evaluating + cost.eval_images / fed.evaluation
+        elif fed is not None:
+            if cost.train_images / fed.train > training:
+                bound, training = "loader", cost.train_images / fed.train
+            evaluating = max(evaluating, cost.eval_images / fed.evaluation)
+        start += plan_inputs.startup_seconds(train, img_size, processes, training_steps(train)[1])
+        seconds += training + evaluating
+    return RunTime(seconds + start, bound, start)
+
+
+def run_seconds(run: Run, cost: RunCost, assignment: Assignment, gpu_tflops: float,
+                recorded: Mapping[str, float] | None = None) -> float:
+    """Wall seconds of one run on its share of the assignment (`run_time`; `cost` is the run's own)."""
+    return run_time(run, assignment, gpu_tflops, recorded).seconds
 
 
 @dataclass(frozen=True)
@@ -198,13 +248,15 @@ class AblationPlan:
     device_hours: float = 0.0  # GPU-hours (CPU: process-hours) of the runs still to measure
     problem: str = ""  # what stops a run (a micro-batch that does not fit), instead of an estimate
     longest_eval_min: float = 0.0  # the longest single evaluation of a run still to measure
+    bound: str = ""  # what the runs' training waits for: the device ("GPU", "CPU"), "loader", or both, counted
+    loader_bound_runs: int = 0  # runs still to measure whose training waits for the loader
 
 
-def evaluation_seconds(seconds: float, cost: RunCost) -> float:
-    """The run's longest single evaluation, of a run taking `seconds`: its share of the run's work (an
-    image evaluated costs FORWARD_SHARE of one trained)."""
+def evaluation_seconds(time: RunTime, cost: RunCost) -> float:
+    """The run's longest single evaluation: its share of the run's work after its start (an image
+    evaluated costs FORWARD_SHARE of one trained)."""
     work = cost.train_images + FORWARD_SHARE * cost.eval_images
-    return max(seconds - RUN_OVERHEAD_S, 0.0) * FORWARD_SHARE * cost.longest_eval_images / work if work else 0.0
+    return max(time.seconds - time.startup_s, 0.0) * FORWARD_SHARE * cost.longest_eval_images / work if work else 0.0
 
 
 def plan_ablation(spec: Ablation, scale: Scale, done: set[str], assignment: Assignment,
@@ -215,22 +267,34 @@ def plan_ablation(spec: Ablation, scale: Scale, done: set[str], assignment: Assi
     todo = [r for r in runs if r.key not in done]
     if not spec.trains:  # timings (cost): a few seconds a point, measured one at a time
         return AblationPlan(spec.name, len(runs), len(todo), 0.0, len(todo) * 20 / 60, scale.budget_min)
-    costs = {r.key: run_cost(r) for r in runs}
-    flops = sum(c.flops for c in costs.values())
+    flops = sum(run_cost(r).flops for r in runs)
     try:
-        seconds = [run_seconds(r, costs[r.key], assignment, gpu_tflops, recorded) for r in todo]
+        times = [run_time(r, assignment, gpu_tflops, recorded) for r in todo]
     except OutOfMemory as exc:
         return AblationPlan(spec.name, len(runs), len(todo), flops, float("nan"), scale.budget_min, problem=str(exc))
+    seconds = [t.seconds for t in times]
     at_once = assignment.runs_at_once if spec.parallel else 1
     longest = max(seconds, default=0.0) / 60
     hours = sum(seconds) * assignment.processes_per_run / 3600
-    evaluation = max((evaluation_seconds(s, costs[r.key]) for r, s in zip(todo, seconds)), default=0.0) / 60
+    evaluation = max((evaluation_seconds(t, run_cost(r)) for r, t in zip(todo, times)), default=0.0) / 60
+    loader_bound = sum(t.bound == "loader" for t in times)
+    bound = bound_of(loader_bound, len(times), times[0].bound if times else "")
     if at_once is None:  # SLURM: every job may start at once; the longest bounds the wall time
-        return AblationPlan(spec.name, len(runs), len(todo), flops, longest, scale.budget_min, longest, hours,
-                            longest_eval_min=evaluation)
+        return AblationPlan(spec.name, len(runs), len(todo), flops, longest, scale.budget_min, longest, hours, bound=bound,
+                            loader_bound_runs=loader_bound, longest_eval_min=evaluation)
     slowdown = PARALLEL_SLOWDOWN if at_once > 1 and assignment.device == "cpu" else 1.0
     return AblationPlan(spec.name, len(runs), len(todo), flops, sum(seconds) / at_once * slowdown / 60,
-                        scale.budget_min, longest, hours, longest_eval_min=evaluation)
+                        scale.budget_min, longest, hours, bound=bound, loader_bound_runs=loader_bound,
+                        longest_eval_min=evaluation)
+
+
+def bound_of(loader_runs: int, runs: int, device: str) -> str:
+    """What `runs` wait for, in the plan's words: the device's name, "loader", or "loader (N of M runs)"."""
+    if not runs:
+        return ""
+    if loader_runs == runs:
+        return "loader"
+    return device if not loader_runs else f"loader ({loader_runs} of {runs} runs)"
 
 
 def describe(plans: list[AblationPlan], scale: Scale, assignment: Assignment, gpu_tflops: float) -> str:
@@ -241,13 +305,15 @@ def describe(plans: list[AblationPlan], scale: Scale, assignment: Assignment, gp
 
     unit = "GPU-hours" if assignment.device == "cuda" else "process-hours"
     rows = [[p.name, p.runs, p.to_measure, f"{p.flops:.3g}", "n/a" if p.problem else f"{p.minutes:.1f}",
-             f"{p.longest_run_min:.1f}", f"{p.device_hours:.1f}", within(p.minutes, p.budget_min)] for p in plans]
+             f"{p.longest_run_min:.1f}", f"{p.device_hours:.1f}", within(p.minutes, p.budget_min), p.bound] for p in plans]
     total = sum(p.minutes for p in plans if not p.problem)
     if assignment.runs_at_once is None:
         total = max((p.minutes for p in plans if not p.problem), default=0.0)
     rows.append(["all", sum(p.runs for p in plans), sum(p.to_measure for p in plans), f"{sum(p.flops for p in plans):.3g}",
                  f"{total:.1f}", f"{max((p.longest_run_min for p in plans), default=0.0):.1f}",
-                 f"{sum(p.device_hours for p in plans):.1f}", within(total, scale.suite_budget_min)])
+                 f"{sum(p.device_hours for p in plans):.1f}", within(total, scale.suite_budget_min),
+                 bound_of(sum(p.loader_bound_runs for p in plans), sum(p.to_measure for p in plans if p.bound),
+                          "GPU" if assignment.device == "cuda" else "CPU")])
     assumed = " (ImageNet-1k's size assumed: no --data given)" if scale.train.get("data") == "imagenet" else ""
     if assignment.device == "cuda" and not assignment.present:
         how = (f"estimated{assumed} from a stated GPU throughput of {gpu_tflops:g} TFLOP/s per GPU in training "
@@ -255,9 +321,15 @@ def describe(plans: list[AblationPlan], scale: Scale, assignment: Assignment, gp
     else:
         how = f"estimated{assumed} from a measured throughput probe on {assignment.device_name}, in each run's precision"
     problems = "".join(f"\n\n**{p.name} cannot run as planned**: {p.problem}" for p in plans if p.problem)
-    return (f"Plan at `--scale {scale.name}`, {how}; {assignment.describe()}:\n\n"
+    if any("loader" in p.bound for p in plans) or scale.train.get("num_workers"):
+        how += f"; {plan_inputs.describe_loader()}"
+    if scale.suite_budget_min is not None and total > scale.suite_budget_min:
+        problems += (f"\n\n**Over budget: {total / 60:.1f} h planned, the scale's budget is {scale.suite_budget_min / 60:g} h"
+                     f" on this assignment.**")
+    return (f"Plan at `--scale {scale.name}`, {how}; {assignment.describe()}; a run's start: "
+            f"{plan_inputs.describe_start()}:\n\n"
             + markdown_table(["ablation", "runs", "to measure", "training FLOPs", "minutes", "longest run (min)", unit,
-                              "budget (min)"], rows) + problems)
+                              "budget (min)", "bound"], rows) + problems)
 
 
 def record_throughput(scales: tuple[str, ...] = ("main", "cpu"), threads: int = 1, path: Path = THROUGHPUT) -> dict:

@@ -125,4 +125,12 @@ def image_shards(root: str | os.PathLike, spec: FolderSpec = FolderSpec(), sampl
     return folder / "shards"
 
 
-__all__ = ["FolderSpec", "class_name", "draw", "image_folder", "image_shards"]
+def is_rehearsal_folder(root: str | os.PathLike) -> bool:
+    """Whether `root` is a folder `image_folder` wrote (its spec.json names a FolderSpec's fields)."""
+    try:
+        return set(json.loads((Path(root) / "spec.json").read_text())) == set(asdict(FolderSpec()))
+    except (OSError, ValueError, TypeError):
+        return False
+
+
+__all__ = ["FolderSpec", "class_name", "draw", "image_folder", "image_shards", "is_rehearsal_folder"]

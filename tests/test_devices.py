@@ -348,8 +348,10 @@ def test_the_training_loader_is_made_once_with_persistent_workers_and_evaluation
     """Over three epochs with evaluations, one training loader is made, its workers persisting between
     epochs and evaluations; each evaluation (steps 4 and 8, and the final one) makes a loader whose
     workers end with it."""
+    from vitzoo.train import inputs
+
     made = []
-    real_loader, real_eval_loader = loop.DataLoader, evaluation.eval_loader
+    real_loader, real_eval_loader = inputs.DataLoader, inputs.eval_loader
 
     def training_loader(*args, **kwargs):
         made.append(("train", kwargs.get("persistent_workers")))
@@ -360,8 +362,8 @@ def test_the_training_loader_is_made_once_with_persistent_workers_and_evaluation
         made.append(("eval", loader.persistent_workers))
         return loader
 
-    monkeypatch.setattr(loop, "DataLoader", training_loader)
-    monkeypatch.setattr(evaluation, "eval_loader", evaluation_loader)
+    monkeypatch.setattr(inputs, "DataLoader", training_loader)
+    monkeypatch.setattr(inputs, "eval_loader", evaluation_loader)
     summary = fit(tiny_config(steps=12, eval_every=4, num_workers=1))
     assert summary["status"] == "finished"
     assert made == [("train", True), ("eval", False), ("eval", False), ("eval", False)]

@@ -97,13 +97,15 @@ def accuracy(model, dataset: Dataset, *, batch_size: int = 256, num_workers: int
 
 @torch.no_grad()
 def extract_features(model, dataset: Dataset, indices: Sequence[int] | None = None, *, batch_size: int = 256,
-                     num_workers: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Frozen pre-logits representations (float32, CPU) and labels of `dataset` (or of `indices`)."""
+                     num_workers: int = 0, loader: Iterable | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Frozen pre-logits representations (float32, CPU) and labels of `dataset` (or of `indices`).
+    `loader`: the batches of `dataset` (`indices`) from a loader made elsewhere, instead of one made here."""
     device = _device_of(model)
     was_training = model.training
     model.eval()
     features, targets = [], []
-    loader = eval_loader(dataset, indices, batch_size=batch_size, num_workers=num_workers, pin_memory=device.type == "cuda")
+    if loader is None:
+        loader = eval_loader(dataset, indices, batch_size=batch_size, num_workers=num_workers, pin_memory=device.type == "cuda")
     for x, labels in _on_device(model, loader):
         tokens = model.forward_features(x)
         features.append(model.forward_head(tokens, pre_logits=True).float().cpu())

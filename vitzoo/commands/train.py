@@ -29,6 +29,7 @@ from vitzoo.config import ViTConfig
 from vitzoo.errors import ConfigError
 from vitzoo.options import check_number
 from vitzoo.train.config import (
+    DECODES,
     DEVICES,
     OPTIMIZERS,
     PRECISIONS,
@@ -38,7 +39,7 @@ from vitzoo.train.config import (
 )
 
 CHOICES = {"recipe": tuple(RECIPES), "optimizer": OPTIMIZERS, "schedule": SCHEDULES, "device": DEVICES,
-           "precision": PRECISIONS}
+           "precision": PRECISIONS, "decode": DECODES}
 NOT_FLAGS = {"model", "model_options", "resume", "out"}  # positional / handled by hand
 
 

@@ -9,6 +9,9 @@
 - `augment`: per-sample resizing and augmentation, reproducible from (seed, epoch, index)
   (`Transformed`), and batch-level MixUp / CutMix (`batch_mixer`);
 - `normalization`: uint8 batches on the device -> normalised floats with the model's mean and std;
+- `decode`: image files' bytes and their decoding (torchvision.io, PIL for the rest); `encoded` and
+  `on_device`: loader workers hand over the bytes and each sample's crop and flip, the training device
+  decodes a batch and applies them (`--decode device`: the same images as the workers' path);
 - `workers`: how a loader starts its worker processes (`worker_start`: not by fork where that can hang).
 
     from vitzoo import data

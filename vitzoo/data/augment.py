@@ -8,7 +8,8 @@ the model's resolution (`build_transform(img_size, None)`). MixUp / CutMix act o
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,18 +92,27 @@ class Transformed(Dataset):
         return len(self.base)
 
     def __getitem__(self, key) -> tuple[torch.Tensor, int]:
+        image, label = self.base[key[1] if isinstance(key, tuple) else key]
+        return self.transform_sample(image, key), label
+
+    def transform_sample(self, image: torch.Tensor, key) -> torch.Tensor:
+        """The transform of sample `key`'s decoded image (seeded for a key `(epoch, index)`)."""
         if isinstance(key, tuple):
-            epoch, index = key
-            image, label = self.base[index]
-            state = torch.get_rng_state()
-            torch.default_generator.manual_seed(hash((self.seed, epoch, index)) % (2**63))
-            try:
-                image = self.transform(image)
-            finally:
-                torch.set_rng_state(state)
-            return image, label
-        image, label = self.base[key]
-        return self.transform(image), label
+            with sample_rng(self.seed, *key):
+                return self.transform(image)
+        return self.transform(image)
 
 
-__all__ = ["Augment", "Transformed", "batch_mixer", "build_transform"]
+@contextmanager
+def sample_rng(seed: int, epoch: int, index: int) -> Iterator[None]:
+    """The global torch generator seeded for one sample's augmentation, from (seed, epoch, index) alone,
+    and restored afterwards (every draw of a sample's transform happens inside)."""
+    state = torch.get_rng_state()
+    torch.default_generator.manual_seed(hash((seed, epoch, index)) % (2**63))
+    try:
+        yield
+    finally:
+        torch.set_rng_state(state)
+
+
+__all__ = ["Augment", "Transformed", "batch_mixer", "build_transform", "sample_rng"]

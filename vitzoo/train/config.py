@@ -42,12 +42,13 @@ OPTIMIZERS = ("adamw", "sgd")
 SCHEDULES = ("linear", "cosine", "constant")
 DEVICES = ("auto", "cpu", "cuda", "mps")
 PRECISIONS = ("auto", "gpu-half", "fp32", "bf16", "fp16")
+DECODES = ("auto", "workers", "device")
 DEFAULT_EPOCHS = 10
 
 # Fields that may differ between a run and its resumption (they do not change what is computed);
 # `out` too: a run directory moved or copied elsewhere is the same run.
 RESUMABLE_CHANGES = {"resume", "stop_at", "quiet", "num_workers", "log_every", "eval_every", "checkpoint_every",
-                     "keep_checkpoints", "device", "compile", "tensorboard", "out", "download"}
+                     "keep_checkpoints", "device", "compile", "tensorboard", "out", "download", "decode"}
 
 # the range of every number option (`vitzoo.options.check_fields` checks them all, and every type, as
 # one ConfigError before any data loads); options not named take any int or finite number
@@ -94,6 +95,10 @@ class TrainConfig(Options):
         "train and evaluate on these classes of the dataset only, renumbered 0, 1, ... in the order given (0,1,2,3,4: "
         "the first half of a 10-class dataset; taken before --val-size and the limits)", default=None)
     num_workers: int = _help("data loader worker processes", default=0)
+    decode: str = _help("where image files are decoded: workers (in the loader workers, on the CPU) | device (the "
+                        "workers read the bytes, the training process decodes each batch on its device, nvJPEG on "
+                        "a GPU, and crops, resizes and flips it there) | auto (device on CUDA for a dataset of image "
+                        "files, else workers)", default="auto")
     random_resized_crop: float = _help("RandomResizedCrop min scale (0: off)", default=0.0)
     crop_padding: int = _help("random crop after zero padding by this many pixels (0: off)", default=0)
     hflip: bool = _help("random horizontal flips", default=False)
@@ -152,7 +157,8 @@ class TrainConfig(Options):
         check_fields(self, NUMBER_RANGES)  # every option's type (str, bool, dict, numbers in range) first
         if self.recipe not in RECIPES:
             raise ConfigError(f"unknown recipe {self.recipe!r}; choose one of {', '.join(RECIPES)}")
-        for name, choices in (("optimizer", OPTIMIZERS), ("schedule", SCHEDULES), ("device", DEVICES), ("precision", PRECISIONS)):
+        for name, choices in (("optimizer", OPTIMIZERS), ("schedule", SCHEDULES), ("device", DEVICES), ("precision", PRECISIONS),
+                              ("decode", DECODES)):
             value = getattr(self, name)
             if value is not None and value not in choices:
                 raise ConfigError(f"{name}={value!r} is not one of {', '.join(choices)}")
@@ -194,4 +200,4 @@ class TrainConfig(Options):
         return float(min(RECIPES[self.recipe]["warmup"], total_steps // 10))
 
 
-__all__ = ["DEVICES", "OPTIMIZERS", "PRECISIONS", "RECIPES", "RESUMABLE_CHANGES", "SCHEDULES", "TrainConfig"]
+__all__ = ["DECODES", "DEVICES", "OPTIMIZERS", "PRECISIONS", "RECIPES", "RESUMABLE_CHANGES", "SCHEDULES", "TrainConfig"]

@@ -13,7 +13,7 @@ with 8 workers each, each holding the dataset's file list).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import torch
 from torch.utils.data import Dataset
@@ -30,18 +30,26 @@ from vitzoo.train import distributed
 
 class Evaluation:
     """`model` (the plain module, not its DDP or compiled wrapper) measured in batches of `batch_size`
-    under autocast to `autocast_dtype` (None: float32)."""
+    under autocast to `autocast_dtype` (None: float32). `batches(dataset, indices, batch_size)`, where
+    given, makes each pass's (uint8 images, labels) (vitzoo.train.inputs: decoded on the device);
+    otherwise a loader of `num_workers` workers does."""
 
     def __init__(self, model: torch.nn.Module, env: distributed.Env, *, batch_size: int, num_workers: int,
-                 pin_memory: bool, autocast_dtype: torch.dtype | None) -> None:
+                 pin_memory: bool, autocast_dtype: torch.dtype | None,
+                 batches: Callable[[Dataset, Sequence[int], int], Iterable] | None = None) -> None:
         self.model, self.env, self.autocast_dtype = model, env, autocast_dtype
         self.batch_size, self.num_workers, self.pin_memory = batch_size, num_workers, pin_memory
+        self.batches = batches
+
+    def loader(self, dataset: Dataset, indices: Sequence[int]) -> Iterable:
+        if self.batches is not None:
+            return self.batches(dataset, indices, self.batch_size)
+        return eval_loader(dataset, indices, batch_size=self.batch_size, num_workers=self.num_workers,
+                           pin_memory=self.pin_memory)
 
     def measure(self, dataset: Dataset) -> dict[str, float]:
         """Top-1, top-5 and loss on `dataset`, each rank a share (its workers end with the pass)."""
-        indices = range(self.env.rank, len(dataset), self.env.world_size)
-        loader = eval_loader(dataset, indices, batch_size=self.batch_size, num_workers=self.num_workers,
-                             pin_memory=self.pin_memory)
+        loader = self.loader(dataset, range(self.env.rank, len(dataset), self.env.world_size))
         sums = distributed.all_or_none(lambda: classification_sums(  # the loader says which images, how batched
             self.model, dataset, autocast_dtype=self.autocast_dtype, loader=loader), self.env)
         return metrics_from_sums(distributed.all_reduce(sums, self.env))
@@ -57,8 +65,9 @@ class Evaluation:
         indices = list(range(len(dataset))) if indices is None else list(indices)
         mine = indices[env.rank :: env.world_size]
         # a rank with no image of its own passes one through anyway, to learn the features' width
-        features, labels = distributed.all_or_none(lambda: extract_features(
-            self.model, dataset, mine or indices[:1], batch_size=self.batch_size, num_workers=self.num_workers), env)
+        passed = mine or indices[:1]
+        features, labels = distributed.all_or_none(
+            lambda: extract_features(self.model, dataset, passed, loader=self.loader(dataset, passed)), env)
         features, labels = features[: len(mine)], labels[: len(mine)]
         return (distributed.gather_strided(features, len(indices), env), distributed.gather_strided(labels, len(indices), env))
 

@@ -23,13 +23,11 @@ import math
 import signal
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch.utils.data import DataLoader
 
 import vitzoo
 from vitzoo import data as datasets
@@ -41,9 +39,9 @@ from vitzoo.train.build import (base_config, build_model, build_optimizer, has_r
                                 model_options, resolve_precision)
 from vitzoo.train.config import TrainConfig
 from vitzoo.train.evaluation import Evaluation
+from vitzoo.train.inputs import Inputs
 from vitzoo.train.metrics import Metrics, scores
 from vitzoo.train.rundir import finished_summary, prepare_run_dir
-from vitzoo.train.sampler import GlobalBatchSampler
 from vitzoo.train.schedule import Schedule
 from vitzoo.train.signals import stop_signals
 from vitzoo.weights.layout import CONFIG_NAME
@@ -108,7 +106,9 @@ class Trainer:
         torch.manual_seed(cfg.seed)  # the same initial weights on every process
         self.model = build_model(cfg, model_options(cfg, info, base), info.classes).to(self.device)
         self.amp_dtype = resolve_precision(cfg, self.device, self.model, self.micro, env)
-        self._make_datasets(train_raw, val_raw, test_raw, info.num_classes)
+        self.inputs = Inputs(cfg, env, self.model.config.img_size, (train_raw, val_raw, test_raw), info.num_classes, self.micro)
+        self.train_set, self.train_eval_set = self.inputs.train_set, self.inputs.train_eval_set
+        self.val_set, self.test_set, self.mixer = self.inputs.val_set, self.inputs.test_set, self.inputs.mixer
         self._plan_length()
         self.optimizer = build_optimizer(cfg, self.model, self.device)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp_dtype == torch.float16)
@@ -122,17 +122,6 @@ class Trainer:
     def say(self, message: str) -> None:
         if self.verbose:
             print(message, file=sys.stderr, flush=True)
-
-    def _make_datasets(self, train_raw, val_raw, test_raw, num_classes: int) -> None:
-        """The splits at the model's resolution: augmented for training, plain for evaluation."""
-        cfg = self.cfg
-        img_size = self.model.config.img_size
-        augment = datasets.Augment(cfg.random_resized_crop, cfg.crop_padding, cfg.hflip, cfg.randaugment, cfg.mixup, cfg.cutmix)
-        self.train_set = datasets.Transformed(train_raw, datasets.build_transform(img_size, augment), cfg.seed)
-        self.train_eval_set = datasets.Transformed(train_raw, datasets.build_transform(img_size, None))
-        self.test_set = datasets.Transformed(test_raw, datasets.build_transform(img_size, None))
-        self.val_set = datasets.Transformed(val_raw, datasets.build_transform(img_size, None)) if val_raw is not None else None
-        self.mixer = datasets.batch_mixer(augment, num_classes)
 
     def _plan_length(self) -> None:
         """The run's length (steps, or a time budget) and the learning-rate schedule over it."""
@@ -190,14 +179,10 @@ class Trainer:
     def _make_loaders(self) -> None:
         """The training loader, made once: its workers are kept between epochs and evaluations
         (persistent_workers); the evaluations' loaders end their workers after each pass (`Evaluation`)."""
-        cfg, env = self.cfg, self.env
-        pin, persistent = self.device.type == "cuda", cfg.num_workers > 0
-        self.sampler = GlobalBatchSampler(len(self.train_set), cfg.batch_size, self.micro, env.rank, env.world_size, cfg.seed, 0)
-        self.train_loader = DataLoader(self.train_set, batch_sampler=self.sampler, num_workers=cfg.num_workers, pin_memory=pin,
-                                       persistent_workers=persistent, generator=torch.Generator().manual_seed(cfg.seed),
-                                       multiprocessing_context=datasets.worker_start(cfg.num_workers))
-        self.evaluation = Evaluation(self.model, env, batch_size=max(self.micro, 256), num_workers=cfg.num_workers,
-                                     pin_memory=pin, autocast_dtype=self.amp_dtype)
+        self.inputs.make_loader()
+        self.evaluation = Evaluation(self.model, self.env, batch_size=max(self.micro, 256), num_workers=self.cfg.num_workers,
+                                     pin_memory=self.device.type == "cuda", autocast_dtype=self.amp_dtype,
+                                     batches=self.inputs.eval_batches)
 
     # ------------------------------------------------------------------------ the run
     def run(self) -> dict[str, Any]:
@@ -206,7 +191,7 @@ class Trainer:
         self.say(f"training {cfg.model} ({vitzoo.count_params(self.model):,} parameters) on {cfg.data}: "
                  f"{len(self.train_set)} images, batch {cfg.batch_size} = {self.env.world_size} process(es) x {self.accum} x "
                  f"{self.micro}, " + (f"{self.total_steps} steps" if self.total_steps else f"{cfg.time_budget_min} min")
-                 + f", {self.device}, recipe {cfg.recipe}")
+                 + f", {self.device}, recipe {cfg.recipe}, {self.inputs.describe()}")
         self.metrics = Metrics(self.run_dir, self.env.is_main, self.step, cfg.tensorboard)
         try:
             self.train()
@@ -220,7 +205,7 @@ class Trainer:
         at their points."""
         cfg = self.cfg
         self._start_loop()
-        batches = self.micro_batches(self.step)
+        batches = self.inputs.micro_batches(self.step, self.steps_per_epoch)
         normalize = datasets.Normalizer(self.model.config.mean, self.model.config.std,
                                         self.model.config.in_chans, self.device)
         self.wrapped.train()
@@ -273,13 +258,6 @@ class Trainer:
         if self.total_steps is not None:
             return self.step >= self.total_steps
         return self.train_seconds >= self.budget_s
-
-    def micro_batches(self, start_step: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        epoch, start = divmod(start_step, self.steps_per_epoch)
-        while True:
-            self.sampler.set_epoch(epoch, start)
-            yield from self.train_loader
-            epoch, start = epoch + 1, 0
 
     # ------------------------------------------------------------------------ one step
     def train_step(self, batches, normalize) -> tuple[float, bool]:
