@@ -10,10 +10,16 @@ TIFF, PPM, a CMYK JPEG an old libjpeg refuses).
 from __future__ import annotations
 
 import io
+import warnings
 from pathlib import Path
 
 import torch
 from torch.utils.data import Dataset
+
+# torchvision 0.29 warns at every decode that its image codecs are deprecated for TorchCodec's; they are
+# still shipped and are what this machine's torch pairs with: said once here (docs/datasets.md), not per image
+warnings.filterwarnings("ignore", message="The image decoding and encoding capabilities of TorchVision are deprecated",
+                        category=DeprecationWarning)
 
 
 def read_bytes(path: str | Path) -> torch.Tensor:
