@@ -202,6 +202,7 @@ class RunTime:
     seconds: float  # wall seconds on the run's share of the assignment, its start included
     bound: str  # what its training images wait for: "GPU" or "CPU" (the device), "loader" (its input pipeline)
     startup_s: float
+    longest_eval_s: float = 0.0  # its longest single evaluation (a SLURM job's warning must cover it)
 
 
 def run_time(run: Run, assignment: Assignment, gpu_tflops: float, recorded: Mapping[str, float] | None = None) -> RunTime:
@@ -213,7 +214,7 @@ def run_time(run: Run, assignment: Assignment, gpu_tflops: float, recorded: Mapp
     img_size = input_side(_model_key(run))
     bound = "GPU" if assignment.device == "cuda" else "CPU"
     start = plan_inputs.BUILD_S + (plan_inputs.RENDEZVOUS_S[assignment.device] if processes > 1 else 0.0)
-    seconds = 0.0
+    seconds = longest_eval = 0.0
     for train in (run.config["train"], *run.config.get("more_train", ())):
         cost = training_cost(run, train)
         training = cost.train_images / (per_process * processes)
@@ -227,7 +228,9 @@ def run_time(run: Run, assignment: Assignment, gpu_tflops: float, recorded: Mapp
             evaluating = max(evaluating, cost.eval_images / fed.evaluation)
         start += plan_inputs.startup_seconds(train, img_size, processes, training_steps(train)[1])
         seconds += training + evaluating
-    return RunTime(seconds + start, bound, start)
+        if cost.eval_images:
+            longest_eval = max(longest_eval, evaluating / cost.eval_images * cost.longest_eval_images)
+    return RunTime(seconds + start, bound, start, longest_eval)
 
 
 def run_seconds(run: Run, cost: RunCost, assignment: Assignment, gpu_tflops: float,
@@ -252,13 +255,6 @@ class AblationPlan:
     loader_bound_runs: int = 0  # runs still to measure whose training waits for the loader
 
 
-def evaluation_seconds(time: RunTime, cost: RunCost) -> float:
-    """The run's longest single evaluation: its share of the run's work after its start (an image
-    evaluated costs FORWARD_SHARE of one trained)."""
-    work = cost.train_images + FORWARD_SHARE * cost.eval_images
-    return max(time.seconds - time.startup_s, 0.0) * FORWARD_SHARE * cost.longest_eval_images / work if work else 0.0
-
-
 def plan_ablation(spec: Ablation, scale: Scale, done: set[str], assignment: Assignment,
                   gpu_tflops: float = STATED_GPU_TFLOPS, recorded: Mapping[str, float] | None = None) -> AblationPlan:
     """The ablation's runs still to measure, their FLOPs and wall time on `assignment` (the one the
@@ -276,7 +272,7 @@ def plan_ablation(spec: Ablation, scale: Scale, done: set[str], assignment: Assi
     at_once = assignment.runs_at_once if spec.parallel else 1
     longest = max(seconds, default=0.0) / 60
     hours = sum(seconds) * assignment.processes_per_run / 3600
-    evaluation = max((evaluation_seconds(t, run_cost(r)) for r, t in zip(todo, times)), default=0.0) / 60
+    evaluation = max((t.longest_eval_s for t in times), default=0.0) / 60
     loader_bound = sum(t.bound == "loader" for t in times)
     bound = bound_of(loader_bound, len(times), times[0].bound if times else "")
     if at_once is None:  # SLURM: every job may start at once; the longest bounds the wall time

@@ -172,9 +172,12 @@ def test_the_warning_before_the_limit_covers_the_plans_longest_evaluation():
     spec = ABLATIONS["head"]
     made = planning.plan_ablation(spec, scale, set(), assign("cuda", "slurm", gpus_per_node=8))
     run = spec.runs(scale)[0]
-    # the test set of ImageNet, 50,000 images, forward only, on 8 GPUs at the stated 125 TFLOP/s
-    expected = 50_000 * planning.FORWARD_SHARE * planning.image_flops(planning._model_key(run)) / (8 * 125e12) / 60
-    assert made.longest_eval_min == pytest.approx(expected, rel=1e-6)
+    # the test set of ImageNet, 50,000 images, forward only, on 8 GPUs at the stated 125 TFLOP/s, or at the
+    # loaders' rate where they are slower
+    on_gpus = 50_000 * planning.FORWARD_SHARE * planning.image_flops(planning._model_key(run)) / (8 * 125e12) / 60
+    longest = max(planning.run_time(r, assign("cuda", "slurm", gpus_per_node=8), planning.STATED_GPU_TFLOPS).longest_eval_s
+                  for r in spec.runs(scale))
+    assert made.longest_eval_min == pytest.approx(longest / 60, rel=1e-9) and made.longest_eval_min >= on_gpus * (1 - 1e-9)
     assert signal_delay_s(0.0) == 180 and signal_delay_s(10.0) == 10 * 60 * 1.5 + 60  # at least 120 s, + a checkpoint
 
 
