@@ -12,11 +12,9 @@ PIL at quality 90 with 4:2:0 chroma subsampling, as most of ImageNet is. They co
 
 from __future__ import annotations
 
-import json
 import math
 import shutil
-import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -73,28 +71,20 @@ def photo_like(spec: PhotoSpec, index: int, device: torch.device | str = "cpu") 
 
 def photo_folder(root: Path, spec: PhotoSpec = PhotoSpec(), device: torch.device | str = "cpu") -> Path:
     """`root` holding `spec`'s JPEGs as ROOT/train/<class>/*.JPEG (and one image a class in val/),
-    written now unless it holds exactly them (its spec.json); written beside and renamed into place."""
-    root = Path(root)
-    stamp = json.dumps(asdict(spec), sort_keys=True)
-    if (root / "spec.json").is_file() and (root / "spec.json").read_text() == stamp:
-        return root
+    written now unless it holds exactly them (benchmarks.rehearsal_data.written_once)."""
     from PIL import Image
 
-    root.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{root.name}.", dir=root.parent))
-    try:
+    from benchmarks.rehearsal_data import written_once
+
+    def write(staging: Path) -> None:
         for i in range(spec.images + spec.classes):
             split, c = ("train", i % spec.classes) if i < spec.images else ("val", i - spec.images)
             folder = staging / split / f"n{c:08d}"
             folder.mkdir(parents=True, exist_ok=True)
             pixels = photo_like(spec, i, device).permute(1, 2, 0).numpy()
             Image.fromarray(pixels).save(folder / f"n{c:08d}_{i}.JPEG", "JPEG", quality=spec.quality, subsampling="4:2:0")
-        (staging / "spec.json").write_text(stamp)
-        shutil.rmtree(root, ignore_errors=True)
-        staging.rename(root)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return root
+
+    return written_once(root, spec, write)
 
 
 def empty_tree(root: Path, files: int, classes: int = 100) -> Path:

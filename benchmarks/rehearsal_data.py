@@ -22,6 +22,7 @@ import shutil
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any, Callable
 
 import torch
 
@@ -83,10 +84,18 @@ def _write(spec: FolderSpec, root: Path) -> None:
 
 
 def image_folder(root: str | os.PathLike, spec: FolderSpec = FolderSpec()) -> Path:
-    """The folder at `root` holding `spec`'s images, written now unless it already holds exactly them.
+    """The folder at `root` holding `spec`'s images, written now unless it already holds exactly them
+    (`written_once`)."""
+    return written_once(root, spec, lambda staging: _write(spec, staging))
+
+
+def written_once(root: str | os.PathLike, spec: Any, write: Callable[[Path], None]) -> Path:
+    """`root` as `write(folder)` makes it for the dataclass `spec`, made now unless it already holds
+    exactly that (its spec.json names `spec`'s fields).
 
     Written into a temporary folder beside `root` and renamed into place: a reader (another process of
-    the suite, a worker) sees the whole folder or none. A folder of another specification is replaced.
+    the suite, a worker) sees the whole folder or none. A folder of another specification, or an empty
+    one, is replaced; a folder holding other files is not ours, and is refused, never removed.
     """
     root = Path(root)
     stamp = json.dumps(asdict(spec), sort_keys=True)
@@ -95,15 +104,15 @@ def image_folder(root: str | os.PathLike, spec: FolderSpec = FolderSpec()) -> Pa
     root.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{root.name}.", dir=root.parent))
     try:
-        _write(spec, staging)
+        write(staging)
         (staging / "spec.json").write_text(stamp)
         if root.exists():
             if (root / "spec.json").is_file() and (root / "spec.json").read_text() == stamp:
                 return root  # another process wrote it meanwhile
-            if not (root / "spec.json").is_file():
-                raise FileExistsError(f"{root} exists and is not a rehearsal image folder; remove it or choose "
+            if not (root / "spec.json").is_file() and any(root.iterdir()):
+                raise FileExistsError(f"{root} exists and is not a folder of generated images; remove it or choose "
                                       "another folder")
-            shutil.rmtree(root)
+            shutil.rmtree(root)  # ours, of another specification, or empty
         try:
             os.replace(staging, root)
         except OSError:  # another process renamed its copy in first: the same images
@@ -133,4 +142,5 @@ def is_rehearsal_folder(root: str | os.PathLike) -> bool:
         return False
 
 
-__all__ = ["FolderSpec", "class_name", "draw", "image_folder", "image_shards", "is_rehearsal_folder"]
+__all__ = ["FolderSpec", "class_name", "draw", "image_folder", "image_shards", "is_rehearsal_folder",
+           "written_once"]
