@@ -76,8 +76,9 @@ def test_a_record_added_while_the_union_is_written_is_in_the_file_the_writer_lea
 
 def test_the_committed_results_load_unchanged(tmp_path):
     """Every committed results.json reads as the records it holds, and reading does not rewrite it."""
-    committed = sorted(RESULTS.glob("**/results.json"))
-    assert len(committed) >= 7
+    # every store of runs; the loader benchmark's results.json is one measurement's figures, not a store
+    committed = sorted(p for p in RESULTS.glob("**/results.json") if p.parent != RESULTS / "loader")
+    assert len(committed) >= 12
     for path in committed:
         copy = tmp_path / path.parent.relative_to(RESULTS) / "results.json"
         copy.parent.mkdir(parents=True)
