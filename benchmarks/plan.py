@@ -233,12 +233,6 @@ def run_time(run: Run, assignment: Assignment, gpu_tflops: float, recorded: Mapp
     return RunTime(seconds + start, bound, start, longest_eval)
 
 
-def run_seconds(run: Run, cost: RunCost, assignment: Assignment, gpu_tflops: float,
-                recorded: Mapping[str, float] | None = None) -> float:
-    """Wall seconds of one run on its share of the assignment (`run_time`; `cost` is the run's own)."""
-    return run_time(run, assignment, gpu_tflops, recorded).seconds
-
-
 @dataclass(frozen=True)
 class AblationPlan:
     name: str

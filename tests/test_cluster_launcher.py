@@ -194,12 +194,12 @@ def test_a_jobs_ranks_never_take_the_submitting_shells_rendezvous_or_gpus(monkey
     assert "TORCHELASTIC_USE_AGENT_STORE" not in os.environ
     assert slurm.rendezvous_port("4242") != slurm.rendezvous_port("4243")  # jobs submitted together share no port
     environ = {"SUBMITIT_EXECUTOR": "slurm", "CUDA_VISIBLE_DEVICES": "9"}
-    slurm.visible_gpus("cuda", (), environ)
+    slurm.restrict_gpus("cuda", (), environ)
     assert "CUDA_VISIBLE_DEVICES" not in environ  # the login shell's choice, not SLURM's: every GPU of the node
     environ = {"SUBMITIT_EXECUTOR": "slurm", "SLURM_JOB_GPUS": "2,3", "CUDA_VISIBLE_DEVICES": "2,3"}
-    slurm.visible_gpus("cuda", (), environ)
+    slurm.restrict_gpus("cuda", (), environ)
     assert environ["CUDA_VISIBLE_DEVICES"] == "2,3"  # SLURM's own
-    slurm.visible_gpus("cuda", ("GPU-aa", "GPU-bb"), environ)
+    slurm.restrict_gpus("cuda", ("GPU-aa", "GPU-bb"), environ)
     assert environ["CUDA_VISIBLE_DEVICES"] == "GPU-aa,GPU-bb"  # a submitit-local slot, ids as given
 
 

@@ -64,7 +64,7 @@ def task_threads(default: int, run: Any, environ: dict | os._Environ = os.enviro
     return max(1, int(cpus) - resources.loader_workers(run.config["train"])) if cpus else default
 
 
-def visible_gpus(device: str, visible: tuple, environ: dict | os._Environ = os.environ) -> None:
+def restrict_gpus(device: str, visible: tuple, environ: dict | os._Environ = os.environ) -> None:
     """CUDA_VISIBLE_DEVICES of a job's task: its slot's GPUs (submitit-local), none for a CPU run, and under
     SLURM the value SLURM set for the job's GPUs, never one carried in from the submitting shell (SLURM
     sets SLURM_JOB_GPUS beside its own; without it, every GPU of the node is the job's)."""
@@ -91,7 +91,7 @@ class RunJob:
 
         from benchmarks.training import Interrupted
 
-        visible_gpus(self.device, self.visible)  # before anything touches CUDA
+        restrict_gpus(self.device, self.visible)  # before anything touches CUDA
         environment = export_rendezvous()
         threads = task_threads(self.threads, self.run)
         torch.set_num_threads(threads)
@@ -290,4 +290,4 @@ class _record_maker:
 
 
 __all__ = ["LAUNCHER_VARIABLES", "RunJob", "SlurmOptions", "Submitter", "export_rendezvous", "free_slots",
-           "rendezvous_port", "submit", "task_threads", "visible_gpus"]
+           "rendezvous_port", "submit", "task_threads", "restrict_gpus"]
