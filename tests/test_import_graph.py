@@ -168,7 +168,7 @@ def test_the_graph_is_read_from_the_code():
     graph = import_graph()
     assert {"vitzoo.model", "vitzoo.registry"} <= set(graph)
     assert "vitzoo.registry" in graph["vitzoo.model"]
-    assert "vitzoo.weights.publish" in graph["vitzoo.commands.weights"]  # inside run_push
+    assert "vitzoo.checkpoints.publish" in graph["vitzoo.commands.weights"]  # inside run_push
     assert {"vitzoo.hub.cache", "vitzoo.hub.settings"} <= graph["vitzoo.hub.transport"]  # from vitzoo.hub import ...
     assert "vitzoo.testing.hubserver.server" in graph["vitzoo.testing.hubserver"]  # from .server import ...
     assert "vitzoo.config" not in graph["vitzoo.hookspecs"]  # under if TYPE_CHECKING

@@ -12,7 +12,7 @@ from safetensors.torch import save_file
 
 import vitzoo
 from vitzoo.errors import CheckpointError
-from vitzoo.weights.sources import read_checkpoint
+from vitzoo.checkpoints.sources import read_checkpoint
 
 TOL = 1e-4
 

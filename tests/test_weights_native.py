@@ -10,8 +10,8 @@ from safetensors.torch import save_file
 
 import vitzoo
 from vitzoo.errors import CheckpointError
-from vitzoo.weights import native
-from vitzoo.weights.sources import read_checkpoint
+from vitzoo.checkpoints import native
+from vitzoo.checkpoints.sources import read_checkpoint
 
 
 @pytest.fixture
@@ -119,13 +119,13 @@ def _vitzoo_imports(module: str) -> set[str]:
 
 
 def test_saving_and_pushing_never_import_the_model():
-    """model.save_pretrained / push_to_hub use vitzoo.weights.native and vitzoo.weights.publish, which import no
+    """model.save_pretrained / push_to_hub use vitzoo.checkpoints.native and vitzoo.checkpoints.publish, which import no
     module that imports vitzoo.model (directly or through others): there is no import circle to dodge."""
-    seen, todo = set(), ["vitzoo.weights.native", "vitzoo.weights.publish"]
+    seen, todo = set(), ["vitzoo.checkpoints.native", "vitzoo.checkpoints.publish"]
     while todo:
         module = todo.pop()
         if module not in seen:
             seen.add(module)
             todo += sorted(_vitzoo_imports(module) - seen)
     assert "vitzoo.model" not in seen and "vitzoo.pretrained" not in seen
-    assert {"vitzoo.weights.native", "vitzoo.weights.layout", "vitzoo.hub.transport"} <= seen  # the walk did walk
+    assert {"vitzoo.checkpoints.native", "vitzoo.weights.layout", "vitzoo.hub.transport"} <= seen  # the walk did walk

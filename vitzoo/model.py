@@ -17,12 +17,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from vitzoo.checkpoints import native, publish
 from vitzoo.config import POOLS_OF_TIMM, ViTConfig
 from vitzoo.errors import ConfigError, InputError, PluginError
 from vitzoo.layers.encoder import Encoder
 from vitzoo.registry import COMPONENT_KINDS, get_registry
 from vitzoo.timm_surface import TimmSurface
-from vitzoo.weights import native, publish
 
 
 class VisionTransformer(TimmSurface, nn.Module):
@@ -182,13 +182,13 @@ class VisionTransformer(TimmSurface, nn.Module):
 
     def save_pretrained(self, directory, card: dict | None = None) -> None:
         """Write config.json, model.safetensors and a README.md model card into `directory`,
-        atomically; `card` may give dataset, metrics, license, tags (see vitzoo.weights.card)."""
+        atomically; `card` may give dataset, metrics, license, tags (see vitzoo.checkpoints.card)."""
         native.save_pretrained(self, directory, card=card)
 
     def push_to_hub(self, repo_id: str, token: str | None = None, private: bool = False, revision: str | None = None,
                     commit_message: str = "Upload vitzoo model", **kwargs) -> str:
         """Upload what `save_pretrained` writes to the Hugging Face Hub repo `repo_id` (created when
-        missing) as one commit; returns the commit URL. See `vitzoo.weights.publish.push_to_hub`."""
+        missing) as one commit; returns the commit URL. See `vitzoo.checkpoints.publish.push_to_hub`."""
         return publish.push_to_hub(self, repo_id, token=token, private=private, revision=revision,
                            commit_message=commit_message, **kwargs)
 

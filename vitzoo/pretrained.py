@@ -1,9 +1,9 @@
-"""Building a model that holds pretrained weights: from a source read by `vitzoo.weights.sources`,
+"""Building a model that holds pretrained weights: from a source read by `vitzoo.checkpoints.sources`,
 under a given config or the one the source describes.
 
 Building follows the official loader: strict by default, position embeddings resampled to the
-requested grid, and a head of another size replaced by a zero-initialised one, saying so. This is the
-one weights module that imports the model; the model's save and push import none that do.
+requested grid, and a head of another size replaced by a zero-initialised one, saying so. It stands
+above the model, the checkpoints and the weights: the one place where weights become a model.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from vitzoo.model import VisionTransformer
 from vitzoo.tags import PretrainedTag
 from vitzoo.weights.converted import HEAD_KEYS, HEAD_OPTIONS, ConvertedWeights, check_state_dict, kind_fits, resolve_config
 from vitzoo.weights.infer import infer_config
-from vitzoo.weights.sources import open_source
+from vitzoo.checkpoints.sources import open_source
 
 log = logging.getLogger("vitzoo")
 

@@ -11,11 +11,11 @@ import argparse
 import shutil
 from pathlib import Path
 
+from vitzoo.checkpoints.native import is_saved, read_json_object
 from vitzoo.errors import CheckpointError
 from vitzoo.io import atomic_path, staged_directory
 from vitzoo.train.rundir import check_new_directory
 from vitzoo.weights.layout import CONFIG_NAME, HUB_PREFIX
-from vitzoo.weights.native import is_saved, read_json_object
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -47,7 +47,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run_push(args) -> int:
     from vitzoo.model import VisionTransformer
-    from vitzoo.weights.publish import push_folder
+    from vitzoo.checkpoints.publish import push_folder
 
     url = push_folder(args.directory, args.repo_id, model_class=VisionTransformer, token=args.token, private=args.private,
                       revision=args.revision, commit_message=args.message)

@@ -6,6 +6,6 @@
     deadline     how long a request, and a call, may wait for the server
     transport    pulling a model repo into the cache, pushing a folder as one commit
 
-What a model repo holds, and saving a model to push it, are the weights' (`vitzoo.weights.layout`,
-`vitzoo.weights.publish`): the Hub moves files and knows no model.
+What a model repo holds, and saving a model to push it, are the checkpoints' (the file names in
+`vitzoo.weights.layout`, the push in `vitzoo.checkpoints.publish`): the Hub moves files and knows no model.
 """

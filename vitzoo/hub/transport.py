@@ -1,7 +1,7 @@
 """The Hugging Face Hub as transport: pull a model repo through the standard Hugging Face cache, push a
 folder as one commit.
 
-    model.push_to_hub("alice/vit-b16-cifar10")                 # vitzoo.weights.publish, through here
+    model.push_to_hub("alice/vit-b16-cifar10")                 # vitzoo.checkpoints.publish, through here
     vitzoo.from_pretrained("hf-hub:alice/vit-b16-cifar10@v1")   # branch, tag or commit after the @
 
 Everything goes through `huggingface_hub` (`HfApi` to write, `snapshot_download` to read), so the

@@ -27,7 +27,7 @@ from vitzoo.train import distributed
 from vitzoo.train.config import TrainConfig
 from vitzoo.train.distributed import gather_objects
 from vitzoo.weights.layout import CONFIG_NAME, HUB_PREFIX
-from vitzoo.weights.native import read_config
+from vitzoo.checkpoints.native import read_config
 
 
 def model_options(cfg: TrainConfig, info: datasets.DataInfo, base: vitzoo.ViTConfig) -> dict[str, Any]:

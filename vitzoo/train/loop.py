@@ -31,6 +31,7 @@ import torch.nn.functional as F
 
 import vitzoo
 from vitzoo import data as datasets
+from vitzoo.checkpoints.native import save_pretrained
 from vitzoo.errors import ConfigError, TrainingDiverged
 from vitzoo.io import write_text
 from vitzoo.precision import autocast, sum_dtype
@@ -45,7 +46,6 @@ from vitzoo.train.rundir import finished_summary, prepare_run_dir
 from vitzoo.train.schedule import Schedule
 from vitzoo.train.signals import stop_signals
 from vitzoo.weights.layout import CONFIG_NAME
-from vitzoo.weights.native import save_pretrained
 
 # steps whose loss and gradient norm may wait on the device before they are read (and checked)
 MAX_UNREAD_STEPS = 100

@@ -23,11 +23,11 @@ import numpy as np
 import torch
 from safetensors.torch import load_file
 
+from vitzoo.checkpoints.native import save_pretrained
 from vitzoo.errors import CheckpointError
 from vitzoo.io import atomic_path, write_text
 from vitzoo.weights.converted import read_failed
 from vitzoo.weights.layout import CONFIG_NAME, WEIGHTS_NAME
-from vitzoo.weights.native import save_pretrained
 
 LATEST = "latest"
 STATE_NAME = "state.pt"

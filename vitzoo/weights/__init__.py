@@ -1,19 +1,15 @@
-"""Weights: reading checkpoints of every supported format into vitzoo models, and writing vitzoo's own.
+"""Weights as tensors: converting every supported checkpoint format into vitzoo's names. Pure: no
+file is read or written here, and nothing here knows the Hub, the registry or the model.
 
     layout       the names of the files a model directory or Hub repo holds, the Hub prefix, the grid
     converted    `ConvertedWeights`: weights in vitzoo's names + the options they decide
     formats      the `WeightFormat` interface a format implements (hook `vitzoo_weight_formats`)
-    native       vitzoo's own format: save_pretrained's directory, and a bare vitzoo state dict
-    official, timm, torchvision, transformers   the foreign formats, one module each
-    card         the model card README.md that save_pretrained writes
-    publish      pushing save_pretrained's directory (or a model, saved first) to the Hub
-    sources      reading a file, directory or Hub repo into `ConvertedWeights`, by the registered
-                 format that recognises them
+    vitzoo_format, official, timm, torchvision, transformers   the built-in formats, one module each
     infer        the model a state dict describes
 
-Building the model from a source is `vitzoo.pretrained` (the one weights module that imports the
-model). A plugin's weight format is a `WeightFormat` whose `convert` returns `ConvertedWeights`; both
-are here for it.
+Files and the Hub are `vitzoo.checkpoints` (reading a source, save_pretrained's directory, the model
+card, pushing); building the model from a source is `vitzoo.pretrained`. A plugin's weight format is a
+`WeightFormat` whose `convert` returns `ConvertedWeights`; both are here for it.
 """
 
 from __future__ import annotations

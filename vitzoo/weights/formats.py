@@ -2,7 +2,7 @@
 
 A format is registered through the `vitzoo_weight_formats` hook (`vitzoo/hookspecs.py`), the
 built-in ones (vitzoo, timm, torchvision, transformers, official) exactly as a plugin's. Reading a
-source (`vitzoo.weights.sources`) gives a state dict and the JSON files beside it; the one registered
+source (`vitzoo.checkpoints.sources`) gives a state dict and the JSON files beside it; the one registered
 format that recognises them converts them into `ConvertedWeights`.
 """
 

@@ -70,7 +70,7 @@ def _resnet(params: dict, out: dict) -> None:
 
 
 class OfficialFormat(WeightFormat):
-    """Read from an .npz (`vitzoo.weights.sources`), or from any state dict file with these names."""
+    """Read from an .npz (`vitzoo.checkpoints.sources`), or from any state dict file with these names."""
 
     name = FORMAT
     marks = ("embedding/kernel", "Transformer/encoder_norm/scale")

@@ -19,12 +19,12 @@ import numpy as np
 import torch
 from safetensors.torch import load_file
 
+from vitzoo.checkpoints import native
 from vitzoo.config import ViTConfig
 from vitzoo.errors import CheckpointError, PluginError
 from vitzoo.hub import transport
 from vitzoo.io import interrupted_swap
 from vitzoo.registry import get_registry
-from vitzoo.weights import native
 from vitzoo.weights.converted import ConvertedWeights, converting, read_failed
 from vitzoo.weights.formats import SUPPORTED, Metadata, WeightFormat
 from vitzoo.weights.layout import CONFIG_NAME, HUB_PREFIX, METADATA_FILES, WEIGHT_FILES, WEIGHTS_NAME

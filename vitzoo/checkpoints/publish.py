@@ -14,11 +14,11 @@ from typing import Any
 
 import torch
 
+from vitzoo.checkpoints.native import read_config, save_pretrained
 from vitzoo.errors import CheckpointError, ConfigError, HubError
 from vitzoo.hub import transport
 from vitzoo.weights.converted import check_state_dict
 from vitzoo.weights.layout import CONFIG_NAME, SAVED_FILES, WEIGHTS_NAME
-from vitzoo.weights.native import read_config, save_pretrained
 
 
 def check_loads(directory: str | os.PathLike, model_class: type, repo_id: str) -> None:
@@ -26,7 +26,7 @@ def check_loads(directory: str | os.PathLike, model_class: type, repo_id: str) -
     uploaded: the config reads, the weights read whole, and every tensor has the name, shape and kind
     that model has (built on the meta device: nothing is allocated). `model_class` is the model's
     class (`VisionTransformer`, passed in: the model imports this module)."""
-    from vitzoo.weights.sources import open_directory
+    from vitzoo.checkpoints.sources import open_directory
 
     directory = Path(directory)
     try:

@@ -1,5 +1,6 @@
-"""vitzoo's own format: a directory with config.json, model.safetensors and a README.md model card,
-written atomically; a bare state dict in vitzoo's names is read too (`VitzooFormat`)."""
+"""vitzoo's own format on disk: a directory with config.json, model.safetensors and a README.md model
+card, written atomically, and read back (a bare state dict in vitzoo's names is the converter
+`vitzoo.weights.vitzoo_format`)."""
 
 from __future__ import annotations
 
@@ -11,31 +12,16 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from vitzoo.checkpoints.card import render
 from vitzoo.config import ViTConfig
 from vitzoo.errors import CheckpointError, ConfigError
 from vitzoo.io import atomic_path, recover, staged_directory, write_text
 from vitzoo.version import __version__
-from vitzoo.weights.card import render
-from vitzoo.weights.converted import ConvertedWeights, read_failed
-from vitzoo.weights.formats import Metadata, WeightFormat
-from vitzoo.weights.layout import CARD_NAME, CONFIG_NAME, SAVED_FILES, WEIGHTS_NAME, square_side
+from vitzoo.weights.converted import read_failed
+from vitzoo.weights.layout import CARD_NAME, CONFIG_NAME, SAVED_FILES, WEIGHTS_NAME
+from vitzoo.weights.vitzoo_format import FORMAT
 
-FORMAT = "vitzoo"
 FORMAT_VERSION = 1
-
-
-class VitzooFormat(WeightFormat):
-    """A bare vitzoo state dict (e.g. a model.safetensors without its config.json)."""
-
-    name = FORMAT
-
-    def recognises(self, keys, metadata: Metadata) -> bool:
-        return "stem.proj.weight" in keys and any(k.startswith("encoder.") for k in keys)
-
-    def convert(self, state_dict, metadata: Metadata) -> ConvertedWeights:
-        pos = state_dict.get("encoder.pos_embed.weight")
-        side = square_side(pos.shape[1] - int("cls_token" in state_dict)) if pos is not None else None
-        return ConvertedWeights(format=FORMAT, state_dict=dict(state_dict), config={}, grid=(side, side) if side else None)
 
 
 def _unshared_host_copy(tensor: torch.Tensor) -> torch.Tensor:
@@ -73,7 +59,7 @@ def labels_of(document: dict) -> list[str] | None:
 
 def save_pretrained(model, directory: str | os.PathLike, extra: dict | None = None, card: dict | None = None) -> Path:
     """Write `model.safetensors`, the model card `README.md` and `config.json` into `directory`
-    (created if needed). `card` fills the model card (see `vitzoo.weights.card`).
+    (created if needed). `card` fills the model card (see `vitzoo.checkpoints.card`).
 
     The card and config are rendered (and so checked) before anything is written; the three files
     are written beside `directory` and put in place together (`vitzoo.io.staged_directory`), so a
