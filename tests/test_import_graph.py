@@ -1,33 +1,128 @@
-"""The floor plan of the package, read from its code: no import circle, no module too long.
+"""The floor plan of the package, read from its code: no import circle, every module in its layer, every
+import going down or sideways, no module too long.
 
-The import graph is derived with `ast` from every module of `vitzoo/`: module-level and function-level
-imports alike (a deferred import that climbs back up is still a circle in the design), `import a.b`,
-`from a import b` (an edge to the submodule `a.b` when there is one, else to `a`) and relative
-imports. Only imports under `if TYPE_CHECKING:` are left out: type checkers read them, nothing runs
-them. Layered so, from the ground up: leaves (errors, options, config, tags, io, ...); the types a
-plugin provides (hookspecs, weights.formats, weights.converted); the built-in parts (layers, the
-zoo, the built-in weight formats); the registry; the model, the weights and the Hub; the lookups
-(catalog, pretrained, the package's face); training, the commands and the benchmarks on top.
+The import graph is derived with `ast` from every module of `vitzoo/` and `benchmarks/`: module-level and
+function-level imports alike (a deferred import that climbs back up is still a circle in the design),
+`import a.b`, `from a import b` (an edge to the submodule `a.b` when there is one, else to `a`) and
+relative imports. Only imports under `if TYPE_CHECKING:` are left out: type checkers read them, nothing
+runs them.
+
+The layers are data, `LAYERS`, from the ground up; docs/architecture.md's layer table is rendered from
+them (`python tests/test_import_graph.py` writes it), so the plan a reader sees is the one checked here.
 """
 
 from __future__ import annotations
 
 import ast
 import importlib.util
+import re
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "vitzoo"
+PACKAGES = (PACKAGE, "benchmarks")
 LINE_LIMIT = 500
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+START, END = "<!-- layers:start -->", "<!-- layers:end -->"
 
 
-def module_names(package: str = PACKAGE) -> dict[str, Path]:
-    """Every module of the package by its dotted name (a package by its own, for its __init__.py)."""
+class Layer(NamedTuple):
+    """One floor of the plan: its modules by path (a folder `x/` places every module below it, a file
+    itself; the longest path that holds a module places it), each with what it is. A module imports from
+    its own layer and those below it, or, with `stands_on`, only from its own and that one's and below."""
+
+    name: str
+    says: str
+    modules: dict[str, str]
+    stands_on: str | None = None
+
+
+LAYERS: tuple[Layer, ...] = (
+    Layer("Leaves", "they import nothing of vitzoo but other leaves", {
+        "vitzoo/errors.py": "every error vitzoo raises on purpose, the one place to import them from",
+        "vitzoo/options.py": "the `Options` base, number checks, \"did you mean\"",
+        "vitzoo/config.py": "`ViTConfig`: every option of a model, plain data with the option name lists, the single "
+                            "source of truth a component receives",
+        "vitzoo/tags.py": "the `PretrainedTag` dataclass",
+        "vitzoo/labels.py": "class names, so that logits can be named: the weights' own, else a tag's label set",
+        "vitzoo/io.py": "atomic writes, and the cache folder",
+        "vitzoo/version.py": "the version",
+        "vitzoo/refname.py": "git's rules for branch and tag names, which the Hub applies to revisions",
+        "vitzoo/precision.py": "the one autocast context, the dtype of sums kept on a device",
+        "vitzoo/machine.py": "the CPU a measurement or a choice belongs to",
+        "vitzoo/fastest.py": "which precision this machine computes a model fastest in, measured once",
+        "vitzoo/weights/layout.py": "the names of the files a model directory or Hub repo holds, the Hub prefix, "
+                                    "the token grid",
+    }),
+    Layer("Types a plugin provides", "the contracts every component and weight format is written to", {
+        "vitzoo/hookspecs.py": "one typed hook per extension point, the docstring is the contract",
+        "vitzoo/weights/formats.py": "the `WeightFormat` interface",
+        "vitzoo/weights/converted.py": "weights in vitzoo's names, `ConvertedWeights`",
+        "vitzoo/weights/__init__.py": "the two, as a plugin imports them",
+    }),
+    Layer("Built-in parts", "registered through the hooks exactly as a plugin's are", {
+        "vitzoo/layers/": "stems, the BiT ResNet, position embeddings, attention, the encoder block, pooling and "
+                          "heads: eq. (1)-(4)",
+        "vitzoo/zoo.py": "Table 1's named models and the released weights' tags",
+        "vitzoo/weights/": "the weight formats (`vitzoo_format`, `official`, `timm`, `torchvision`, `transformers`: "
+                           "tensors in, tensors out, no file read) and `infer` (the model a state dict describes)",
+        "vitzoo/builtins.py": "all of the above, registered as one plugin",
+    }),
+    Layer("The registry", "it imports the built-ins and the hookspecs", {
+        "vitzoo/registry.py": "the pluggy manager; it loads third-party plugins from the entry-point group `vitzoo`",
+    }),
+    Layer("The model, the checkpoints, the Hub", "what is built from the registry, and files in and out", {
+        "vitzoo/model.py": "`VisionTransformer`, built from a config by looking each part up by name",
+        "vitzoo/timm_surface.py": "the model's base: what a timm user reaches for, by timm's names",
+        "vitzoo/checkpoints/": "files: `sources` (a file, directory or Hub repo read into converted weights), "
+                               "`native` (save_pretrained's directory), `card` (its model card), `publish` (pushing it)",
+        "vitzoo/hub/": "transport only: `transport`, `settings`, `explain` for its errors, `cache` for its "
+                       "verification and repair, `deadline` for how long a call may wait",
+    }),
+    Layer("Lookups and orchestration", "the model a name or a source describes", {
+        "vitzoo/catalog.py": "pretrained tags: checked, listed, looked up",
+        "vitzoo/pretrained.py": "the model a source describes: where weights become a model",
+        "vitzoo/__init__.py": "the public face: `create`, `from_pretrained`, `list_*`",
+        "vitzoo/transforms.py": "the preprocessing the weights expect",
+    }),
+    Layer("Training and evaluation", "what is done with a model", {
+        "vitzoo/data/": "sources, `decode` (file bytes to images), augmentation, normalisation; `encoded` and "
+                        "`on_device`: the bytes and each sample's crop and flip from the workers, decoded and applied "
+                        "on the training device; `sharding` writes a folder as tar shards, `shards` and `shard_index` "
+                        "read them",
+        "vitzoo/train/": "config and recipes; `build`: model, optimizer, precision; `loop`: the `Trainer`; `inputs`: "
+                         "its input pipeline, decoded in the workers or on the device; `distributed`, `sampler`, "
+                         "`signals`, `state`, `evaluation`, `metrics`, `rundir`",
+        "vitzoo/evaluate.py": "top-1 and top-5 accuracy, the paper's few-shot linear evaluation, a linear probe",
+        "vitzoo/analysis.py": "looking inside a trained ViT (section 4.5)",
+        "vitzoo/fast.py": "fast paths for inference: weights cast once, compiled where faster",
+    }),
+    Layer("The command line", "the `vitzoo` command", {
+        "vitzoo/cli.py": "the parser, one subcommand a module",
+        "vitzoo/__main__.py": "`python -m vitzoo`",
+        "vitzoo/commands/": "`train` and `eval`, `predict`, `list` and `info`, `push`, `pull` and `convert`, `shard`, `bench`",
+    }),
+    Layer("The test Hub", "beside the package: nothing of vitzoo imports it", {
+        "vitzoo/testing/": "a Hub-compatible HTTP server for hermetic tests and air-gapped rehearsals; it imports "
+                           "`refname` to refuse the ref names the Hub refuses",
+    }, stands_on="Leaves"),
+    Layer("The benchmarks", "beside the package: they import it, it never imports them", {
+        "benchmarks/ablations/": "the {ablations}, one declarative spec each",
+        "benchmarks/": "the framework that plans, runs and judges them, and the benchmarks that are not ablations "
+                       "([below](#the-benchmarks))",
+    }),
+)
+
+
+def module_names(packages: str | tuple[str, ...] = PACKAGE) -> dict[str, Path]:
+    """Every module of the packages by its dotted name (a package by its own, for its __init__.py)."""
     modules = {}
-    for path in sorted((ROOT / package).rglob("*.py")):
-        parts = path.relative_to(ROOT).with_suffix("").parts
-        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    for package in (packages,) if isinstance(packages, str) else packages:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return modules
 
 
@@ -81,9 +176,9 @@ class _Imports(ast.NodeVisitor):
             self._add(submodule if submodule in self.modules else module)
 
 
-def import_graph(type_checking: bool = False, package: str = PACKAGE) -> dict[str, set[str]]:
-    """module -> the modules of the package it imports."""
-    modules = module_names(package)
+def import_graph(type_checking: bool = False, packages: str | tuple[str, ...] = PACKAGE) -> dict[str, set[str]]:
+    """module -> the modules of the packages it imports."""
+    modules = module_names(packages)
     graph = {}
     for name, path in modules.items():
         visitor = _Imports(name, path.name == "__init__.py", modules, type_checking)
@@ -143,6 +238,59 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def placement(path: str, layers: tuple[Layer, ...] = LAYERS) -> tuple[int, str] | None:
+    """The layer (its index in `layers`) and the row of the table that place the module at `path` (from
+    the repository's root, as `vitzoo/hub/cache.py`): the longest path of the table that holds it."""
+    held = [(len(key), index, key) for index, layer in enumerate(layers) for key in layer.modules
+            if path == key or (key.endswith("/") and path.startswith(key))]
+    return max(held)[1:] if held else None
+
+
+def layer_named(name: str, layers: tuple[Layer, ...] = LAYERS) -> int:
+    return next(index for index, layer in enumerate(layers) if layer.name == name)
+
+
+def climbs(graph: dict[str, set[str]], paths: dict[str, str], layers: tuple[Layer, ...] = LAYERS) -> list[str]:
+    """Every import of `graph` (dotted names; `paths` gives each module's path) that goes up the plan,
+    or below its layer to one above what the layer stands on, as `a (layer) -> b (layer)`."""
+    found = []
+    for source, targets in sorted(graph.items()):
+        here = placement(paths[source], layers)[0]
+        ceiling = here if layers[here].stands_on is None else layer_named(layers[here].stands_on, layers)
+        for target in sorted(targets):
+            there = placement(paths[target], layers)[0]
+            if there > here or (there != here and there > ceiling):
+                found.append(f"{source} ({layers[here].name}) -> {target} ({layers[there].name})")
+    return found
+
+
+def layer_table(layers: tuple[Layer, ...] = LAYERS) -> str:
+    """docs/architecture.md's layer table: one row a path, each layer named in its first row; the
+    ablations counted and named from their registry."""
+    from benchmarks.ablations import ABLATIONS
+
+    ablations = f"{len(ABLATIONS)} ablations ({', '.join(f'`{name}`' for name in ABLATIONS)})"
+    lines = ["From the ground up: a module imports from its own layer and the layers below it, never from one "
+             "above; the longest path in the table that holds a module places it.", "",
+             "| layer | module | what it is |", "| --- | --- | --- |"]
+    for number, layer in enumerate(layers, 1):
+        says = layer.says
+        if layer.stands_on is not None:
+            below = f"of vitzoo it imports only from layer {layer_named(layer.stands_on, layers) + 1}, {layer.stands_on.lower()}"
+            says = f"{says}; {below}" if says else below
+        for row, (path, what) in enumerate(layer.modules.items()):
+            name = f"**{number}. {layer.name}**: {says}" if row == 0 else ""
+            lines.append(f"| {name} | `{path}` | {what.replace('{ablations}', ablations)} |")
+    return "\n".join(lines)
+
+
+def with_layer_table(text: str) -> str:
+    """`text` (docs/architecture.md) with the table between its markers rendered anew."""
+    assert START in text and END in text, f"docs/architecture.md lost its markers {START} {END}"
+    return re.sub(re.escape(START) + ".*?" + re.escape(END), lambda _: f"{START}\n{layer_table()}\n{END}", text,
+                  flags=re.S)
+
+
 def test_the_package_has_no_import_circle():
     found = circles(import_graph())
     assert not found, "import circles in vitzoo/ (outside `if TYPE_CHECKING:`), one through each group of " \
@@ -151,7 +299,7 @@ def test_the_package_has_no_import_circle():
 
 def test_the_benchmarks_have_no_import_circle_either():
     """spec -> plan -> launchers -> execute, the results store and the machine's record below them all."""
-    graph = import_graph(package="benchmarks")
+    graph = import_graph(packages="benchmarks")
     assert "benchmarks.launchers.slurm" in graph["benchmarks.execute"]
     found = circles(graph)
     assert not found, "\n".join(" -> ".join(circle) for circle in found)
@@ -176,6 +324,47 @@ def test_the_graph_is_read_from_the_code():
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
 
 
+def test_every_module_stands_in_one_layer():
+    """Every module of vitzoo/ and benchmarks/ is placed by a row of the table, every row places a module
+    (no row outlives its module), no path stands in two layers, and a layer stands only on one below it."""
+    paths = [path.relative_to(ROOT).as_posix() for path in module_names(PACKAGES).values()]
+    unplaced = [path for path in paths if placement(path) is None]
+    assert not unplaced, f"modules in no layer of LAYERS: {unplaced}; add each to its layer"
+    used = {placement(path)[1] for path in paths}
+    rows = [key for layer in LAYERS for key in layer.modules]
+    assert not set(rows) - used, f"rows of LAYERS that place no module: {sorted(set(rows) - used)}"
+    assert len(rows) == len(set(rows)), "a path stands in two layers"
+    assert all(layer_named(layer.stands_on) < index for index, layer in enumerate(LAYERS) if layer.stands_on)
+
+
+def test_every_import_goes_down_or_sideways():
+    """No module imports one of a layer above its own (or above the one its layer stands on)."""
+    graph = import_graph(packages=PACKAGES)
+    paths = {name: path.relative_to(ROOT).as_posix() for name, path in module_names(PACKAGES).items()}
+    assert "vitzoo" in graph["benchmarks.plan"]  # the graph holds the imports between the two packages
+    found = climbs(graph, paths)
+    assert not found, "imports that climb the floor plan (tests/test_import_graph.py's LAYERS):\n" + "\n".join(found)
+
+
+def test_a_climb_is_caught():
+    """The rule above can fail: an import up a layer, and one from a layer that stands on the ground only
+    to a layer between; the longest path places a module."""
+    layers = (Layer("Ground", "", {"p/a.py": "", "p/b/low.py": ""}), Layer("Middle", "", {"p/b/": ""}),
+              Layer("Apart", "", {"p/c.py": ""}, stands_on="Ground"))
+    paths = {"a": "p/a.py", "low": "p/b/low.py", "b": "p/b/mid.py", "c": "p/c.py"}
+    graph = {"a": {"b", "low"}, "low": set(), "b": {"a"}, "c": {"a", "b"}}
+    assert placement("p/b/low.py", layers) == (0, "p/b/low.py") and placement("p/b/mid.py", layers) == (1, "p/b/")
+    assert climbs(graph, paths, layers) == ["a (Ground) -> b (Middle)", "c (Apart) -> b (Middle)"]
+    assert "| **3. Apart**: of vitzoo it imports only from layer 1, ground | `p/c.py` |  |" in layer_table(layers)
+
+
+def test_the_docs_layer_table_is_the_layers():
+    """docs/architecture.md shows the plan this test checks: its table is rendered from LAYERS."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    assert with_layer_table(text) == text, "docs/architecture.md's layer table is not the one LAYERS " \
+        "renders: run `python tests/test_import_graph.py` to write it"
+
+
 def test_no_module_takes_the_name_of_a_standard_library_module():
     """A module named like one of the standard library's (vitzoo/inspect.py was) shadows it for any
     script run from inside its folder. One compiled in or frozen (builtins, io) cannot be shadowed; one
@@ -192,3 +381,11 @@ def test_no_module_is_longer_than_the_limit():
     long = {str(path.relative_to(ROOT)): lines for path in module_names().values()
             if (lines := len(path.read_text(encoding="utf-8").splitlines())) > LINE_LIMIT}
     assert len(module_names()) > 50 and not long, f"modules over {LINE_LIMIT} lines: {long}"
+
+
+if __name__ == "__main__":  # docs/architecture.md's layer table, written from LAYERS
+    sys.path.insert(0, str(ROOT))
+    from vitzoo.io import write_text
+
+    write_text(ARCHITECTURE, with_layer_table(ARCHITECTURE.read_text(encoding="utf-8")))
+    print(f"wrote the layer table of {ARCHITECTURE.relative_to(ROOT)}")
