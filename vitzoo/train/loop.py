@@ -1,15 +1,15 @@
 """`fit(TrainConfig)`: the training loop, top to bottom, as a `Trainer`.
 
 1. set-up (`Trainer.__init__`): check everything cheap (data, run directory, batch arithmetic) before
-   any work; build data, model, optimizer, schedule (vitzoo.train.build); resume from the last
-   checkpoint if asked;
+   any work; build data, model, optimizer (vitzoo.train.build), the run's length and schedule
+   (vitzoo.train.start); resume from the last checkpoint if asked;
 2. `train`: each `train_step` accumulates gradients over micro-batches, agrees across processes on the
    loss, clips and steps; the steps' losses stay on the device until logging, evaluating or
    checkpointing needs them (`read_steps`), which stops on a non-finite one; SIGINT, SIGTERM and SIGUSR2 end
    the loop with a checkpoint (vitzoo.train.signals);
-3. `final_evaluation`, then `finish`: few-shot accuracy, the saved model (save_pretrained) and
-   summary.json. `Metrics` writes every line of metrics.jsonl; `Evaluation` measures the model, each
-   process a share of the images.
+3. `final_evaluation`, then `vitzoo.train.summary.finish`: few-shot accuracy, the saved model
+   (save_pretrained) and summary.json. `Metrics` writes every line of metrics.jsonl; `Evaluation`
+   measures the model, each process a share of the images.
 
 The global batch is `batch_size` whatever the number of processes (vitzoo.train.sampler): one process
 with accumulation and N processes compute the same mean gradient, up to float rounding.
@@ -18,9 +18,7 @@ with accumulation and N processes compute the same mean gradient, up to float ro
 from __future__ import annotations
 
 import contextlib
-import json
 import math
-import signal
 import sys
 import time
 from pathlib import Path
@@ -31,21 +29,17 @@ import torch.nn.functional as F
 
 import vitzoo
 from vitzoo import data as datasets
-from vitzoo.checkpoints.native import save_pretrained
-from vitzoo.errors import ConfigError, TrainingDiverged
+from vitzoo.errors import TrainingDiverged
 from vitzoo.io import write_text
 from vitzoo.precision import autocast, sum_dtype
-from vitzoo.train import build, distributed, state
-from vitzoo.train.build import (base_config, build_model, build_optimizer, has_running_statistics, load_splits,
-                                model_options, resolve_precision)
+from vitzoo.train import build, distributed, start, state, summary
+from vitzoo.train.build import base_config, build_model, build_optimizer, load_splits, model_options, resolve_precision
 from vitzoo.train.config import TrainConfig
 from vitzoo.train.evaluation import Evaluation
 from vitzoo.train.inputs import Inputs
 from vitzoo.train.metrics import Metrics, scores
 from vitzoo.train.rundir import finished_summary, prepare_run_dir
-from vitzoo.train.schedule import Schedule
 from vitzoo.train.signals import stop_signals
-from vitzoo.weights.layout import CONFIG_NAME
 
 # steps whose loss and gradient norm may wait on the device before they are read (and checked)
 MAX_UNREAD_STEPS = 100
@@ -71,8 +65,8 @@ def fit(config: TrainConfig) -> dict[str, Any]:
 
 class Trainer:
     """One run of `fit`. `Trainer(cfg, env)` sets everything up (checks, data, model, optimizer,
-    schedule, resume); `run()` trains, evaluates, saves and returns the summary; `model` is then the
-    trained model (the weights evaluated and saved).
+    schedule, resume); `run()` trains, evaluates, saves and returns the summary (what the run leaves
+    behind is `vitzoo.train.summary`'s); `model` is then the trained model (the weights evaluated and saved).
 
     The state that moves is the attributes set in `_resume` (step, train_seconds, images_seen, best:
     what a checkpoint holds) and in `_start_loop` (what the loop reads, logs and decides on).
@@ -94,11 +88,7 @@ class Trainer:
         self.run_dir = Path(cfg.out) if cfg.out else None
         resume_points = prepare_run_dir(cfg, self.run_dir)
         distributed.barrier(env)  # every rank has checked the run directory before rank 0 writes to it
-        self.micro = cfg.micro_batch or cfg.batch_size // env.world_size
-        if self.micro < 1 or cfg.batch_size % (env.world_size * self.micro):
-            raise ConfigError(f"batch_size={cfg.batch_size} is not a multiple of world_size={env.world_size} x "
-                              f"micro_batch={self.micro}")
-        self.accum = cfg.batch_size // (env.world_size * self.micro)
+        self.micro, self.accum = start.batch_split(cfg, env.world_size)
         self.exact = sum_dtype(self.device)  # of the loss and clock reductions
         base = base_config(cfg)
 
@@ -109,34 +99,19 @@ class Trainer:
         self.inputs = Inputs(cfg, env, self.model.config.img_size, (train_raw, val_raw, test_raw), info.num_classes, self.micro)
         self.train_set, self.train_eval_set = self.inputs.train_set, self.inputs.train_eval_set
         self.val_set, self.test_set, self.mixer = self.inputs.val_set, self.inputs.test_set, self.inputs.mixer
-        self._plan_length()
+        self.steps_per_epoch, self.total_steps, self.budget_s, self.schedule = start.plan_length(cfg, len(self.train_set))
         self.optimizer = build_optimizer(cfg, self.model, self.device)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp_dtype == torch.float16)
         self._resume(resume_points)
         if self.run_dir is not None and env.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             write_text(self.run_dir / "train_config.json", cfg.to_json())
-        self._distribute()
+        self.wrapped = start.distribute(self.model, cfg, env)  # what the loop calls; `model` is evaluated and saved
         self._make_loaders()
 
     def say(self, message: str) -> None:
         if self.verbose:
             print(message, file=sys.stderr, flush=True)
-
-    def _plan_length(self) -> None:
-        """The run's length (steps, or a time budget) and the learning-rate schedule over it."""
-        cfg = self.cfg
-        self.steps_per_epoch = len(self.train_set) // cfg.batch_size
-        if self.steps_per_epoch == 0:
-            raise ConfigError(f"batch_size={cfg.batch_size} is larger than the training set ({len(self.train_set)} images)")
-        self.total_steps = None
-        if cfg.steps is not None:
-            self.total_steps = cfg.steps
-        elif cfg.epochs is not None:
-            self.total_steps = max(1, math.ceil(cfg.epochs * self.steps_per_epoch))
-        self.budget_s = cfg.time_budget_min * 60 if cfg.time_budget_min is not None else None
-        warmup = cfg.warmup if cfg.warmup is not None else cfg.recipe_warmup(self.total_steps)
-        self.schedule = Schedule(cfg.schedule, warmup, total_steps=self.total_steps, budget_s=self.budget_s)
 
     def _resume(self, resume_points: list[Path]) -> None:
         """The checkpointed state: from the first readable checkpoint of `resume_points`, or fresh."""
@@ -163,19 +138,6 @@ class Trainer:
             self.best.update(saved["best"])
         self.say(f"resuming {self.run_dir} at step {self.step} from {self.resume_from.name}")
 
-    def _distribute(self) -> None:
-        """`wrapped` is what the loop calls (`model` in DDP, compiled, as asked); `model` what is evaluated and saved."""
-        if self.device.type == "cuda":
-            torch.backends.cuda.matmul.allow_tf32 = True
-            torch.backends.cudnn.allow_tf32 = True
-        self.wrapped = self.model
-        if self.env.distributed:
-            device_ids = [self.device.index] if self.device.type == "cuda" else None
-            self.wrapped = torch.nn.parallel.DistributedDataParallel(
-                self.model, device_ids=device_ids, broadcast_buffers=has_running_statistics(self.model))
-        if self.cfg.compile:
-            self.wrapped = torch.compile(self.wrapped)
-
     def _make_loaders(self) -> None:
         """The training loader, made once: its workers are kept between epochs and evaluations
         (persistent_workers); the evaluations' loaders end their workers after each pass (`Evaluation`)."""
@@ -198,7 +160,7 @@ class Trainer:
             final, val_final = self.final_evaluation() if self.status == "finished" else self.partial_results()
         finally:
             self.metrics.close()
-        return self.finish(final, val_final)
+        return summary.finish(self, final, val_final)
 
     def train(self) -> None:
         """Steps until the run's length, `stop_at` or a signal; reads, logs, evaluates and checkpoints
@@ -231,7 +193,7 @@ class Trainer:
                         self.status = "interrupted" if stop_requested else "stopped"
                         break
         except TrainingDiverged as exc:
-            raise self.diverged(exc) from None
+            raise summary.diverged(self, exc) from None
         finally:
             self.bar.close()
 
@@ -337,19 +299,6 @@ class Trainer:
         self.bar.set_postfix(loss=f"{self.loss_value:.4f}", lr=f"{lr:.2e}")
         self.log_images, self.log_time = 0, now
 
-    def diverged(self, exc: TrainingDiverged) -> TrainingDiverged:
-        """summary.json says so; the error says where the last good checkpoint is and what to check."""
-        run = self.run_dir
-        where = (f"the last good checkpoint (step {self.last_checkpoint}) is in {run / 'checkpoints'}"
-                 if self.last_checkpoint is not None and run is not None else "no checkpoint was written"
-                 + (f", so nothing can be resumed: remove {run} to start again there, or choose another --out" if run else ""))
-        if self.env.is_main and run is not None:
-            write_text(run / "summary.json",
-                       json.dumps({"status": "diverged", "step": exc.step or self.step, "error": str(exc)}, indent=2) + "\n")
-        advice = ("Check the images and the model's mean and std (--mean, --std)" if exc.inputs
-                  else "Lower the learning rate (--lr) or check the data")
-        return TrainingDiverged(f"training stopped: {exc}; {where}. {advice}", inputs=exc.inputs, step=exc.step)
-
     # ------------------------------------------------------------------------ evaluation
     def evaluate_during_training(self) -> None:
         """On the validation set when there is one (never the test set: it must not choose anything)."""
@@ -400,74 +349,6 @@ class Trainer:
                 saving["best"] = dict(self.best)
             state.save(self.run_dir / "checkpoints", self.step, self.model, saving, self.cfg.keep_checkpoints)
         distributed.barrier(self.env)
-
-    # ------------------------------------------------------------------------ summary
-    def finish(self, final: dict[str, float], val_final: dict[str, float]) -> dict[str, Any]:
-        """Few-shot accuracy (every rank extracts a share of the features), the summary, and on rank 0
-        the saved model and summary.json; a few-shot failure is raised once they are written."""
-        cfg, run = self.cfg, self.run_dir
-        fewshot, fewshot_error = {}, None
-        if cfg.fewshot and self.status == "finished":
-            try:
-                fewshot = self.evaluation.fewshot(self.train_eval_set, self.test_set, cfg.fewshot, seed=cfg.seed)
-            except Exception as exc:  # raised once the trained model and summary.json are written
-                fewshot_error = exc
-        self.model.eval()
-        summary = self.summary(final, val_final, fewshot)
-        if fewshot_error is not None:
-            summary["fewshot_error"] = f"{type(fewshot_error).__name__}: {fewshot_error}"
-        if self.env.is_main and run is not None:
-            if self.status == "finished" or not (run / CONFIG_NAME).exists():
-                card = {"dataset": cfg.data, "metrics": {"accuracy": final["top1"], "top5_accuracy": final["top5"]}} if final else None
-                save_pretrained(state.OnHost(self.model), run, extra={"data": cfg.data}, card=card)
-            write_text(run / "summary.json", json.dumps(summary, indent=2) + "\n")
-        distributed.barrier(self.env)
-        if fewshot_error is not None:
-            fewshot_error.add_note(f"few-shot evaluation failed after training; the trained model and summary.json "
-                                   f"are saved{f' in {run}' if run else ''}")
-            raise fewshot_error
-        if cfg.keep_best and self.status == "finished":
-            self.say(f"best validation top-1 {self.best['val_top1']:.4f} at step {self.best['step']}: the weights evaluated and saved")
-        if self.status == "finished":
-            self.say(f"done: {self.step} steps in {self.train_seconds:.0f} s, test top-1 {final['top1']:.4f}" + (f" -> {run}" if run else ""))
-        else:
-            self.say(f"{self.status} at step {self.step}; checkpoint saved, continue with --resume"
-                     + (f" (vitzoo train --resume {run})" if run else ""))
-        return summary
-
-    def summary(self, final: dict[str, float], val_final: dict[str, float], fewshot: dict) -> dict[str, Any]:
-        """What summary.json says of the run."""
-        cfg = self.cfg
-        summary = {
-            "status": self.status,
-            "signal": signal.Signals(self.flag["signal"]).name if self.flag.get("signal") else None,
-            "step": self.step,
-            "total_steps": self.total_steps,
-            "epochs": self.step / self.steps_per_epoch,
-            "final_loss": self.loss_value,
-            "test_top1": final.get("top1"),
-            "test_top5": final.get("top5"),
-            "test_loss": final.get("loss"),
-            "fewshot": {str(k): v for k, v in fewshot.items()},
-            "train_seconds": self.train_seconds,
-            "wall_seconds": time.perf_counter() - self.wall_start,
-            "images_per_s": self.images_seen / self.train_seconds if self.train_seconds else None,
-            "images_seen": self.images_seen,
-            "params": vitzoo.count_params(self.model),
-            "world_size": self.env.world_size,
-            "device": str(self.device),
-            "precision": str(self.amp_dtype or torch.float32).replace("torch.", ""),
-            "torch": torch.__version__,
-            "model_config": self.model.config.to_dict(),
-            "train_config": cfg.to_dict(),
-            "run_dir": str(self.run_dir) if self.run_dir else None,
-        }
-        if self.val_set is not None:  # validation scores of the final weights (None for a run that did not finish)
-            summary.update(train_images=len(self.train_set), val_images=len(self.val_set), val_top1=val_final.get("top1"),
-                           val_top5=val_final.get("top5"), val_loss=val_final.get("loss"))
-        if cfg.keep_best:
-            summary.update(best_step=self.best["step"], best_val_top1=self.best["val_top1"])
-        return summary
 
 
 __all__ = ["Trainer", "fit", "loss_fn"]
