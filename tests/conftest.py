@@ -25,3 +25,31 @@ def tiny():
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture
+def hermetic_hub(monkeypatch, tmp_path):
+    """A Hugging Face environment of the test's own (tests/hub_testing.py): the cache in tmp_path, no
+    stray token, LFS uploads. Returns tmp_path."""
+    from hub_testing import hermetic_hub_environment  # imported by the tests that use the Hub only
+
+    hermetic_hub_environment(monkeypatch, tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
+def hub_server(hermetic_hub, monkeypatch):
+    """The loopback Hub (vitzoo.testing.hubserver) in tmp_path/hub, taking TOKEN, as HF_ENDPOINT (vitzoo
+    hands the current HF_ENDPOINT to huggingface_hub)."""
+    from hub_testing import TOKEN
+    from vitzoo.testing.hubserver import HubServer
+
+    with HubServer(hermetic_hub / "hub", token=TOKEN) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        yield hub
+
+
+@pytest.fixture
+def one_second(monkeypatch):
+    """Hub waits of one second (VITZOO_HUB_TIMEOUT), for tests of a server that does not answer."""
+    monkeypatch.setenv("VITZOO_HUB_TIMEOUT", "1")

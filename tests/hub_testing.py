@@ -1,6 +1,10 @@
-"""What the Hub tests share: a hermetic Hugging Face environment and a tiny model with random weights."""
+"""What the Hub tests share: a hermetic Hugging Face environment, a tiny model with random weights, a
+model pulled once into the cache, and `within` for calls that must not wait forever. The fixtures built
+on them (`hermetic_hub`, `hub_server`, `one_second`) are in tests/conftest.py."""
 
 from __future__ import annotations
+
+import threading
 
 import torch
 from huggingface_hub import constants
@@ -31,3 +35,34 @@ def tiny(seed: int = 0, **changes):
         for p in model.parameters():
             p.normal_(0, 0.05)
     return model.eval()
+
+
+def pulled_once(model, repo_id: str, root, monkeypatch) -> None:
+    """`model` pushed to a loopback Hub in `root` and pulled once, so that the cache holds it; the Hub is
+    gone afterwards (HF_ENDPOINT still names it: the test points it elsewhere)."""
+    from vitzoo.testing.hubserver import HubServer
+
+    with HubServer(root, token=TOKEN) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        model.push_to_hub(repo_id, token=TOKEN)
+        vitzoo.from_pretrained(f"hf-hub:{repo_id}")
+
+
+def within(seconds: float, call):
+    """`call()`'s result, or its exception raised here; fails the test when it is still waiting after
+    `seconds` (the thread is left to the server's teardown, which closes its connections)."""
+    outcome = {}
+
+    def run():
+        try:
+            outcome["value"] = call()
+        except BaseException as exc:  # handed to the test thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still waiting after {seconds} s"
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]

@@ -10,7 +10,7 @@ import os
 
 import pytest
 import torch
-from hub_testing import TOKEN, hermetic_hub_environment, tiny  # tests/hub_testing.py
+from hub_testing import TOKEN, tiny  # tests/hub_testing.py
 from safetensors.torch import save_file
 
 import vitzoo
@@ -106,28 +106,22 @@ def test_a_nan_is_reported_at_the_step_the_metrics_give_it(tmp_path, log_every):
     assert summary["status"] == "diverged" and summary["step"] == step
 
 
-def test_offline_advice_for_an_uncached_revision_keeps_the_revision(monkeypatch, tmp_path):
-    hermetic_hub_environment(monkeypatch, tmp_path)
+def test_offline_advice_for_an_uncached_revision_keeps_the_revision(hermetic_hub, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(HubError, match=r"`vitzoo pull alice/model@v2`"):
         vitzoo.from_pretrained("hf-hub:alice/model@v2")
 
 
-def test_a_broken_repo_is_not_said_to_be_fixed_by_downloading_again(monkeypatch, tmp_path):
+def test_a_broken_repo_is_not_said_to_be_fixed_by_downloading_again(hub_server, tmp_path):
     """Weights that do not load from a Hub repo whose files match their hashes: the error says the repo
     holds them so (a revision that works, or its owner), not only to download them again."""
     from huggingface_hub import HfApi
 
-    from vitzoo.testing.hubserver import HubServer
-
-    hermetic_hub_environment(monkeypatch, tmp_path)
     tiny().save_pretrained(tmp_path / "saved")
     weights = tmp_path / "saved" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:100])
-    with HubServer(tmp_path / "hub", token=TOKEN) as hub:
-        monkeypatch.setenv("HF_ENDPOINT", hub.url)
-        api = HfApi(endpoint=hub.url, token=TOKEN)  # past vitzoo's push check, as another tool would
-        api.create_repo("alice/broken")
-        api.upload_folder(repo_id="alice/broken", folder_path=tmp_path / "saved")
-        with pytest.raises(CheckpointError, match="the repo itself holds them so"):
-            vitzoo.from_pretrained("hf-hub:alice/broken")
+    api = HfApi(endpoint=hub_server.url, token=TOKEN)  # past vitzoo's push check, as another tool would
+    api.create_repo("alice/broken")
+    api.upload_folder(repo_id="alice/broken", folder_path=tmp_path / "saved")
+    with pytest.raises(CheckpointError, match="the repo itself holds them so"):
+        vitzoo.from_pretrained("hf-hub:alice/broken")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from hub_testing import TOKEN, hermetic_hub_environment, tiny  # tests/hub_testing.py
+from hub_testing import TOKEN, pulled_once, tiny, within  # tests/hub_testing.py
 
 import vitzoo
 from vitzoo.errors import ConfigError
@@ -99,14 +99,6 @@ HUB_TOKEN = TOKEN
 
 
 @pytest.fixture
-def hermetic_hub(monkeypatch, tmp_path):
-    """The Hub tests' hermetic environment (tests/hub_testing.py), and Hub waits of one second."""
-    hermetic_hub_environment(monkeypatch, tmp_path)
-    monkeypatch.setenv("VITZOO_HUB_TIMEOUT", "1")
-    return tmp_path
-
-
-@pytest.fixture
 def silent_server():
     """A loopback server that accepts connections and never answers; yields its URL."""
     import socket
@@ -133,29 +125,8 @@ def silent_server():
     listener.close()
 
 
-def within(seconds: float, call):
-    """`call()`'s result, or its exception raised here; fails the test when it is still waiting after
-    `seconds` (the thread is left to the silent server's teardown, which closes its connections)."""
-    import threading
-
-    outcome = {}
-
-    def run():
-        try:
-            outcome["value"] = call()
-        except BaseException as exc:  # handed to the test thread
-            outcome["error"] = exc
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(seconds)
-    assert not thread.is_alive(), f"still waiting after {seconds} s"
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["value"]
-
-
-def test_a_pull_from_a_silent_server_stops_and_says_how_to_work_offline(hermetic_hub, silent_server, monkeypatch):
+def test_a_pull_from_a_silent_server_stops_and_says_how_to_work_offline(hermetic_hub, one_second, silent_server,
+                                                                        monkeypatch):
     """A pull from a server that accepts and never answers stops after the Hub timeout with a HubError
     naming the server, VITZOO_HUB_TIMEOUT and how to work offline (HF_HUB_OFFLINE=1, a local path)."""
     from vitzoo.errors import HubError
@@ -165,7 +136,7 @@ def test_a_pull_from_a_silent_server_stops_and_says_how_to_work_offline(hermetic
         within(15, lambda: vitzoo.from_pretrained("hf-hub:alice/silent"))
 
 
-def test_a_push_to_a_silent_server_stops(hermetic_hub, silent_server, monkeypatch):
+def test_a_push_to_a_silent_server_stops(hermetic_hub, one_second, silent_server, monkeypatch):
     """A push to a server that accepts and never answers stops after the Hub timeout with a HubError
     naming the server."""
     from vitzoo.errors import HubError
@@ -175,15 +146,10 @@ def test_a_push_to_a_silent_server_stops(hermetic_hub, silent_server, monkeypatc
         within(15, lambda: tiny().push_to_hub("alice/silent", token=HUB_TOKEN))
 
 
-def test_a_cached_model_loads_when_the_server_is_silent(hermetic_hub, silent_server, monkeypatch):
+def test_a_cached_model_loads_when_the_server_is_silent(hermetic_hub, one_second, silent_server, monkeypatch):
     """A model pulled once loads from the cache when the server later accepts and never answers."""
-    from vitzoo.testing.hubserver import HubServer
-
     model = tiny()
-    with HubServer(hermetic_hub / "hub", token=HUB_TOKEN) as hub:
-        monkeypatch.setenv("HF_ENDPOINT", hub.url)
-        model.push_to_hub("alice/cached", token=HUB_TOKEN)
-        vitzoo.from_pretrained("hf-hub:alice/cached")
+    pulled_once(model, "alice/cached", hermetic_hub / "hub", monkeypatch)
     monkeypatch.setenv("HF_ENDPOINT", silent_server)
     assert same_outputs(within(15, lambda: vitzoo.from_pretrained("hf-hub:alice/cached")).eval(), model)
 

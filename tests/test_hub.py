@@ -12,25 +12,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from hub_testing import TOKEN, hermetic_hub_environment, tiny  # tests/hub_testing.py
+from hub_testing import TOKEN, tiny  # tests/hub_testing.py
 from huggingface_hub import constants
 
 import vitzoo
 from vitzoo.errors import CheckpointError, HubError
 from vitzoo.hub.transport import download, parse
-from vitzoo.testing.hubserver import HubServer
 
 
-@pytest.fixture(autouse=True)
-def hermetic(monkeypatch, tmp_path):
-    hermetic_hub_environment(monkeypatch, tmp_path)
-
-
-@pytest.fixture
-def server(tmp_path, monkeypatch):
-    with HubServer(tmp_path / "hub", token=TOKEN) as hub:
-        monkeypatch.setenv("HF_ENDPOINT", hub.url)  # vitzoo hands the current HF_ENDPOINT to huggingface_hub
-        yield hub
+pytestmark = pytest.mark.usefixtures("hermetic_hub")  # tests/conftest.py
 
 
 def cache_dir() -> Path:
@@ -64,10 +54,10 @@ def test_parse_references():
             parse(bad)
 
 
-def test_push_then_pull_into_an_empty_cache(server):
+def test_push_then_pull_into_an_empty_cache(hub_server):
     model = tiny()
     url = model.push_to_hub("alice/tiny-vit", token=TOKEN)
-    assert url.startswith(server.url) and "alice/tiny-vit" in url
+    assert url.startswith(hub_server.url) and "alice/tiny-vit" in url
     assert not cache_dir().exists() or not any(cache_dir().iterdir())
     pulled = vitzoo.from_pretrained("hf-hub:alice/tiny-vit")
     assert_same_model(model, pulled)
@@ -83,7 +73,7 @@ def test_push_then_pull_into_an_empty_cache(server):
     assert_cache_clean()
 
 
-def test_pull_an_older_revision_after_a_second_push(server):
+def test_pull_an_older_revision_after_a_second_push(hub_server):
     first, second = tiny(0), tiny(1)
     url = first.push_to_hub("alice/rev", token=TOKEN, commit_message="first")
     sha = re.search(r"/commit/([0-9a-f]{40})", url).group(1)
@@ -96,7 +86,7 @@ def test_pull_an_older_revision_after_a_second_push(server):
     assert_same_model(second, vitzoo.from_pretrained("hf-hub:alice/rev@main"))
 
 
-def test_offline_after_a_first_pull(server, monkeypatch):
+def test_offline_after_a_first_pull(hub_server, monkeypatch):
     model = tiny()
     model.push_to_hub("alice/offline", token=TOKEN)
     vitzoo.from_pretrained("hf-hub:alice/offline")
@@ -109,8 +99,8 @@ def test_offline_after_a_first_pull(server, monkeypatch):
     assert_cache_clean()
 
 
-def test_a_repo_that_does_not_exist(server):
-    with pytest.raises(HubError, match=f"no model repository alice/missing on {re.escape(server.url)}"):
+def test_a_repo_that_does_not_exist(hub_server):
+    with pytest.raises(HubError, match=f"no model repository alice/missing on {re.escape(hub_server.url)}"):
         vitzoo.from_pretrained("hf-hub:alice/missing")
     tiny().push_to_hub("alice/exists", token=TOKEN)
     with pytest.raises(HubError, match="has no revision 'v9'"):
@@ -118,7 +108,7 @@ def test_a_repo_that_does_not_exist(server):
     assert_cache_clean()
 
 
-def test_a_wrong_token(server, monkeypatch):
+def test_a_wrong_token(hub_server, monkeypatch):
     with pytest.raises(HubError, match=r"refused the token \(401 Unauthorized\) trying to write to alice/t"):
         tiny().push_to_hub("alice/t", token="wrong")
     model = tiny()
@@ -165,7 +155,7 @@ def test_the_server_stopped_mid_session(tmp_path, monkeypatch):
     assert_cache_clean()
 
 
-def test_a_truncated_model_safetensors(server, tmp_path):
+def test_a_truncated_model_safetensors(hub_server, tmp_path):
     model = tiny()
     model.save_pretrained(tmp_path / "saved")
     weights = tmp_path / "saved" / "model.safetensors"
@@ -182,7 +172,7 @@ def test_a_truncated_model_safetensors(server, tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(again.state_dict().values(), model.state_dict().values()))
 
 
-def test_a_config_that_does_not_fit_the_weights(server, tmp_path):
+def test_a_config_that_does_not_fit_the_weights(hub_server, tmp_path):
     from vitzoo.cli import main
 
     tiny().save_pretrained(tmp_path / "saved")
@@ -197,7 +187,7 @@ def test_a_config_that_does_not_fit_the_weights(server, tmp_path):
     assert_cache_clean()
 
 
-def test_cli_push_and_pull_with_the_usual_environment(server, tmp_path, monkeypatch, capsys):
+def test_cli_push_and_pull_with_the_usual_environment(hub_server, tmp_path, monkeypatch, capsys):
     """`vitzoo push` / `vitzoo pull` configured only by HF_* variables; then an offline pull in a fresh
     process, where huggingface_hub reads HF_HOME and HF_HUB_OFFLINE at import as it does for users."""
     from vitzoo.cli import main
@@ -221,7 +211,7 @@ def test_cli_push_and_pull_with_the_usual_environment(server, tmp_path, monkeypa
     assert_cache_clean()
 
 
-def test_cli_errors_are_one_line_messages(server, monkeypatch, capsys, tmp_path):
+def test_cli_errors_are_one_line_messages(hub_server, monkeypatch, capsys, tmp_path):
     from vitzoo.cli import main
 
     assert main(["pull", "alice/nothing-here"]) == 2
@@ -297,12 +287,12 @@ class CuttingProxy:
         self.listener.close()
 
 
-def test_the_server_dies_in_the_middle_of_a_download(server, monkeypatch):
+def test_the_server_dies_in_the_middle_of_a_download(hub_server, monkeypatch):
     """The weights are cut off mid-transfer: a clear error, no partial blob or snapshot in the cache,
     and the next pull (server back) completes."""
     model = tiny(embed_dim=64, mlp_dim=128)  # ~0.4 MB of weights: several TCP reads
     model.push_to_hub("alice/cut", token=TOKEN)
-    proxy = CuttingProxy(server.url, b"model.safetensors", keep=20_000)
+    proxy = CuttingProxy(hub_server.url, b"model.safetensors", keep=20_000)
     try:
         monkeypatch.setenv("HF_ENDPOINT", proxy.url)
         with pytest.raises(HubError, match=f"broke off while downloading alice/cut.*nothing partial was kept"):
@@ -312,11 +302,11 @@ def test_the_server_dies_in_the_middle_of_a_download(server, monkeypatch):
         proxy.close()
     assert_cache_clean()
     assert not list(cache_dir().glob("models--alice--cut/snapshots/*/model.safetensors"))
-    monkeypatch.setenv("HF_ENDPOINT", server.url)
+    monkeypatch.setenv("HF_ENDPOINT", hub_server.url)
     assert_same_model(model, vitzoo.from_pretrained("hf-hub:alice/cut"))
 
 
-def test_a_transformers_repo_with_only_pytorch_model_bin(server, tmp_path):
+def test_a_transformers_repo_with_only_pytorch_model_bin(hub_server, tmp_path):
     """Foreign repos load too; without model.safetensors the same commit's pytorch_model.bin is fetched."""
     import transformers
     from huggingface_hub import HfApi
@@ -329,7 +319,7 @@ def test_a_transformers_repo_with_only_pytorch_model_bin(server, tmp_path):
     weights = tmp_path / "hf" / "model.safetensors"
     torch.save(load_file(str(weights)), tmp_path / "hf" / "pytorch_model.bin")
     weights.unlink()
-    api = HfApi(endpoint=server.url, token=TOKEN)
+    api = HfApi(endpoint=hub_server.url, token=TOKEN)
     api.create_repo("google-ish/vit-tiny")
     api.upload_folder(repo_id="google-ish/vit-tiny", folder_path=tmp_path / "hf")
     model = vitzoo.from_pretrained("hf-hub:google-ish/vit-tiny")

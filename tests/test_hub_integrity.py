@@ -11,24 +11,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from hub_testing import TOKEN, hermetic_hub_environment, tiny  # tests/hub_testing.py
+from hub_testing import TOKEN, pulled_once, tiny, within  # tests/hub_testing.py
 
 import vitzoo
 from vitzoo.errors import HubError
 from vitzoo.hub.transport import download
-from vitzoo.testing.hubserver import HubServer
 
 
-@pytest.fixture(autouse=True)
-def hermetic(monkeypatch, tmp_path):
-    hermetic_hub_environment(monkeypatch, tmp_path)
-
-
-@pytest.fixture
-def server(tmp_path, monkeypatch):
-    with HubServer(tmp_path / "hub", token=TOKEN) as hub:
-        monkeypatch.setenv("HF_ENDPOINT", hub.url)
-        yield hub
+pytestmark = pytest.mark.usefixtures("hermetic_hub")  # tests/conftest.py
 
 
 def same_model(a, b) -> bool:
@@ -65,7 +55,7 @@ def go_offline(monkeypatch) -> None:
 
 
 # ------------------------------------------------------------------ 1. a damaged file in the Hub cache
-def test_a_bit_flipped_cached_weights_blob_is_downloaded_again_online(server, caplog):
+def test_a_bit_flipped_cached_weights_blob_is_downloaded_again_online(hub_server, caplog):
     """One byte changed inside the tensor data of a cached model.safetensors blob: the next load online
     notices that the blob no longer matches its sha256, removes it, downloads it again and loads the
     model that was pushed, saying so."""
@@ -80,7 +70,7 @@ def test_a_bit_flipped_cached_weights_blob_is_downloaded_again_online(server, ca
     assert "model.safetensors" in caplog.text and "sha256" in caplog.text and "downloaded again" in caplog.text
 
 
-def test_a_bit_flipped_cached_weights_blob_is_refused_offline_and_pull_repairs_it(server, monkeypatch, capsys, caplog):
+def test_a_bit_flipped_cached_weights_blob_is_refused_offline_and_pull_repairs_it(hub_server, monkeypatch, capsys, caplog):
     """Offline, the damaged blob is not loaded: a HubError names the file, says its bytes no longer match
     the sha256 the cache names it by, and that `vitzoo pull REPO` repairs it; online, `vitzoo pull`
     does, and the model then loads offline."""
@@ -103,7 +93,7 @@ def test_a_bit_flipped_cached_weights_blob_is_refused_offline_and_pull_repairs_i
     assert same_model(vitzoo.from_pretrained("hf-hub:alice/flip"), model)
 
 
-def test_a_hand_edited_cached_config_is_not_used(server, monkeypatch):
+def test_a_hand_edited_cached_config_is_not_used(hub_server, monkeypatch):
     """A cached config.json edited by hand (it still reads as a valid config) no longer matches the
     git hash the cache names its blob by: offline it is refused, online it is downloaded again."""
     model = tiny()
@@ -118,7 +108,7 @@ def test_a_hand_edited_cached_config_is_not_used(server, monkeypatch):
     assert again.config.act == "gelu" and same_model(again, model)
 
 
-def test_a_cached_file_is_hashed_once_per_file_state(server, monkeypatch):
+def test_a_cached_file_is_hashed_once_per_file_state(hub_server, monkeypatch):
     """A blob whose hash matched is not hashed again while its size, times and inode stay the same;
     touched, it is hashed again."""
     from vitzoo.hub import cache
@@ -151,7 +141,7 @@ def break_weights(saved: Path, how: str) -> None:
 
 
 @pytest.mark.parametrize("how", ["truncated", "100 bytes", "empty"])
-def test_a_folder_with_broken_weights_is_not_pushed(server, tmp_path, capsys, how):
+def test_a_folder_with_broken_weights_is_not_pushed(hub_server, tmp_path, capsys, how):
     """`vitzoo push` of a folder whose model.safetensors is truncated, 100 bytes or empty fails in one
     line naming the file, before anything is uploaded: the repo is not even created."""
     from vitzoo.cli import main
@@ -161,11 +151,11 @@ def test_a_folder_with_broken_weights_is_not_pushed(server, tmp_path, capsys, ho
     assert main(["push", str(tmp_path / "saved"), "alice/broken", "--token", TOKEN]) == 2
     err = capsys.readouterr().err
     assert "model.safetensors" in err and "nothing was pushed to alice/broken" in err and "Traceback" not in err
-    assert nothing_on_the_hub(server, "alice/broken")
+    assert nothing_on_the_hub(hub_server, "alice/broken")
 
 
 @pytest.mark.parametrize("change", [{"mlp_dim": 96}, {"depth": 3}, {"num_classes": 7}, {"pos_embed": "none"}])
-def test_a_folder_whose_config_does_not_fit_its_weights_is_not_pushed(server, tmp_path, capsys, change):
+def test_a_folder_whose_config_does_not_fit_its_weights_is_not_pushed(hub_server, tmp_path, capsys, change):
     """A config.json that describes another model than the weights beside it is refused before any
     upload, listing what does not fit."""
     from vitzoo.cli import main
@@ -176,10 +166,10 @@ def test_a_folder_whose_config_does_not_fit_its_weights_is_not_pushed(server, tm
     assert main(["push", str(tmp_path / "saved"), "alice/misfit", "--token", TOKEN]) == 2
     err = capsys.readouterr().err
     assert "do not fit the model" in err and "nothing was pushed to alice/misfit" in err
-    assert nothing_on_the_hub(server, "alice/misfit")
+    assert nothing_on_the_hub(hub_server, "alice/misfit")
 
 
-def test_a_model_changed_after_it_was_built_is_not_pushed(server):
+def test_a_model_changed_after_it_was_built_is_not_pushed(hub_server):
     """push_to_hub of a model whose head was replaced by hand (its config still says 5 classes) is
     refused before any upload: what would be pushed does not load."""
     from vitzoo.errors import CheckpointError
@@ -188,7 +178,7 @@ def test_a_model_changed_after_it_was_built_is_not_pushed(server):
     model.head.fc = torch.nn.Linear(32, 9)
     with pytest.raises(CheckpointError, match=r"(?s)nothing was pushed to alice/changed.*head.fc.weight"):
         model.push_to_hub("alice/changed", token=TOKEN)
-    assert nothing_on_the_hub(server, "alice/changed")
+    assert nothing_on_the_hub(hub_server, "alice/changed")
 
 
 # ------------------------------------------------------------------ 3. --private makes the repo private
@@ -203,23 +193,23 @@ def anonymous_read_works(hub, repo_id: str) -> bool:
     return True
 
 
-def test_the_test_server_changes_a_repos_visibility_as_the_hub_does(server):
+def test_the_test_server_changes_a_repos_visibility_as_the_hub_does(hub_server):
     """PUT /api/models/ORG/NAME/settings (huggingface_hub's update_repo_settings) makes a repo private
     or public; it needs a token, answers 404 for a repo that does not exist, and refuses a visibility
     a model repo cannot have."""
     from huggingface_hub import HfApi
     from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
 
-    api = HfApi(endpoint=server.url, token=TOKEN)
+    api = HfApi(endpoint=hub_server.url, token=TOKEN)
     api.create_repo("alice/vis")
-    assert anonymous_read_works(server, "alice/vis")
+    assert anonymous_read_works(hub_server, "alice/vis")
     api.update_repo_settings("alice/vis", private=True)
-    assert api.model_info("alice/vis").private and not anonymous_read_works(server, "alice/vis")
+    assert api.model_info("alice/vis").private and not anonymous_read_works(hub_server, "alice/vis")
     api.update_repo_settings("alice/vis", visibility="public")
-    assert anonymous_read_works(server, "alice/vis")
+    assert anonymous_read_works(hub_server, "alice/vis")
     with pytest.raises(HfHubHTTPError) as refused:
-        HfApi(endpoint=server.url, token=False).update_repo_settings("alice/vis", private=True)
-    assert refused.value.response.status_code == 401 and anonymous_read_works(server, "alice/vis")
+        HfApi(endpoint=hub_server.url, token=False).update_repo_settings("alice/vis", private=True)
+    assert refused.value.response.status_code == 401 and anonymous_read_works(hub_server, "alice/vis")
     with pytest.raises(RepositoryNotFoundError):
         api.update_repo_settings("alice/none", private=True)
     with pytest.raises(HfHubHTTPError) as refused:
@@ -227,33 +217,33 @@ def test_the_test_server_changes_a_repos_visibility_as_the_hub_does(server):
     assert refused.value.response.status_code in (400, 501)
 
 
-def test_push_private_to_an_existing_public_repo_makes_it_private(server, tmp_path, capsys, caplog):
+def test_push_private_to_an_existing_public_repo_makes_it_private(hub_server, tmp_path, capsys, caplog):
     """`vitzoo push --private` to a repo that exists and is public makes it private before the upload,
     says so, and anonymous reads stop working; a push without --private leaves a private repo private."""
     from vitzoo.cli import main
 
     tiny().push_to_hub("alice/public", token=TOKEN)
-    assert anonymous_read_works(server, "alice/public")
+    assert anonymous_read_works(hub_server, "alice/public")
     tiny(1).save_pretrained(tmp_path / "saved")
     with caplog.at_level(logging.WARNING, logger="vitzoo"):
         assert main(["push", str(tmp_path / "saved"), "alice/public", "--private", "--token", TOKEN]) == 0
     assert "alice/public was public: made it private" in caplog.text
-    assert not anonymous_read_works(server, "alice/public")
+    assert not anonymous_read_works(hub_server, "alice/public")
     assert main(["push", str(tmp_path / "saved"), "alice/public", "--token", TOKEN]) == 0
-    assert not anonymous_read_works(server, "alice/public")
+    assert not anonymous_read_works(hub_server, "alice/public")
 
 
-def test_push_private_fails_when_the_server_cannot_make_the_repo_private(server, monkeypatch):
+def test_push_private_fails_when_the_server_cannot_make_the_repo_private(hub_server, monkeypatch):
     """A server that does not change the visibility (it refuses, or answers yes and leaves it public) is
     a HubError saying the repo is still public; nothing is uploaded."""
     from huggingface_hub import HfApi
 
     tiny().push_to_hub("alice/stays", token=TOKEN)
-    before = HfApi(endpoint=server.url, token=TOKEN).model_info("alice/stays").sha
+    before = HfApi(endpoint=hub_server.url, token=TOKEN).model_info("alice/stays").sha
     monkeypatch.setattr(HfApi, "update_repo_settings", lambda self, *a, **k: None)  # says nothing, does nothing
     with pytest.raises(HubError, match=r"alice/stays on \S+ is still public.*nothing was uploaded"):
         tiny(1).push_to_hub("alice/stays", token=TOKEN, private=True)
-    assert HfApi(endpoint=server.url, token=TOKEN).model_info("alice/stays").sha == before
+    assert HfApi(endpoint=hub_server.url, token=TOKEN).model_info("alice/stays").sha == before
 
 
 # ------------------------------------------------------------------ 9. a server that answers slowly
@@ -299,32 +289,6 @@ def dribbling_server():
     listener.close()
 
 
-def within(seconds: float, call):
-    """`call()`'s result (or its exception), failing the test when it is still waiting after `seconds`."""
-    import threading
-
-    outcome = {}
-
-    def run():
-        try:
-            outcome["value"] = call()
-        except BaseException as exc:  # handed to the test thread
-            outcome["error"] = exc
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(seconds)
-    assert not thread.is_alive(), f"still waiting after {seconds} s"
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["value"]
-
-
-@pytest.fixture
-def one_second(monkeypatch):
-    monkeypatch.setenv("VITZOO_HUB_TIMEOUT", "1")
-
-
 def test_a_pull_from_a_dribbling_server_stops_at_the_deadline(one_second, dribbling_server, monkeypatch):
     """A server that sends a header line every 0.3 s (never a whole answer) is given up after the Hub
     timeout, as a silent server is: a HubError naming the server and VITZOO_HUB_TIMEOUT, in seconds."""
@@ -341,10 +305,7 @@ def test_a_cached_model_loads_when_the_server_dribbles(tmp_path, one_second, dri
     from vitzoo.cli import main
 
     model = tiny()
-    with HubServer(tmp_path / "hub", token=TOKEN) as hub:
-        monkeypatch.setenv("HF_ENDPOINT", hub.url)
-        model.push_to_hub("alice/cached", token=TOKEN)
-        vitzoo.from_pretrained("hf-hub:alice/cached")
+    pulled_once(model, "alice/cached", tmp_path / "hub", monkeypatch)
     monkeypatch.setenv("HF_ENDPOINT", dribbling_server)
     started = time.monotonic()
     assert same_model(within(20, lambda: vitzoo.from_pretrained("hf-hub:alice/cached")), model)

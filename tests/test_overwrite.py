@@ -8,7 +8,7 @@ import hashlib
 from pathlib import Path
 
 import pytest
-from hub_testing import TOKEN, hermetic_hub_environment, tiny  # tests/hub_testing.py
+from hub_testing import TOKEN, tiny  # tests/hub_testing.py
 
 from vitzoo.cli import main
 
@@ -84,14 +84,10 @@ def test_convert_into_a_new_or_empty_directory_writes_the_model(tmp_path, saved)
 
 
 @pytest.fixture
-def hub(monkeypatch, tmp_path):
-    from vitzoo.testing.hubserver import HubServer
-
-    hermetic_hub_environment(monkeypatch, tmp_path)
-    with HubServer(tmp_path / "hub", token=TOKEN) as server:
-        monkeypatch.setenv("HF_ENDPOINT", server.url)
-        tiny().push_to_hub("alice/model", token=TOKEN)
-        yield server
+def hub(hub_server):
+    """The loopback Hub (tests/conftest.py) holding alice/model."""
+    tiny().push_to_hub("alice/model", token=TOKEN)
+    return hub_server
 
 
 def test_pull_into_a_directory_holding_a_readme_or_a_run_keeps_them(hub, tmp_path, capsys):
