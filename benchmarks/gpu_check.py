@@ -115,10 +115,9 @@ def cuda_tests(out: Path) -> dict[str, Any]:
 
 
 def training(out: Path) -> dict[str, Any]:
-    from vitzoo.precision import gpu_half
-    from vitzoo.train.build import precision_flag
+    from vitzoo.precision import flag, gpu_half
 
-    precision = precision_flag(gpu_half(torch.device("cuda", 0)))
+    precision = flag(gpu_half(torch.device("cuda", 0)))
     run = out / "training"
     result = run_child(["-m", "vitzoo", "train", "vit_s16", "--data", "synthetic", "--steps", "200", "--batch-size", "64",
                         "--precision", precision, "--compile", "--device", "cuda", "--num-workers", "8", "--log-every", "20",
@@ -155,11 +154,11 @@ def speed(out: Path) -> dict[str, Any]:
 
     from benchmarks.speed.cases import Case, check_parity, converted, timm_model, torchvision_model, train_step_fn
     from benchmarks.speed.timing import interleaved, sdpa_backends
-    from vitzoo.fast import for_inference, inference_dtype
-    from vitzoo.precision import autocast
+    from vitzoo.fast import for_inference
+    from vitzoo.precision import autocast, half_of
 
     device = torch.device("cuda", 0)
-    dtype = inference_dtype(device)
+    dtype = half_of(device)
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.manual_seed(0)
     case = Case("vit_b16", {"timm": timm_model("vit_base_patch16_224"), "torchvision": torchvision_model("vit_b_16")})

@@ -9,7 +9,7 @@ from torch._dynamo.utils import counters
 import vitzoo
 import vitzoo.fast
 from vitzoo.fast import compile_for_inference, compile_for_training
-from vitzoo.fastest import Choice
+from vitzoo.precision import Choice
 
 HYBRID = dict(stem="resnet", resnet_layers=(1,), patch_size=1)
 

@@ -11,8 +11,8 @@ import torch
 
 import vitzoo
 import vitzoo.fast
-from vitzoo import fastest
-from vitzoo.fastest import pick
+from vitzoo import fastest, precision
+from vitzoo.precision import pick
 
 # measured speeds (GFLOP/s at ViT-B/16's MLP product) of three CPUs
 AMD_EPYC = {"float32": 66.0, "bfloat16": 154.0, "float16": 2.6}  # avx512_bf16, no avx512_fp16
@@ -41,17 +41,17 @@ def measuring(monkeypatch, tmp_path):
 
 # ---------------------------------------------------------------------------- the rule
 def test_half_precision_is_picked_where_the_cpu_computes_it_clearly_faster():
-    assert pick(AMD_EPYC, tuple(fastest.NAMES)).dtype == torch.bfloat16
-    assert pick(FP16_FAST, tuple(fastest.NAMES)).dtype == torch.float16
+    assert pick(AMD_EPYC, tuple(precision.NAMES)).dtype == torch.bfloat16
+    assert pick(FP16_FAST, tuple(precision.NAMES)).dtype == torch.float16
     # the Xeon of the issue: bf16 at half of float32's speed, fp16 2% faster than float32 (for_inference in
     # fp16 there: 1.07x eager float32, and compiled float32 the fastest of all): float32
-    assert pick(XEON_NO_AMX, tuple(fastest.NAMES)).dtype == torch.float32
-    assert pick(NO_HALF, tuple(fastest.NAMES)).dtype == torch.float32  # 4% faster does not pay for the rounding
+    assert pick(XEON_NO_AMX, tuple(precision.NAMES)).dtype == torch.float32
+    assert pick(NO_HALF, tuple(precision.NAMES)).dtype == torch.float32  # 4% faster does not pay for the rounding
 
 
 def test_a_near_tie_between_the_half_precisions_goes_to_bf16_whose_range_is_float32s():
-    assert pick({"float32": 100.0, "bfloat16": 200.0, "float16": 205.0}, tuple(fastest.NAMES)).dtype == torch.bfloat16
-    assert pick({"float32": 100.0, "bfloat16": 200.0, "float16": 260.0}, tuple(fastest.NAMES)).dtype == torch.float16
+    assert pick({"float32": 100.0, "bfloat16": 200.0, "float16": 205.0}, tuple(precision.NAMES)).dtype == torch.bfloat16
+    assert pick({"float32": 100.0, "bfloat16": 200.0, "float16": 260.0}, tuple(precision.NAMES)).dtype == torch.float16
 
 
 def test_training_picks_between_float32_and_bf16_only():
@@ -64,7 +64,7 @@ def test_training_picks_between_float32_and_bf16_only():
 def test_a_gpu_is_not_measured_it_says_what_it_computes_natively(monkeypatch):
     """One rule for a GPU's half precision (`precision.gpu_half`): the measured choice, the fast path's
     default and training's gpu-half and auto all follow it."""
-    from vitzoo import fast, precision
+    from vitzoo import fast
     from vitzoo.train import TrainConfig
     from vitzoo.train.build import resolve_precision
 
@@ -110,14 +110,18 @@ def test_the_real_measurement_times_every_precision_on_this_cpu():
 
 
 def test_a_fixed_cpu_precision_skips_the_measurement_and_a_wrong_one_is_named(monkeypatch):
+    """Either spelling, the dtype's (bfloat16) or the CLI's (bf16), as `vitzoo.precision` reads them."""
     monkeypatch.setattr(fastest, "measure_cpu", lambda shape: pytest.fail("measured"))
     model = vitzoo.create("vit_ti16", img_size=32, patch_size=8, num_classes=5)
-    monkeypatch.setenv("VITZOO_CPU_PRECISION", "bfloat16")
-    assert fastest.fastest_precision(model, "cpu").dtype == torch.bfloat16
-    monkeypatch.setenv("VITZOO_CPU_PRECISION", "float16")
-    assert fastest.fastest_precision(model, "cpu", training=True).dtype == torch.float32  # no fp16 autocast on CPUs
-    monkeypatch.setenv("VITZOO_CPU_PRECISION", "fp16")
-    with pytest.raises(ValueError, match="VITZOO_CPU_PRECISION='fp16'.*float16"):
+    for spelling in ("bfloat16", "bf16"):
+        monkeypatch.setenv("VITZOO_CPU_PRECISION", spelling)
+        assert fastest.fastest_precision(model, "cpu").dtype == torch.bfloat16
+    for spelling in ("float16", "fp16"):
+        monkeypatch.setenv("VITZOO_CPU_PRECISION", spelling)
+        assert fastest.fastest_precision(model, "cpu").dtype == torch.float16
+        assert fastest.fastest_precision(model, "cpu", training=True).dtype == torch.float32  # no fp16 autocast on CPUs
+    monkeypatch.setenv("VITZOO_CPU_PRECISION", "half")
+    with pytest.raises(ValueError, match="VITZOO_CPU_PRECISION='half': use one of float32, bfloat16, float16, fp32, bf16, fp16"):
         fastest.fastest_precision(model, "cpu")
 
 
@@ -132,7 +136,7 @@ def test_for_inference_with_no_arguments_computes_in_the_measured_fastest_precis
         exact = model(x)
     fast = vitzoo.fast.for_inference(model)
     assert fast.dtype == expected and all(p.dtype == expected for p in fast.model.parameters())
-    assert fast.describe().startswith(fastest.NAMES[expected] + ": ") and "GFLOP/s" in fast.describe()
+    assert fast.describe().startswith(precision.NAMES[expected] + ": ") and "GFLOP/s" in fast.describe()
     assert (fast(x).float() - exact).abs().max() <= 0.03 * exact.abs().max()
     assert vitzoo.fast.for_inference(vitzoo.create("vit_ti16", **tiny), "auto").dtype == expected
 

@@ -41,7 +41,8 @@ import torch
 from torch import nn
 
 from vitzoo import precision
-from vitzoo.fastest import Choice, fastest_precision, measured_on, remembered
+from vitzoo.fastest import fastest_precision, measured_on, remembered
+from vitzoo.precision import INFERENCE_DTYPES, Choice
 
 
 def compile_for_inference(
@@ -177,17 +178,14 @@ def compile_key(fast: Inference, example: torch.Tensor) -> str:
                        "input": list(example.shape), "mode": fast.mode}, sort_keys=True)
 
 
-INFERENCE_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 COMPILE_MUST_BE = 1.05  # x eager's speed on the example, for compile="auto" to keep the compiled model
 COMPILE_CACHE = "compile_gain.json"
 
 
 def inference_dtype(device: torch.device | str) -> torch.dtype:
-    """The half precision to infer in on a GPU `device`: bf16, except fp16 on a GPU that only emulates
-    bf16 (T4, V100: emulated bf16 is several times slower than their fp16); bf16 elsewhere. What the
-    precision of `for_inference(model)` is on a GPU; on a CPU it is measured (`vitzoo.fastest`)."""
-    device = torch.device(device)
-    return precision.gpu_half(device) if device.type == "cuda" else torch.bfloat16
+    """The half precision to infer in on a GPU `device` (`vitzoo.precision.half_of`); on a CPU
+    `for_inference(model)` measures (`vitzoo.fastest`)."""
+    return precision.half_of(device)
 
 
 def _seconds_per_call(fast: Inference, example: torch.Tensor, calls: int = 3) -> float:
