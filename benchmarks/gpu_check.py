@@ -14,7 +14,7 @@ Each step has its own time limit, 8 minutes together on one GPU (`LIMITS`; the f
    GPUs through the local elastic launcher, for the head, data and inspect ablations with one seed
    (15 runs, each a job over every visible GPU: `--gpus-per-run` their count);
 5. `speed`: ViT-B/16 inference (batch 64) and a ViT-S/16 training step (batch 64) against timm and
-   torchvision on the same weights, in the precision `vitzoo.fast` picks, with every
+   torchvision on the same weights, in the precision `vitzoo.inference.for_inference` picks, with every
    scaled_dot_product_attention kernel forced in turn;
 6. `loader`: the training input pipeline's images/s at 128 and 224 px (the gpu and paper scales) on
    ImageNet-sized JPEGs it writes, decoded on the GPU (`--decode device`: 8 workers reading bytes) and
@@ -154,7 +154,7 @@ def speed(out: Path) -> dict[str, Any]:
 
     from benchmarks.speed.cases import Case, check_parity, converted, timm_model, torchvision_model, train_step_fn
     from benchmarks.speed.timing import interleaved, sdpa_backends
-    from vitzoo.fast import for_inference
+    from vitzoo.inference import for_inference
     from vitzoo.precision import autocast, half_of
 
     device = torch.device("cuda", 0)
