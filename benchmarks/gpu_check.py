@@ -14,7 +14,7 @@ Each step has its own time limit, 8 minutes together on one GPU (`LIMITS`; the f
    GPUs through the local elastic launcher, for the head, data and inspect ablations with one seed
    (15 runs, each a job over every visible GPU: `--gpus-per-run` their count);
 5. `speed`: ViT-B/16 inference (batch 64) and a ViT-S/16 training step (batch 64) against timm and
-   torchvision on the same weights, in the precision `vitzoo.fast` picks, with every
+   torchvision on the same weights, in the precision `vitzoo.inference.for_inference` picks, with every
    scaled_dot_product_attention kernel forced in turn;
 6. `loader`: the training input pipeline's images/s at 128 and 224 px (the gpu and paper scales) on
    ImageNet-sized JPEGs it writes, decoded on the GPU (`--decode device`: 8 workers reading bytes) and
@@ -115,10 +115,9 @@ def cuda_tests(out: Path) -> dict[str, Any]:
 
 
 def training(out: Path) -> dict[str, Any]:
-    from vitzoo.precision import gpu_half
-    from vitzoo.train.build import precision_flag
+    from vitzoo.precision import flag, gpu_half
 
-    precision = precision_flag(gpu_half(torch.device("cuda", 0)))
+    precision = flag(gpu_half(torch.device("cuda", 0)))
     run = out / "training"
     result = run_child(["-m", "vitzoo", "train", "vit_s16", "--data", "synthetic", "--steps", "200", "--batch-size", "64",
                         "--precision", precision, "--compile", "--device", "cuda", "--num-workers", "8", "--log-every", "20",
@@ -155,11 +154,11 @@ def speed(out: Path) -> dict[str, Any]:
 
     from benchmarks.speed.cases import Case, check_parity, converted, timm_model, torchvision_model, train_step_fn
     from benchmarks.speed.timing import interleaved, sdpa_backends
-    from vitzoo.fast import for_inference, inference_dtype
-    from vitzoo.precision import autocast
+    from vitzoo.inference import for_inference
+    from vitzoo.precision import autocast, half_of
 
     device = torch.device("cuda", 0)
-    dtype = inference_dtype(device)
+    dtype = half_of(device)
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.manual_seed(0)
     case = Case("vit_b16", {"timm": timm_model("vit_base_patch16_224"), "torchvision": torchvision_model("vit_b_16")})

@@ -120,9 +120,9 @@ def training_mfu(device: torch.device, batch: int = 256, reps: int = 10, compile
     import vitzoo
     from benchmarks.speed.cases import Case, converted, train_step_fn
     from benchmarks.speed.timing import interleaved
-    from vitzoo.fast import inference_dtype
+    from vitzoo.precision import half_of
 
-    dtype = inference_dtype(device) if device.type == "cuda" else torch.bfloat16
+    dtype = half_of(device)
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.manual_seed(0)
     vitzoo_name, timm_name, vitzoo_options, timm_options = models

@@ -124,11 +124,10 @@ def run_precision(run: Run, device: str) -> str:
     """The autocast dtype the run trains in on `device` ("float32", "bfloat16", "float16"): its
     --precision, `auto` resolved as training resolves it."""
     from benchmarks.training import train_settings
-    from vitzoo.train import TrainConfig
-    from vitzoo.train.build import resolve_precision
+    from vitzoo import precision
 
-    dtype = resolve_precision(TrainConfig(**train_settings(run.config)).resolved(), torch.device(device))
-    return str(dtype or torch.float32).replace("torch.", "")
+    dtype = precision.training_dtype(train_settings(run.config)["precision"], torch.device(device))
+    return precision.NAMES[dtype or torch.float32]
 
 
 class OutOfMemory(RuntimeError):

@@ -1,5 +1,5 @@
 """The fastest precision of a machine (vitzoo/fastest.py): picked by a fixed rule from measured speeds,
-measured once per machine, behind `vitzoo.fast.for_inference(model)` and `vitzoo train --precision auto`;
+measured once per machine, behind `vitzoo.inference.for_inference(model)` and `vitzoo train --precision auto`;
 benchmarks never take it."""
 
 import json
@@ -10,9 +10,9 @@ import pytest
 import torch
 
 import vitzoo
-import vitzoo.fast
-from vitzoo import fastest
-from vitzoo.fastest import pick
+import vitzoo.inference
+from vitzoo import fastest, precision
+from vitzoo.precision import pick
 
 # measured speeds (GFLOP/s at ViT-B/16's MLP product) of three CPUs
 AMD_EPYC = {"float32": 66.0, "bfloat16": 154.0, "float16": 2.6}  # avx512_bf16, no avx512_fp16
@@ -41,17 +41,17 @@ def measuring(monkeypatch, tmp_path):
 
 # ---------------------------------------------------------------------------- the rule
 def test_half_precision_is_picked_where_the_cpu_computes_it_clearly_faster():
-    assert pick(AMD_EPYC, tuple(fastest.NAMES)).dtype == torch.bfloat16
-    assert pick(FP16_FAST, tuple(fastest.NAMES)).dtype == torch.float16
+    assert pick(AMD_EPYC, tuple(precision.NAMES)).dtype == torch.bfloat16
+    assert pick(FP16_FAST, tuple(precision.NAMES)).dtype == torch.float16
     # the Xeon of the issue: bf16 at half of float32's speed, fp16 2% faster than float32 (for_inference in
     # fp16 there: 1.07x eager float32, and compiled float32 the fastest of all): float32
-    assert pick(XEON_NO_AMX, tuple(fastest.NAMES)).dtype == torch.float32
-    assert pick(NO_HALF, tuple(fastest.NAMES)).dtype == torch.float32  # 4% faster does not pay for the rounding
+    assert pick(XEON_NO_AMX, tuple(precision.NAMES)).dtype == torch.float32
+    assert pick(NO_HALF, tuple(precision.NAMES)).dtype == torch.float32  # 4% faster does not pay for the rounding
 
 
 def test_a_near_tie_between_the_half_precisions_goes_to_bf16_whose_range_is_float32s():
-    assert pick({"float32": 100.0, "bfloat16": 200.0, "float16": 205.0}, tuple(fastest.NAMES)).dtype == torch.bfloat16
-    assert pick({"float32": 100.0, "bfloat16": 200.0, "float16": 260.0}, tuple(fastest.NAMES)).dtype == torch.float16
+    assert pick({"float32": 100.0, "bfloat16": 200.0, "float16": 205.0}, tuple(precision.NAMES)).dtype == torch.bfloat16
+    assert pick({"float32": 100.0, "bfloat16": 200.0, "float16": 260.0}, tuple(precision.NAMES)).dtype == torch.float16
 
 
 def test_training_picks_between_float32_and_bf16_only():
@@ -64,7 +64,6 @@ def test_training_picks_between_float32_and_bf16_only():
 def test_a_gpu_is_not_measured_it_says_what_it_computes_natively(monkeypatch):
     """One rule for a GPU's half precision (`precision.gpu_half`): the measured choice, the fast path's
     default and training's gpu-half and auto all follow it."""
-    from vitzoo import fast, precision
     from vitzoo.train import TrainConfig
     from vitzoo.train.build import resolve_precision
 
@@ -75,7 +74,7 @@ def test_a_gpu_is_not_measured_it_says_what_it_computes_natively(monkeypatch):
     for native, expected in ((True, torch.bfloat16), (False, torch.float16)):
         monkeypatch.setattr(precision, "native_bf16", lambda device, native=native: native)
         assert fastest.fastest_precision(model, gpu).dtype == expected
-        assert fast.inference_dtype(gpu) == expected
+        assert precision.half_of(gpu) == expected
         for rule in ("gpu-half", "auto"):
             assert resolve_precision(TrainConfig(model="vit_ti16", precision=rule), gpu) == expected
 
@@ -110,18 +109,22 @@ def test_the_real_measurement_times_every_precision_on_this_cpu():
 
 
 def test_a_fixed_cpu_precision_skips_the_measurement_and_a_wrong_one_is_named(monkeypatch):
+    """Either spelling, the dtype's (bfloat16) or the CLI's (bf16), as `vitzoo.precision` reads them."""
     monkeypatch.setattr(fastest, "measure_cpu", lambda shape: pytest.fail("measured"))
     model = vitzoo.create("vit_ti16", img_size=32, patch_size=8, num_classes=5)
-    monkeypatch.setenv("VITZOO_CPU_PRECISION", "bfloat16")
-    assert fastest.fastest_precision(model, "cpu").dtype == torch.bfloat16
-    monkeypatch.setenv("VITZOO_CPU_PRECISION", "float16")
-    assert fastest.fastest_precision(model, "cpu", training=True).dtype == torch.float32  # no fp16 autocast on CPUs
-    monkeypatch.setenv("VITZOO_CPU_PRECISION", "fp16")
-    with pytest.raises(ValueError, match="VITZOO_CPU_PRECISION='fp16'.*float16"):
+    for spelling in ("bfloat16", "bf16"):
+        monkeypatch.setenv("VITZOO_CPU_PRECISION", spelling)
+        assert fastest.fastest_precision(model, "cpu").dtype == torch.bfloat16
+    for spelling in ("float16", "fp16"):
+        monkeypatch.setenv("VITZOO_CPU_PRECISION", spelling)
+        assert fastest.fastest_precision(model, "cpu").dtype == torch.float16
+        assert fastest.fastest_precision(model, "cpu", training=True).dtype == torch.float32  # no fp16 autocast on CPUs
+    monkeypatch.setenv("VITZOO_CPU_PRECISION", "half")
+    with pytest.raises(ValueError, match="VITZOO_CPU_PRECISION='half': use one of float32, bfloat16, float16, fp32, bf16, fp16"):
         fastest.fastest_precision(model, "cpu")
 
 
-# ---------------------------------------------------------------------------- vitzoo.fast
+# ---------------------------------------------------------------------------- vitzoo.inference
 @pytest.mark.parametrize(("speeds", "expected"), [(AMD_EPYC, torch.bfloat16), (FP16_FAST, torch.float16),
                                                   (XEON_NO_AMX, torch.float32)], ids=["bf16", "fp16", "float32"])
 def test_for_inference_with_no_arguments_computes_in_the_measured_fastest_precision(measuring, speeds, expected, tiny):
@@ -130,20 +133,20 @@ def test_for_inference_with_no_arguments_computes_in_the_measured_fastest_precis
     x = torch.randn(2, 3, 32, 32)
     with torch.inference_mode():
         exact = model(x)
-    fast = vitzoo.fast.for_inference(model)
+    fast = vitzoo.inference.for_inference(model)
     assert fast.dtype == expected and all(p.dtype == expected for p in fast.model.parameters())
-    assert fast.describe().startswith(fastest.NAMES[expected] + ": ") and "GFLOP/s" in fast.describe()
+    assert fast.describe().startswith(precision.NAMES[expected] + ": ") and "GFLOP/s" in fast.describe()
     assert (fast(x).float() - exact).abs().max() <= 0.03 * exact.abs().max()
-    assert vitzoo.fast.for_inference(vitzoo.create("vit_ti16", **tiny), "auto").dtype == expected
+    assert vitzoo.inference.for_inference(vitzoo.create("vit_ti16", **tiny), "auto").dtype == expected
 
 
 def test_an_explicit_dtype_is_kept_and_said(measuring, tiny):
     measuring.fake(AMD_EPYC)
-    fast = vitzoo.fast.for_inference(vitzoo.create("vit_ti16", **tiny), torch.float32, compile=False)
+    fast = vitzoo.inference.for_inference(vitzoo.create("vit_ti16", **tiny), torch.float32, compile=False)
     assert fast.dtype == torch.float32 and fast.describe() == "float32: asked for; eager: not asked for"
     assert measuring == []
     with pytest.raises(ValueError, match="'auto' or one of"):
-        vitzoo.fast.for_inference(vitzoo.create("vit_ti16", **tiny), "bf16")
+        vitzoo.inference.for_inference(vitzoo.create("vit_ti16", **tiny), "bf16")
 
 
 @pytest.fixture
@@ -156,7 +159,7 @@ def compiling(monkeypatch, tmp_path):
     class Compiled(list):
         def fake(self, *seconds, fails=False):
             timings = iter(seconds)
-            monkeypatch.setattr(vitzoo.fast, "_seconds_per_call", lambda fast, example: next(timings))
+            monkeypatch.setattr(vitzoo.inference, "_seconds_per_call", lambda fast, example: next(timings))
 
             def compile_on(fast, example):
                 self.append(list(example.shape))
@@ -164,7 +167,7 @@ def compiling(monkeypatch, tmp_path):
                     raise RuntimeError("InvalidCxxCompiler: no working C++ compiler found")
                 with torch.inference_mode():  # as the real compilation's first call, which compiles on it
                     fast.model(example)
-            monkeypatch.setattr(vitzoo.fast.Inference, "compile_on", compile_on)
+            monkeypatch.setattr(vitzoo.inference.Inference, "compile_on", compile_on)
 
     return Compiled()
 
@@ -176,8 +179,8 @@ def test_compile_auto_keeps_the_compiled_model_only_where_it_measured_faster(com
     with torch.inference_mode():
         exact = model(x)
     timings = iter([1.0, 0.5 if compiled_faster else 1.2])  # eager's seconds per call, then compiled's
-    monkeypatch.setattr(vitzoo.fast, "_seconds_per_call", lambda fast, example: next(timings))
-    fast = vitzoo.fast.for_inference(model, torch.float32, compile="auto", example=x)
+    monkeypatch.setattr(vitzoo.inference, "_seconds_per_call", lambda fast, example: next(timings))
+    fast = vitzoo.inference.for_inference(model, torch.float32, compile="auto", example=x)
     assert fast.compiled is compiled_faster
     assert (model._compiled_call_impl is not None) is compiled_faster  # eager really runs eagerly again
     assert ("2.00x eager" if compiled_faster else "0.83x eager") in fast.describe()
@@ -187,7 +190,7 @@ def test_compile_auto_keeps_the_compiled_model_only_where_it_measured_faster(com
 
 def test_with_no_arguments_the_first_batch_settles_compilation_and_the_machine_remembers_it(compiling, tiny):
     compiling.fake(1.0, 0.8)  # compiled: 1.25x eager
-    fast = vitzoo.fast.for_inference(vitzoo.create("vit_ti16", **tiny), torch.float32)
+    fast = vitzoo.inference.for_inference(vitzoo.create("vit_ti16", **tiny), torch.float32)
     assert compiling == [] and "eager: decided at the first call" in fast.describe()
     x = torch.randn(2, 3, 32, 32)
     fast(x)
@@ -195,10 +198,10 @@ def test_with_no_arguments_the_first_batch_settles_compilation_and_the_machine_r
     assert compiling == [[2, 3, 32, 32]] and fast.compiled
     assert fast.describe().endswith("compiled: 1.25x eager on a batch of [2, 3, 32, 32]")
     # the next process (a fresh model) compiles at once: nothing measured (no timings are left)
-    again = vitzoo.fast.for_inference(vitzoo.create("vit_ti16", **tiny), torch.float32)
+    again = vitzoo.inference.for_inference(vitzoo.create("vit_ti16", **tiny), torch.float32)
     again(x)
     assert again.compiled and "(measured before)" in again.describe() and len(compiling) == 2
-    cached = json.loads((Path(os.environ["VITZOO_CACHE"]) / vitzoo.fast.COMPILE_CACHE).read_text())
+    cached = json.loads((Path(os.environ["VITZOO_CACHE"]) / vitzoo.inference.COMPILE_CACHE).read_text())
     (key,) = cached
     assert cached[key] == 1.25 and json.loads(key)["input"] == [2, 3, 32, 32] and "threads" in json.loads(key)
 
@@ -206,10 +209,10 @@ def test_with_no_arguments_the_first_batch_settles_compilation_and_the_machine_r
 def test_where_compiling_did_not_pay_it_is_not_compiled_again(compiling, tiny):
     compiling.fake(1.0, 1.0)  # compiled as fast as eager: not worth its compilation
     x = torch.randn(2, 3, 32, 32)
-    fast = vitzoo.fast.for_inference(vitzoo.create("vit_ti16", **tiny), torch.float32)
+    fast = vitzoo.inference.for_inference(vitzoo.create("vit_ti16", **tiny), torch.float32)
     fast(x)
     assert not fast.compiled and "compiled ran at 1.00x eager" in fast.describe() and len(compiling) == 1
-    later = vitzoo.fast.for_inference(vitzoo.create("vit_ti16", **tiny), torch.float32)
+    later = vitzoo.inference.for_inference(vitzoo.create("vit_ti16", **tiny), torch.float32)
     later(x)
     assert not later.compiled and len(compiling) == 1  # neither measured nor compiled
 
@@ -220,18 +223,18 @@ def test_a_machine_that_cannot_compile_runs_eagerly_warning_why(compiling, tiny)
     x = torch.randn(2, 3, 32, 32)
     with torch.inference_mode():
         exact = model(x)
-    fast = vitzoo.fast.for_inference(model, torch.float32)
+    fast = vitzoo.inference.for_inference(model, torch.float32)
     with pytest.warns(RuntimeWarning, match="could not compile the model here.*InvalidCxxCompiler"):
         torch.testing.assert_close(fast(x), exact)
     assert not fast.compiled and "compilation failed (RuntimeError)" in fast.describe()
-    later = vitzoo.fast.for_inference(vitzoo.create("vit_ti16", **tiny), torch.float32)
+    later = vitzoo.inference.for_inference(vitzoo.create("vit_ti16", **tiny), torch.float32)
     later(x)
     assert len(compiling) == 1 and "failed to compile here before" in later.describe()
 
 
 def test_compile_true_compiles_at_the_first_batch_and_a_refused_batch_settles_nothing(compiling, tiny):
     compiling.fake()
-    fast = vitzoo.fast.for_inference(vitzoo.create("vit_ti16", **tiny), torch.float32, compile=True)
+    fast = vitzoo.inference.for_inference(vitzoo.create("vit_ti16", **tiny), torch.float32, compile=True)
     with pytest.raises(ValueError, match="32"):  # the model's own check of the image size, not a compile error
         fast(torch.randn(2, 3, 48, 48))
     assert not fast.compiled
@@ -243,7 +246,7 @@ def test_compile_true_compiles_at_the_first_batch_and_a_refused_batch_settles_no
 def test_vitzoo_compile_0_keeps_auto_eager_without_measuring(compiling, monkeypatch, tiny):
     compiling.fake()
     monkeypatch.setenv("VITZOO_COMPILE", "0")
-    fast = vitzoo.fast.for_inference(vitzoo.create("vit_ti16", **tiny), torch.float32)
+    fast = vitzoo.inference.for_inference(vitzoo.create("vit_ti16", **tiny), torch.float32)
     fast(torch.randn(2, 3, 32, 32))
     assert compiling == [] and fast.describe().endswith("eager: VITZOO_COMPILE=0 (not measured)")
 
@@ -291,7 +294,7 @@ def test_fp16_inference_gives_the_float32_predictions_of_a_trained_model(tiny):
     x = torch.randn(64, 3, 32, 32)
     with torch.inference_mode():
         exact = model(x)
-    half = vitzoo.fast.for_inference(model, torch.float16)(x).float()
+    half = vitzoo.inference.for_inference(model, torch.float16)(x).float()
     assert torch.isfinite(half).all()
     assert (half - exact).abs().max() <= 0.01 * exact.abs().max()
     assert (half.argmax(1) == exact.argmax(1)).float().mean() >= 0.95

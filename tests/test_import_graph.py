@@ -50,7 +50,8 @@ LAYERS: tuple[Layer, ...] = (
         "vitzoo/io.py": "atomic writes, and the cache folder",
         "vitzoo/version.py": "the version",
         "vitzoo/refname.py": "git's rules for branch and tag names, which the Hub applies to revisions",
-        "vitzoo/precision.py": "the one autocast context, the dtype of sums kept on a device",
+        "vitzoo/precision.py": "numeric precision: --precision's names and dtypes, which one on which device, the "
+                               "one autocast context, the dtype of sums kept on a device",
         "vitzoo/machine.py": "the CPU a measurement or a choice belongs to",
         "vitzoo/fastest.py": "which precision this machine computes a model fastest in, measured once",
         "vitzoo/weights/layout.py": "the names of the files a model directory or Hub repo holds, the Hub prefix, "
@@ -86,6 +87,9 @@ LAYERS: tuple[Layer, ...] = (
         "vitzoo/pretrained.py": "the model a source describes: where weights become a model",
         "vitzoo/__init__.py": "the public face: `create`, `from_pretrained`, `list_*`",
         "vitzoo/transforms.py": "the preprocessing the weights expect",
+        "vitzoo/inference.py": "`for_inference`: the model in its fastest precision, compiled where that pays (it reads "
+                               "only leaves, so the package's face imports it)",
+        "vitzoo/fast.py": "the deprecated old name of `inference`",
     }),
     Layer("Training and evaluation", "what is done with a model", {
         "vitzoo/data/": "sources, `decode` (file bytes to images), augmentation, normalisation; `encoded` and "
@@ -98,7 +102,6 @@ LAYERS: tuple[Layer, ...] = (
                          "`distributed`, `sampler`, `signals`, `state`, `evaluation`, `metrics`, `rundir`",
         "vitzoo/evaluate.py": "top-1 and top-5 accuracy, the paper's few-shot linear evaluation, a linear probe",
         "vitzoo/analysis.py": "looking inside a trained ViT (section 4.5)",
-        "vitzoo/fast.py": "fast paths for inference: weights cast once, compiled where faster",
     }),
     Layer("The command line", "the `vitzoo` command", {
         "vitzoo/cli.py": "the parser, one subcommand a module",

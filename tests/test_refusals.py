@@ -166,7 +166,7 @@ def test_a_huge_image_is_not_called_damaged(tmp_path, monkeypatch):
 def test_the_fast_path_refuses_integer_images_as_the_model_does(dtype, inference_dtype):
     """for_inference(model, dtype) given uint8, int64, int32 or bool images raises the plain model's
     InputError ("expected floating-point images", with how to convert), instead of casting them."""
-    from vitzoo.fast import for_inference
+    from vitzoo.inference import for_inference
 
     model = tiny()
     x = torch.randint(0, 2 if dtype is torch.bool else 255, (2, 3, 32, 32)).to(dtype)

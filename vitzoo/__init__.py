@@ -6,6 +6,7 @@
     model = vitzoo.create("vit_b16.orig_in21k_ft_in1k", pretrained=True)   # released weights, by tag
     vitzoo.transforms_for(model)                                          # the preprocessing they expect
     vitzoo.list_models("vit_*"), vitzoo.list_pretrained("vit_b16*"), vitzoo.list_components()
+    fast = vitzoo.inference.for_inference(model)                          # fastest precision, compiled where faster
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import os
 
 import torch
 
-from vitzoo import catalog
+from vitzoo import catalog, inference  # noqa: F401  (`vitzoo.inference.for_inference` after `import vitzoo`)
 from vitzoo.catalog import list_pretrained
 from vitzoo.config import ViTConfig, from_timm_names
 from vitzoo.errors import (
@@ -36,6 +37,16 @@ from vitzoo.tags import PretrainedTag
 from vitzoo.transforms import transforms_for
 from vitzoo.version import __version__ as __version__  # the release, kept in a leaf that any module may read
 from vitzoo.weights.layout import HUB_PREFIX
+
+
+def __getattr__(name: str):
+    """`vitzoo.fast`, the deprecated name of `vitzoo.inference`, after `import vitzoo` alone as before
+    (with its warning); anything else is missing as usual."""
+    if name == "fast":
+        import vitzoo.fast
+
+        return vitzoo.fast
+    raise AttributeError(f"module 'vitzoo' has no attribute {name!r}")
 
 
 def list_models(pattern: str = "*", pretrained: bool = False) -> list[str]:

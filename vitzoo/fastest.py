@@ -1,27 +1,21 @@
-"""Which precision this machine computes a model fastest in: the choice behind
-`vitzoo.fast.for_inference(model)` and `vitzoo train --precision auto`.
+"""The CPU's fastest precision, measured: the speeds behind `vitzoo.precision`'s rule on a CPU, for
+`vitzoo.inference.for_inference(model)` and `vitzoo train --precision auto`.
 
-A GPU says what it computes natively: bf16 on an A100, H100 and newer, fp16 on a T4 or V100 (whose bf16
-is emulated, several times slower). A CPU does not: bf16 runs at 5x float32's speed on an AMD EPYC with
-avx512_bf16, at half of it on an Intel Xeon without AMX; fp16 matches float32 on CPUs with avx512_fp16
-and is hundreds of times slower without. So on a CPU the matrix product that dominates the model's
-FLOPs, its MLP's first layer at the model's own shape, is timed once in each precision, and the result
-kept per machine (CPU model and instruction sets, torch version, threads, shape) in
-$VITZOO_CACHE/fastest_precision.json: the measurement (about a second) runs once.
+A GPU says what it computes natively (`vitzoo.precision.gpu_half`). A CPU does not: bf16 runs at 5x
+float32's speed on an AMD EPYC with avx512_bf16, at half of it on an Intel Xeon without AMX; fp16 matches
+float32 on CPUs with avx512_fp16 and is hundreds of times slower without. So on a CPU the matrix product
+that dominates the model's FLOPs, its MLP's first layer at the model's own shape, is timed once in each
+precision, and the result kept per machine (CPU model and instruction sets, torch version, threads,
+shape) in $VITZOO_CACHE/fastest_precision.json: the measurement (about a second) runs once.
+`vitzoo.precision.pick` applies the rule to the speeds.
 
-Half precision is picked only where it is clearly faster (`HALF_MUST_BE` x float32's speed): it
-computes less exactly. Between bf16 and fp16 the faster wins; on a near tie bf16, whose range is
-float32's (fp16 overflows above 65504).
-
-`VITZOO_CPU_PRECISION=float32` (or bfloat16, float16) skips the measurement and takes that precision on
-the CPU: for runs that must compute alike on every machine (the test suite sets float32).
+`VITZOO_CPU_PRECISION=float32` (or bfloat16, float16; bf16, fp16) skips the measurement and takes that
+precision on the CPU: for runs that must compute alike on every machine (the test suite sets float32).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import os
 import time
 from typing import Any, Callable
 
@@ -32,23 +26,7 @@ from vitzoo import precision
 from vitzoo.io import cache_dir, write_text
 from vitzoo.machine import cpu_flags, cpu_model
 
-HALF_MUST_BE = 1.10  # x float32's measured speed, for a half precision to be picked
-NEAR_TIE = 1.05  # fp16 must beat bf16 by this much to be picked over it
 PROBE_ROWS = 16  # a first, tiny product: a precision this CPU emulates is found without waiting for it
-NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
-
-
-@dataclasses.dataclass(frozen=True)
-class Choice:
-    """A precision, why it was picked, and the measured speeds behind it (GFLOP/s per precision name;
-    empty where nothing was measured)."""
-
-    dtype: torch.dtype
-    reason: str
-    gflops: dict[str, float] = dataclasses.field(default_factory=dict)
-
-    def __str__(self) -> str:
-        return f"{NAMES[self.dtype]}: {self.reason}"
 
 
 def mlp_shape(model: nn.Module, batch: int) -> tuple[int, int, int]:
@@ -81,9 +59,11 @@ def measure_cpu(shape: tuple[int, int, int]) -> dict[str, float]:
     """GFLOP/s of the product `shape` in float32, bf16 and fp16 on this CPU. A precision that runs at
     under a quarter of float32's speed on a 16-row product is recorded at that speed, not timed in full."""
     rows, inner, outer = shape
-    probe = {dtype: time_matmul(PROBE_ROWS, inner, outer, dtype, budget_s=0.02) for dtype in NAMES}
-    return {NAMES[dtype]: round(time_matmul(rows, inner, outer, dtype) if probe[dtype] * 4 >= probe[torch.float32]
-                                else probe[dtype], 1) for dtype in NAMES}
+    probe = {dtype: time_matmul(PROBE_ROWS, inner, outer, dtype, budget_s=0.02) for dtype in precision.NAMES}
+    # three significant digits: a busy machine's small product can measure under 0.05 GFLOP/s, which one
+    # decimal would record as 0
+    return {precision.NAMES[dtype]: float(f"{time_matmul(rows, inner, outer, dtype) if probe[dtype] * 4 >= probe[torch.float32] else probe[dtype]:.3g}")
+            for dtype in precision.NAMES}
 
 
 def measured_on(device: torch.device) -> dict[str, Any]:
@@ -129,41 +109,11 @@ def measured_cpu(shape: tuple[int, int, int]) -> dict[str, float]:
     return remembered(CACHE_NAME, machine_key(shape), lambda: measure_cpu(shape), valid=lambda speeds: isinstance(speeds, dict))
 
 
-def pick(gflops: dict[str, float], candidates: tuple[torch.dtype, ...]) -> Choice:
-    """The precision of `candidates` to compute in, by the rule above, from measured speeds."""
-    base = gflops["float32"]
-    halves = sorted((d for d in candidates if d is not torch.float32), key=lambda d: -gflops[NAMES[d]])
-    if torch.bfloat16 in halves and torch.float16 in halves and gflops["float16"] < NEAR_TIE * gflops["bfloat16"]:
-        halves.remove(torch.bfloat16)
-        halves.insert(0, torch.bfloat16)  # a near tie goes to bf16, the range of float32
-    for half in halves:
-        if gflops[NAMES[half]] >= HALF_MUST_BE * base:
-            return Choice(half, f"measured {gflops[NAMES[half]]:.0f} GFLOP/s against float32's {base:.0f} on this CPU",
-                          gflops)
-    fastest = max((gflops[NAMES[d]] for d in halves), default=0.0)
-    return Choice(torch.float32, f"no half precision is {HALF_MUST_BE:.2f}x faster than float32 ({base:.0f} GFLOP/s) "
-                                 f"on this CPU (the fastest: {fastest:.0f})", gflops)
-
-
-def fastest_precision(model: nn.Module, device: torch.device | str, batch: int = 8, training: bool = False) -> Choice:
-    """The precision to compute `model` in on `device`. In inference every precision is a candidate; in
+def fastest_precision(model: nn.Module, device: torch.device | str, batch: int = 8, training: bool = False) -> precision.Choice:
+    """The precision to compute `model` in on `device` (`vitzoo.precision.choose`), on a CPU from the
+    speeds of the model's MLP product at `batch` images. In inference every precision is a candidate; in
     training (autocast) bf16 and float32 on the CPU, as autocast has no fp16 there."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        if precision.gpu_half(device) == torch.bfloat16:
-            return Choice(torch.bfloat16, f"{torch.cuda.get_device_name(device)} computes bf16 natively")
-        return Choice(torch.float16, f"{torch.cuda.get_device_name(device)} only emulates bf16: fp16 is its half precision")
-    if device.type != "cpu":
-        return Choice(torch.bfloat16, f"not measured on {device.type}: bf16")
-    candidates = (torch.float32, torch.bfloat16) if training else tuple(NAMES)
-    fixed = os.environ.get("VITZOO_CPU_PRECISION")
-    if fixed:
-        dtype = {name: dtype for dtype, name in NAMES.items()}.get(fixed)
-        if dtype is None:
-            raise ValueError(f"VITZOO_CPU_PRECISION={fixed!r}: use one of {', '.join(NAMES.values())}, or unset it to "
-                             "measure")
-        return Choice(dtype if dtype in candidates else torch.float32, f"VITZOO_CPU_PRECISION={fixed} (not measured)")
-    return pick(measured_cpu(mlp_shape(model, batch)), candidates)
+    return precision.choose(device, training, lambda: measured_cpu(mlp_shape(model, batch)))
 
 
-__all__ = ["Choice", "fastest_precision", "measure_cpu", "measured_cpu", "mlp_shape", "pick", "remembered"]
+__all__ = ["fastest_precision", "measure_cpu", "measured_cpu", "mlp_shape", "remembered"]

@@ -15,8 +15,8 @@ reaches, in the same run and precision, at the encoder's own product shapes (q/k
 MLP's two layers at that batch), so that CPUs whose matrix units differ (e.g. 430 vs 835 GFLOP/s in
 bf16) can be read side by side. Every record carries the CPU's model, family and instruction-set flags.
 
-Contestants: `vitzoo` (eager), `vitzoo+compile` (`vitzoo.fast`: Inductor with frozen weights for
-inference; for training a compiled step with AdamW's fused kernel, as `vitzoo train` has it), in bf16 `vitzoo.fast` (`vitzoo.fast.for_inference`: weights cast
+Contestants: `vitzoo` (eager), `vitzoo+compile` (`vitzoo.inference`: Inductor with frozen weights for
+inference; for training a compiled step with AdamW's fused kernel, as `vitzoo train` has it), in bf16 `vitzoo.fast` (`vitzoo.inference.for_inference`: weights cast
 to bf16 once, no autocast) and, at batch 8, `vitzoo.fast+compile` (the same, compiled with frozen
 weights), for bf16 training on the CPU `vitzoo+compile+stored_probabilities` (the compiled step of a
 model with `set_attention_probabilities_stored()`), and each peer eager; for inference at batch 8 the
@@ -26,7 +26,7 @@ is also timed with each of scaled_dot_product_attention's kernels forced (`vitzo
 `vitzoo[mem_efficient]`, `vitzoo[cudnn]`, `vitzoo[math]`); training batches are 8x larger there.
 
 Each at its fastest (inference, batch 8): every peer eager in float32 and in the device's half precision
-under autocast, its faster one counted, against `vitzoo.fast.for_inference(model)` with no argument (the
+under autocast, its faster one counted, against `vitzoo.inference.for_inference(model)` with no argument (the contestant `vitzoo.fast()`) (the
 precision `vitzoo.fastest` measures this machine computes fastest, compiled where that measured faster)
 and vitzoo's eager float32.
 

@@ -12,7 +12,7 @@ from typing import Callable
 import torch
 
 import vitzoo
-import vitzoo.fast
+from vitzoo import precision
 from vitzoo.precision import autocast
 
 # the compiled training step of a model that stores its attention probabilities (bf16 on the CPU)
@@ -25,13 +25,14 @@ def compiled_training_step(contestant: str) -> bool:
     return contestant.startswith("vitzoo+compile")
 
 
-DTYPES = {"float32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+# the records' names of the precisions (float32 by its long name, as the first records had it)
+DTYPES = {"float32": None, **{flag: dtype for flag, dtype in precision.FIXED.items() if dtype is not None}}
 
 
 def precisions(device: torch.device) -> dict[str, torch.dtype | None]:
-    """The precisions measured on `device`: float32, and the half precision vitzoo.fast picks there
-    (bf16; fp16 on a GPU that only emulates bf16, such as a T4 or a V100)."""
-    half = vitzoo.fast.inference_dtype(device)
+    """The precisions measured on `device`: float32, and the device's half precision by
+    `vitzoo.precision.half_of` (bf16; fp16 on a GPU that only emulates bf16, such as a T4 or a V100)."""
+    half = precision.half_of(device)
     return {name: dtype for name, dtype in DTYPES.items() if dtype is None or dtype == half}
 
 

@@ -29,7 +29,7 @@ from benchmarks.speed.memory import peak_memory_gb
 from benchmarks.speed.report import report
 from benchmarks.speed.timing import fresh_compiler, interleaved, matmul_ceiling, product_shapes, sdpa_backends
 from benchmarks.suite import RESULTS, ResultStore
-from vitzoo.fast import compile_for_inference, compile_for_training, for_inference
+from vitzoo.inference import compile_for_inference, compile_for_training, for_inference
 from vitzoo.io import write_text
 from vitzoo.precision import autocast
 
@@ -49,7 +49,7 @@ def inference(case: Case, batches: list[int], reps: int, compile_at: int | None,
         peer.to(device)
     rows = []
     for dtype_name, dtype in precisions(device).items():
-        # the weights cast once (vitzoo.fast converts its model in place: a copy of its own)
+        # the weights cast once (for_inference converts its model in place: a copy of its own)
         fast = for_inference(copy.deepcopy(model), dtype, compile=False) if dtype is not None else None
         for batch in batches:
             ceiling = matmul_ceiling(product_shapes(model, batch), dtype, reps, device)
@@ -85,7 +85,7 @@ def inference(case: Case, batches: list[int], reps: int, compile_at: int | None,
 
 def at_their_fastest(case: Case, batch: int, reps: int, device: torch.device) -> list[dict]:
     """Each contestant at its own fastest: every peer eager in float32 and in its device's half precision
-    under autocast, vitzoo eager in float32, and `vitzoo.fast.for_inference(model)` with no argument (the
+    under autocast, vitzoo eager in float32, and `vitzoo.inference.for_inference(model)` with no argument (the
     precision `vitzoo.fastest` picks on this machine, compiled where that measured faster: settled at
     the warm-up call, before the timing), interleaved in one run."""
     torch.manual_seed(0)

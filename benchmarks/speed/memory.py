@@ -18,7 +18,7 @@ import torch
 from benchmarks.speed.cases import DTYPES, STORED_PROBABILITIES, cases, compiled_training_step, converted, train_step_fn
 from benchmarks.speed.timing import synchronize
 from benchmarks.suite import peak_memory_growth_gb, resident_memory_gb
-from vitzoo.fast import compile_for_training
+from vitzoo.inference import compile_for_training
 from vitzoo.precision import autocast
 
 

@@ -53,7 +53,7 @@ def environments(rows: list[dict]) -> str:
 
 def at_their_fastest(rows: list[dict]) -> str:
     """The fastest-configuration comparison: each peer at its best of float32 and half precision
-    (eager), against `vitzoo.fast.for_inference(model)` with no argument and vitzoo's eager float32."""
+    (eager), against `vitzoo.inference.for_inference(model)` with no argument and vitzoo's eager float32."""
     table = []
     for r in (r for r in rows if r["kind"] == "fastest"):
         rate = {k: v["images_per_s"] for k, v in r["speeds"].items()}
@@ -63,7 +63,7 @@ def at_their_fastest(rows: list[dict]) -> str:
                       f"{rate['vitzoo.fast()'] / rate['vitzoo float32']:.2f}x"])
     if not table:
         return ""
-    return ("### Each at its fastest: `vitzoo.fast.for_inference(model)` with no argument\n\n"
+    return ("### Each at its fastest: `vitzoo.inference.for_inference(model)` with no argument\n\n"
             "Every peer eager in float32 and in half precision under autocast, its faster one counted; vitzoo's "
             "fast path in the precision it picks on this machine (`vitzoo.fastest`), compiled where that measured "
             "faster (`compile=\"auto\"`, the default; the column *picked* says which); interleaved in one run.\n\n"

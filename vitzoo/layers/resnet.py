@@ -68,7 +68,7 @@ class StdConv2d(nn.Conv2d):
         self._standardized: tuple[tuple, torch.Tensor] | None = None  # ((storage, version, dtype), result)
 
     def standardize(self, w: torch.Tensor) -> torch.Tensor:
-        # in float32 whatever the weight's dtype: bf16 weights (vitzoo.fast) round the result once,
+        # in float32 whatever the weight's dtype: bf16 weights (vitzoo.inference) round the result once,
         # not the mean, the scale and each step in between
         w, dtype = w.float(), w.dtype
         eps = self.numerics.ws_eps

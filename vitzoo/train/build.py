@@ -21,8 +21,8 @@ from vitzoo import catalog
 from vitzoo import data as datasets
 from vitzoo.config import SHAPE_OPTIONS, shape_differences
 from vitzoo.errors import ConfigError
+from vitzoo import precision
 from vitzoo.fastest import fastest_precision
-from vitzoo.precision import gpu_half
 from vitzoo.train import distributed
 from vitzoo.train.config import TrainConfig
 from vitzoo.train.distributed import gather_objects
@@ -167,28 +167,17 @@ def has_running_statistics(model: torch.nn.Module) -> bool:
 
 def resolve_precision(cfg: TrainConfig, device: torch.device, model: torch.nn.Module | None = None,
                       micro_batch: int = 8, env: Any = None) -> torch.dtype | None:
-    """The autocast dtype, or None for float32.
+    """The autocast dtype, or None for float32: `cfg.precision` by `vitzoo.precision.training_dtype`'s
+    rule, `auto` on the CPU measured on `model`'s MLP product at `micro_batch` images once per machine
+    (`vitzoo.fastest`); with several processes (`env`), every one takes rank 0's choice."""
 
-    `gpu-half`, a fixed rule: bf16 on a GPU that has it natively, fp16 (with the loss scaler) on other
-    CUDA GPUs, fp32 elsewhere. `auto`: the same on GPUs; on the CPU bf16 autocast only where this CPU
-    computes the model's MLP product (at `micro_batch` images) clearly faster in bf16 than in float32,
-    measured once per machine (`vitzoo.fastest`); with several processes (`env`), rank 0's choice.
-    """
-    precision = cfg.precision
-    if precision == "auto" and device.type == "cpu":
-        if model is None:
-            raise ValueError("--precision auto on the CPU is measured on the model: pass it")
-        precision = "bf16" if fastest_precision(model, device, micro_batch, training=True).dtype == torch.bfloat16 else "fp32"
+    def measured() -> torch.dtype:
+        choice = fastest_precision(model, device, micro_batch, training=True).dtype
         if env is not None and env.world_size > 1:  # every process must compute alike
-            precision = gather_objects(precision, env)[0]
-    if precision in ("auto", "gpu-half"):
-        precision = precision_flag(gpu_half(device)) if device.type == "cuda" else "fp32"
-    if precision == "fp16" and device.type != "cuda":
-        raise ConfigError("--precision fp16 needs CUDA (use bf16 or fp32)")
-    return AUTOCAST_DTYPES[precision]
+            choice = precision.dtype_named(gather_objects(precision.flag(choice), env)[0])
+        return choice
 
-
-AUTOCAST_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}  # --precision's fixed values
+    return precision.training_dtype(cfg.precision, device, measured if model is not None else None)
 
 
 def resumed_precision(saved: str | None, resolved: torch.dtype | None, device: torch.device,
@@ -197,21 +186,16 @@ def resumed_precision(saved: str | None, resolved: torch.dtype | None, device: t
     --precision value; None for checkpoints written before it was stored), whatever this device would
     choose now (`resolved`). A run requeued from an H100 (bf16) onto a V100 (fp16) otherwise changes its
     numbers mid-run and finds no loss scaler state to resume; fp16 where CUDA is missing cannot go on."""
-    if saved is None or AUTOCAST_DTYPES[saved] == resolved:
+    if saved is None or precision.FIXED[saved] == resolved:
         return resolved
     if saved == "fp16" and device.type != "cuda":
         raise ConfigError(f"the checkpoint was trained in fp16, which needs CUDA, and this run is on {device}: resume it "
                           "on a GPU, or start a new run")
-    now = precision_flag(resolved)
-    slow = " (emulated on this GPU: slower)" if saved == "bf16" and device.type == "cuda" and gpu_half(device) != torch.bfloat16 else ""
+    now = precision.flag(resolved)
+    slow = " (emulated on this GPU: slower)" if saved == "bf16" and device.type == "cuda" and precision.gpu_half(device) != torch.bfloat16 else ""
     say(f"resuming in {saved}, the precision the checkpoint was trained in, not {now}, which {device} would choose{slow}")
-    return AUTOCAST_DTYPES[saved]
-
-
-def precision_flag(dtype: torch.dtype) -> str:
-    """The fixed --precision value that computes in `dtype` (None: float32, "fp32")."""
-    return next(flag for flag, autocast in AUTOCAST_DTYPES.items() if autocast == dtype)
+    return precision.FIXED[saved]
 
 
 __all__ = ["base_config", "build_model", "build_optimizer", "check_data", "has_running_statistics", "load_splits", "model_options",
-           "precision_flag", "resolve_precision", "resumed_precision"]
+           "resolve_precision", "resumed_precision"]

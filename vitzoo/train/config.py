@@ -28,6 +28,7 @@ from typing import Any
 
 from vitzoo.errors import ConfigError
 from vitzoo.options import Options, check_fields, check_number
+from vitzoo.precision import PRECISIONS  # --precision's values (vitzoo.precision owns them)
 
 RECIPES: dict[str, dict[str, Any]] = {
     "paper-pretrain": dict(optimizer="adamw", lr=1e-3, batch_size=512, weight_decay=0.1, betas=(0.9, 0.999),
@@ -41,7 +42,6 @@ RECIPES: dict[str, dict[str, Any]] = {
 OPTIMIZERS = ("adamw", "sgd")
 SCHEDULES = ("linear", "cosine", "constant")
 DEVICES = ("auto", "cpu", "cuda", "mps")
-PRECISIONS = ("auto", "gpu-half", "fp32", "bf16", "fp16")
 DECODES = ("auto", "workers", "device")
 DEFAULT_EPOCHS = 10
 

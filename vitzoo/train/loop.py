@@ -31,7 +31,7 @@ import vitzoo
 from vitzoo import data as datasets
 from vitzoo.errors import TrainingDiverged
 from vitzoo.io import write_text
-from vitzoo.precision import autocast, sum_dtype
+from vitzoo.precision import autocast, flag, sum_dtype
 from vitzoo.train import build, distributed, start, state, summary
 from vitzoo.train.build import base_config, build_model, build_optimizer, load_splits, model_options, resolve_precision
 from vitzoo.train.config import TrainConfig
@@ -344,7 +344,7 @@ class Trainer:
                       "batch_in_epoch": self.step % self.steps_per_epoch, "train_seconds": self.train_seconds,
                       "images_seen": self.images_seen, "world_size": self.env.world_size,
                       "optimizer": self.optimizer.state_dict(), "schedule": self.schedule.state_dict(),
-                      "scaler": self.scaler.state_dict(), "rng": rng, "precision": build.precision_flag(self.amp_dtype)}
+                      "scaler": self.scaler.state_dict(), "rng": rng, "precision": flag(self.amp_dtype)}
             if self.cfg.keep_best:
                 saving["best"] = dict(self.best)
             state.save(self.run_dir / "checkpoints", self.step, self.model, saving, self.cfg.keep_checkpoints)

@@ -7,9 +7,9 @@ import torch
 from torch._dynamo.utils import counters
 
 import vitzoo
-import vitzoo.fast
-from vitzoo.fast import compile_for_inference, compile_for_training
-from vitzoo.fastest import Choice
+import vitzoo.inference
+from vitzoo.inference import compile_for_inference, compile_for_training
+from vitzoo.precision import Choice
 
 HYBRID = dict(stem="resnet", resnet_layers=(1,), patch_size=1)
 
@@ -87,7 +87,7 @@ def test_inference_in_float32_equals_the_plain_model(tiny, extra, compile):
     with torch.inference_mode():
         expected = model(x)
     tokens = features_and_logits(model, x)
-    fast = vitzoo.fast.for_inference(model, dtype=torch.float32, compile=compile, example=x)
+    fast = vitzoo.inference.for_inference(model, dtype=torch.float32, compile=compile, example=x)
     assert torch.allclose(fast(x), expected, atol=1e-4)
     assert torch.allclose(features_and_logits(fast.model, x), tokens, atol=1e-4)
 
@@ -103,7 +103,7 @@ def test_inference_in_bf16_equals_the_autocast_model_within_bf16_rounding(tiny, 
     with torch.autocast("cpu", dtype=torch.bfloat16):
         autocast = features_and_logits(model, x)
     weights = {name: p.data_ptr() for name, p in model.named_parameters()}
-    fast = vitzoo.fast.for_inference(model, dtype=torch.bfloat16, compile=compile, example=x)
+    fast = vitzoo.inference.for_inference(model, dtype=torch.bfloat16, compile=compile, example=x)
     assert fast.model is model and all(p.dtype == torch.bfloat16 and not p.requires_grad for p in model.parameters())
     assert set(fast.state_dict()) == {f"model.{name}" for name in model.state_dict()}
     assert all(p.data_ptr() != weights[name] for name, p in model.named_parameters())  # cast, not copied beside
@@ -118,11 +118,11 @@ def test_inference_in_bf16_equals_the_autocast_model_within_bf16_rounding(tiny, 
 def test_inference_refuses_what_it_cannot_do(tiny):
     model = vitzoo.create("vit_ti16", **tiny)
     with pytest.raises(ValueError, match="dtype must be .auto. or one of"):
-        vitzoo.fast.for_inference(model, dtype=torch.int8)
+        vitzoo.inference.for_inference(model, dtype=torch.int8)
     with pytest.raises(ValueError, match="compile must be"):
-        vitzoo.fast.for_inference(model, compile="always")
+        vitzoo.inference.for_inference(model, compile="always")
     with pytest.raises(ValueError, match="example must be a batch of floating-point images"):
-        vitzoo.fast.for_inference(model, compile=True, example=torch.zeros(2, 3, 32, 32, dtype=torch.uint8))
+        vitzoo.inference.for_inference(model, compile=True, example=torch.zeros(2, 3, 32, 32, dtype=torch.uint8))
 
 
 # ---------------------------------------------------------------------------- the default half precision
@@ -134,16 +134,16 @@ def test_the_default_inference_dtype_is_fp16_on_gpus_that_only_emulate_bf16(monk
 
     asked = []
     monkeypatch.setattr(precision, "native_bf16", lambda device: asked.append(device) or native)
-    assert vitzoo.fast.inference_dtype(torch.device("cuda", 1)) == expected
+    assert precision.half_of(torch.device("cuda", 1)) == expected
     assert asked == [torch.device("cuda", 1)]
-    assert vitzoo.fast.inference_dtype("cpu") == torch.bfloat16
+    assert precision.half_of("cpu") == torch.bfloat16
 
 
 def test_for_inference_without_a_dtype_takes_the_fastest_precision_of_the_models_device(tiny, monkeypatch):
     asked = []
-    monkeypatch.setattr(vitzoo.fast, "fastest_precision",
+    monkeypatch.setattr(vitzoo.inference, "fastest_precision",
                         lambda model, device, batch: asked.append(device) or Choice(torch.float16, "the fastest"))
-    fast = vitzoo.fast.for_inference(vitzoo.create("vit_ti16", **tiny))
+    fast = vitzoo.inference.for_inference(vitzoo.create("vit_ti16", **tiny))
     assert asked == [torch.device("cpu")] and fast.dtype == torch.float16
     assert all(p.dtype == torch.float16 for p in fast.model.parameters())
     assert fast.describe() == "float16: the fastest; eager: decided at the first call"
@@ -157,9 +157,36 @@ def test_for_inference_on_a_gpu_infers_in_its_native_half_precision(tiny):
     x = torch.randn(4, 3, 32, 32, device="cuda")
     with torch.inference_mode():
         exact = model(x)
-    fast = vitzoo.fast.for_inference(model)
+    fast = vitzoo.inference.for_inference(model)
     native = torch.cuda.is_bf16_supported(including_emulation=False)
     assert fast.dtype == (torch.bfloat16 if native else torch.float16)
     logits = fast(x)
     assert logits.dtype == fast.dtype and torch.isfinite(logits).all()
     assert (logits.float() - exact).abs().max() <= 0.03 * exact.abs().max()
+
+
+# ---------------------------------------------------------------------------- the name
+def test_the_readmes_line_runs_after_import_vitzoo_alone_and_the_old_name_still_works_with_a_warning():
+    """The README's `fast = vitzoo.inference.for_inference(model)` in a fresh process that only ran `import
+    vitzoo` (the package imports the module); `vitzoo.fast`, its deprecated old name, still gives the same
+    function, warning once."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    (line,) = re.findall(r"^fast = vitzoo\.\w+\.for_inference\(model\).*$", readme, re.M)
+    script = "\n".join([
+        "import warnings, vitzoo",
+        "model = vitzoo.create('vit_ti16', embed_dim=32, depth=1, num_heads=2, mlp_dim=64, img_size=32, patch_size=8)",
+        line,
+        "assert fast.describe().startswith('float32: ')",
+        "with warnings.catch_warnings(record=True) as caught:",
+        "    warnings.simplefilter('always')",
+        "    old = vitzoo.fast.for_inference",
+        "assert old is vitzoo.inference.for_inference",
+        "assert [str(w.message)[:40] for w in caught] == ['vitzoo.fast is renamed vitzoo.inference '], caught",
+    ])
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
