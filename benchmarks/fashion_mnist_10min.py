@@ -57,10 +57,10 @@ CONFIGS = {
     # hybrid: the ResNet root alone (7x7/2 StdConv, GroupNorm, 3x3/2 max-pool: stride 4) gives a 7x7 map of 64
     # channels, cut into patches of size 1, then the small transformer; 0.2M parameters
     "hybrid": dict(model="vit_ti16", **HYBRID_RECIPE,
-                   model_options=dict(SMALL_TRANSFORMER, stem="resnet", resnet_layers=(), patch_size=1)),
+                   model_options=dict(SMALL_TRANSFORMER, stem="resnet", stem_options={"layers": ()}, patch_size=1)),
     # the hybrid run by default: the root and one bottleneck unit (64 -> 256 channels at 7x7)
     "hybrid_r1": dict(model="vit_ti16", **HYBRID_RECIPE,
-                      model_options=dict(SMALL_TRANSFORMER, stem="resnet", resnet_layers=(1,), patch_size=1)),
+                      model_options=dict(SMALL_TRANSFORMER, stem="resnet", stem_options={"layers": (1,)}, patch_size=1)),
     # the ViT run by default: 7x7 patches of 4x4 pixels, then the small transformer
     "vit_p4": dict(model="vit_ti16", lr=2e-3, model_options=dict(SMALL_TRANSFORMER, patch_size=4)),
     # the same ViT at the hybrid's recipe
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
             "train_seconds": summary["train_seconds"],
             "wall_seconds": summary["wall_seconds"],
             "params": summary["params"],
-            "model_summary": (f"{'ResNet root ' + str(tuple(mc['resnet_layers'])) + ' + ' if mc['stem'] == 'resnet' else ''}"
+            "model_summary": (f"{'ResNet root ' + str(tuple(mc['stem_options']['layers'])) + ' + ' if mc['stem'] == 'resnet' else ''}"
                               f"ViT D{mc['embed_dim']} L{mc['depth']} H{mc['num_heads']} MLP{mc['mlp_dim']} "
                               f"P{mc['patch_size']} @ {mc['img_size'][0]}px"),
             "settings": {k: v for k, v in summary["train_config"].items() if k not in ("out", "quiet", "tensorboard")},

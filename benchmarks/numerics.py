@@ -37,7 +37,7 @@ RECORD = "python -m benchmarks.numerics --record"
 TOLERANCE = 1e-4
 
 TRAIN = dict(SMALL_RECIPE, lr=2e-3, epochs=None, steps=8, batch_size=32, train_limit=256, test_limit=128, log_every=1)
-HYBRID = {"stem": "resnet", "resnet_layers": (), "patch_size": 1, "embed_dim": 32, "num_heads": 2, "mlp_dim": 64,
+HYBRID = {"stem": "resnet", "stem_options": {"layers": ()}, "patch_size": 1, "embed_dim": 32, "num_heads": 2, "mlp_dim": 64,
           "pool": "gap"}
 RUNS = {
     "vit": Run("numerics", "vit", {"model": "vit_ti16", "options": dict(MAIN_MODEL, depth=2), "train": TRAIN}),

@@ -86,17 +86,17 @@ def rehearsal_model(name: str, options: dict) -> dict:
     if config.stem == "patch":
         shrunk["patch_size"] = max(1, config.patch_size // 4)
         stride = shrunk["patch_size"]
-    elif config.resnet_layers:  # at most two stages (the wide ones cost most), a quarter of the blocks
-        stages = min(2, len(config.resnet_layers))
-        blocks = max(stages, math.ceil(sum(config.resnet_layers) / 4))
-        shrunk["resnet_layers"] = tuple(blocks // stages + (i < blocks % stages) for i in range(stages))
+    elif layers := config.stem_options.get("layers"):  # at most two stages (the wide ones cost most), a quarter of the blocks
+        stages = min(2, len(layers))
+        blocks = max(stages, math.ceil(sum(layers) / 4))
+        shrunk["stem_options"] = {"layers": tuple(blocks // stages + (i < blocks % stages) for i in range(stages))}
         stride = 4 * 2 ** (stages - 1) * config.patch_size
     else:  # the ResNet's root alone
         stride = 4 * config.patch_size
     side = config.img_size[0] * REHEARSAL_SIDE / 224
     shrunk["img_size"] = max(stride, round(side / stride) * stride)
-    if config.representation_size:
-        shrunk["representation_size"] = width
+    if config.head_options.get("representation_size"):
+        shrunk["head_options"] = {"representation_size": width}
     return shrunk
 
 

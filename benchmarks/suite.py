@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from benchmarks.machine import environment
+from vitzoo.config import FLAT_NAMES, PART_OPTIONS
 from vitzoo.io import write_text
 
 RESULTS = Path(__file__).parent / "results"
@@ -40,6 +41,23 @@ def numerics_of(record: dict[str, Any]) -> int:
     return int(record.get("numerics", 0))
 
 
+def key_form(options: dict[str, Any]) -> dict[str, Any]:
+    """Model options as run keys hash them: a part's option that had a flat name before parts owned their
+    options (`vitzoo.config.FLAT_NAMES`: stem_options["layers"] was resnet_layers) under that name, so that
+    a run keeps the key it was measured under however its spec spells the option."""
+    form = dict(options)
+    for flat, (part, owner, option, _default) in FLAT_NAMES.items():
+        key = PART_OPTIONS[part]
+        if isinstance(form.get(key), dict) and option in form[key] and form.get(part, owner) == owner:
+            nested = dict(form[key])
+            form[flat] = nested.pop(option)
+            if nested:
+                form[key] = nested
+            else:
+                del form[key]
+    return form
+
+
 @dataclass(frozen=True)
 class Run:
     """One measurement: a model (vitzoo option names), how it is trained, and a seed."""
@@ -52,8 +70,10 @@ class Run:
 
     @property
     def key(self) -> str:
-        """Identifies the result: a hash of the ablation, config and seed (not of the label)."""
-        text = json.dumps({"ablation": self.ablation, "config": self.config, "seed": self.seed}, sort_keys=True)
+        """Identifies the result: a hash of the ablation, config and seed (not of the label), the model's
+        options in their key form (`key_form`)."""
+        config = {**self.config, "options": key_form(self.config["options"])} if "options" in self.config else self.config
+        text = json.dumps({"ablation": self.ablation, "config": config, "seed": self.seed}, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

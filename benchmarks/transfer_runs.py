@@ -44,12 +44,12 @@ def downstream_fewshot(model: vitzoo.VisionTransformer, run: Run, device: str) -
     from vitzoo import data as datasets
     from vitzoo.evaluate import fewshot_linear_accuracy
     from vitzoo.train import TrainConfig
-    from vitzoo.train.build import base_config, load_splits
+    from vitzoo.train.build import load_splits, resolve_model
 
     transfer = run.config["transfer"]
     cfg = TrainConfig(model=run.config["model"], model_options=dict(run.config["options"]), seed=run.seed, device=device,
                       **train_settings({"train": transfer["finetune"]})).resolved()
-    train_raw, _, test_raw, _ = load_splits(cfg, base_config(cfg))
+    train_raw, _, test_raw, _ = load_splits(cfg, resolve_model(cfg).config)
     plain = datasets.build_transform(model.config.img_size, None)
     shots = transfer["shots"]
     accuracy = fewshot_linear_accuracy(model, datasets.Transformed(train_raw, plain), datasets.Transformed(test_raw, plain),

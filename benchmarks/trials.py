@@ -30,12 +30,12 @@ def _vit(patch: int, dim: int, depth: int, **options) -> dict:
 
 def _hybrid(dim: int, depth: int) -> dict:
     """The ResNet root (stride 4: a 7x7 map at 28 px, 49 tokens) under a transformer of this width and depth."""
-    return _vit(1, dim, depth, stem="resnet", resnet_layers=())
+    return _vit(1, dim, depth, stem="resnet", stem_options={"layers": ()})
 
 
 def _resnet(stages: tuple[int, ...]) -> dict:
     """The hybrid's BiT ResNet alone: root and these units of the first stage, pooled and classified."""
-    return _vit(1, 64, 0, stem="resnet", resnet_layers=stages, pos_embed="none", pool="gap")
+    return _vit(1, 64, 0, stem="resnet", stem_options={"layers": stages}, pos_embed="none", pool="gap")
 
 
 def _largest_subset(epochs: float, images: int = 55_000, validation: int = 5_000, evaluations: int = 10) -> dict:

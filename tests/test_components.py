@@ -146,9 +146,9 @@ def test_mlp_head_is_dense_tanh_then_a_zero_initialised_classifier(tiny):
     pre = model.forward_head(tokens, pre_logits=True)
     assert pre.shape == (2, 24)
     assert torch.allclose(pre, torch.tanh(model.head.pre_logits(tokens[:, 0])))
-    with pytest.raises(ConfigError, match="needs representation_size"):
+    with pytest.raises(ConfigError, match="needs head_options=.'representation_size'"):
         vitzoo.create("vit_ti16", **tiny, head="mlp")
-    with pytest.raises(ConfigError, match="needs head='mlp'"):
+    with pytest.raises(ConfigError, match="representation_size=24 is an option of head='mlp', not of head='linear'"):
         vitzoo.create("vit_ti16", **tiny, representation_size=24)
 
 

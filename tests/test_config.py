@@ -14,7 +14,7 @@ def test_to_dict_round_trips_through_json():
     config = vitzoo.get_config("vit_b16_hybrid", img_size=(384, 256), pool="gap")
     again = ViTConfig.from_dict(json.loads(json.dumps(config.to_dict())))
     assert again == config
-    assert again.img_size == (384, 256) and again.resnet_layers == (3, 4, 9)
+    assert again.img_size == (384, 256) and again.stem_options["layers"] == [3, 4, 9]
 
 
 def test_model_config_is_the_dataclass():
@@ -87,21 +87,23 @@ def test_activations_and_resnet_numerics_are_checked_against_the_tables_the_laye
     for act in ACTIVATIONS:
         assert ViTConfig(act=act).act == act
     for numerics in NUMERICS:
-        assert ViTConfig(resnet_numerics=numerics).resnet_numerics == numerics
+        assert vitzoo.get_config("vit_b16_hybrid", stem_options={"numerics": numerics}).stem_options["numerics"] == numerics
     assert set(HIDDEN_ACT.values()) <= set(ACTIVATIONS)
     with pytest.raises(ConfigError, match="'gelu', 'gelu_tanh'"):
         ViTConfig(act="relu")
 
 
-def test_the_config_names_exactly_the_activations_and_resnet_numerics_the_layers_have():
-    """The plain-data config holds the names, the layers what each name means: the two lists agree."""
+def test_the_config_names_exactly_the_activations_the_layers_have():
+    """The plain-data config holds the names, the layers what each name means: the two lists agree (the
+    ResNet's numerics are its stem's own option, checked by the stem against the same table)."""
     from vitzoo import config
     from vitzoo.layers.activations import ACTIVATIONS
     from vitzoo.layers.resnet import NUMERICS
 
     assert tuple(ACTIVATIONS) == config.ACTIVATIONS
-    assert tuple(NUMERICS) == config.RESNET_NUMERICS
-    assert config.HYBRID_NUMERICS["resnet_numerics"] in NUMERICS
+    assert config.HYBRID_NUMERICS["stem_options"]["numerics"] in NUMERICS
+    with pytest.raises(ConfigError, match="numerics='tim' is not one of .*Did you mean 'timm'"):
+        vitzoo.get_config("vit_b16_hybrid", stem_options={"numerics": "tim"})
 
 
 # ---------------------------------------------------------------------------- one base, one error

@@ -54,6 +54,7 @@ LAYERS: tuple[Layer, ...] = (
                                "one autocast context, the dtype of sums kept on a device",
         "vitzoo/machine.py": "the CPU a measurement or a choice belongs to",
         "vitzoo/fastest.py": "which precision this machine computes a model fastest in, measured once",
+        "vitzoo/flags.py": "command-line flags from an options dataclass's fields",
         "vitzoo/weights/layout.py": "the names of the files a model directory or Hub repo holds, the Hub prefix, "
                                     "the token grid",
     }),

@@ -95,7 +95,7 @@ def test_reset_classifier_gives_a_zero_head_and_updates_the_config(tiny):
     assert model.config.num_classes == 3 and model.head.fc.weight.shape == (3, 16)
     assert torch.count_nonzero(model.head.fc.weight) == 0
     model.reset_classifier(7, head="linear")  # fine-tuning: pre-logits dropped too
-    assert model.config.head == "linear" and model.config.representation_size is None
+    assert model.config.head == "linear" and model.config.head_options == {}
     assert model(torch.randn(1, 3, 32, 32)).shape == (1, 7)
 
 

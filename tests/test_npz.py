@@ -45,7 +45,7 @@ def test_logits_equal_the_official_model(tmp_path, fields, options):
     model = vitzoo.create("vit_ti16", pretrained=path, img_size=32, **{**OPTIONS, **options})
     assert model.config.act == "gelu_tanh" and model.config.norm_eps == 1e-6
     assert model.config.pool == fields["classifier"]
-    assert model.config.representation_size == fields.get("representation_size")
+    assert model.config.head_options.get("representation_size") == fields.get("representation_size")
     logits_close(model, params, fields, 32)
 
 
@@ -89,7 +89,7 @@ def test_another_num_classes_replaces_the_head_saying_so(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="vitzoo"):
         model = vitzoo.create("vit_ti16", pretrained=tmp_path / "c.npz", img_size=32, patch_size=8, **{**OPTIONS, "num_classes": 3})
     assert "head replaced by a zero-initialised linear layer" in caplog.text
-    assert model.config.head == "linear" and model.config.representation_size is None
+    assert model.config.head == "linear" and model.config.head_options == {}
     assert torch.count_nonzero(model.head.fc.weight) == 0 and model.head.fc.weight.shape == (3, 32)
 
 

@@ -268,7 +268,7 @@ def test_the_rehearsal_shrinks_every_dimension_and_keeps_cells_apart(tmp_path):
     assert (b16["embed_dim"], b16["depth"], b16["patch_size"], b16["img_size"]) == (24, 3, 4, 32)
     assert l16["embed_dim"] > b16["embed_dim"] and l16["depth"] > b16["depth"]
     hybrid = rehearsal_model("vit_b16_hybrid", {"img_size": 224})  # R50's (3, 4, 9): 16 blocks, a quarter in two stages
-    assert hybrid["resnet_layers"] == (2, 2) and hybrid["img_size"] == 32
+    assert hybrid["stem_options"]["layers"] == (2, 2) and hybrid["img_size"] == 32
     scale = get_scale("rehearsal", str(image_folder(tmp_path / "imagenet")))
     for spec in ABLATIONS.values():
         configs = [json.dumps(r.config, sort_keys=True) for r in spec.runs(scale) if r.seed == 0]

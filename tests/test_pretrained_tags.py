@@ -52,7 +52,7 @@ def google_labels() -> list[str]:
 def small_resnet(tag: PretrainedTag) -> tuple[int, ...] | None:
     """The hybrid's ResNet stages (R50 with 3 or 4, R26 with 4), one unit each; None for a plain ViT."""
     config = vitzoo.get_config(tag.model)
-    return (1,) * len(config.resnet_layers) if config.stem == "resnet" else None
+    return (1,) * len(config.stem_options["layers"]) if config.stem == "resnet" else None
 
 
 def shrink(tag: PretrainedTag) -> dict:
@@ -185,7 +185,7 @@ def test_timm_tags_agree_with_timms_pretrained_cfg(name):
 def test_a_tag_name_without_pretrained_builds_its_architecture_without_weights():
     model = vitzoo.create("vit_b16_hybrid.orig_in21k_ft_in1k", device="meta")
     config = model.config
-    assert (config.img_size, config.num_classes, config.crop_pct, config.resnet_numerics) == ((384, 384), 1000, 1.0, "timm")
+    assert (config.img_size, config.num_classes, config.crop_pct, config.stem_options["numerics"]) == ((384, 384), 1000, 1.0, "timm")
     assert model.pretrained_tag is None and model.labels is None
     assert vitzoo.create("vit_b16.orig_in21k", device="meta").config.num_classes == 0
     assert vitzoo.create("vit_b16.orig_in21k", device="meta", num_classes=10).config.num_classes == 10  # options win

@@ -246,7 +246,8 @@ def test_memory_options_reach_the_model():
     """--grad-checkpointing and --store-attention-probabilities trade memory and speed on the built model."""
     for stored in (False, True):
         cfg = tiny_config(grad_checkpointing=stored, store_attention_probabilities=stored)
-        model = build.build_model(cfg, {**TINY, "num_classes": 10})
+        resolved = build.resolve_model(cfg)
+        model = build.build_model(cfg, resolved, resolved.config.replace(num_classes=10))
         assert model.encoder.grad_checkpointing == stored
         assert [block.attn.store_probabilities for block in model.encoder.blocks] == [stored] * 2
 
@@ -258,8 +259,8 @@ def test_paper_finetune_replaces_head_and_interpolates_pos_embed(tmp_path):
     cfg = tiny_config(recipe="paper-finetune", pretrained=str(tmp_path / "pre" / "run"), lr=None, warmup=None,
                       model_options=dict(img_size=56)).resolved()
     assert (cfg.optimizer, cfg.momentum, cfg.weight_decay, cfg.schedule, cfg.clip_grad, cfg.reset_head) == ("sgd", 0.9, 0.0, "cosine", 1.0, True)
-    options = {"img_size": 56, "num_classes": 10}
-    model = build.build_model(cfg, options)
+    resolved = build.resolve_model(cfg)
+    model = build.build_model(cfg, resolved, resolved.config.replace(num_classes=10))
     assert model.config.img_size == (56, 56)
     assert model.head.fc.weight.abs().sum() == 0 and model.head.fc.bias.abs().sum() == 0
     pos_old = next(p for n, p in pre.named_parameters() if "pos" in n)[0]

@@ -69,7 +69,7 @@ def test_timm_hybrid_vit_base_r50_s16_224(tmp_path):
     reference = randomize(timm.create_model("vit_base_r50_s16_224", pretrained=False, num_classes=10))
     path = save_safetensors(reference.state_dict(), tmp_path / "timm_r50_b16.safetensors")
     model = vitzoo.from_pretrained(path)
-    assert model.config.stem == "resnet" and model.config.resnet_layers == (3, 4, 9) and model.config.patch_size == 1
+    assert model.config.stem == "resnet" and model.config.stem_options["layers"] == [3, 4, 9] and model.config.patch_size == 1
     assert_same_logits(model, reference, torch.randn(2, 3, 224, 224))
 
 
@@ -77,9 +77,9 @@ def test_timm_hybrid_weights_bring_timms_resnet_numerics(tmp_path):
     reference = timm.create_model("vit_base_r50_s16_224", pretrained=False, depth=1, num_classes=3)
     path = save_safetensors(reference.state_dict(), tmp_path / "hybrid.safetensors")
     checkpoint = read_checkpoint(path)
-    assert checkpoint.format == "timm" and checkpoint.config["resnet_numerics"] == "timm"
+    assert checkpoint.format == "timm" and checkpoint.config["stem_options"] == {"numerics": "timm"}
     model = vitzoo.from_pretrained(path)
-    assert model.config.resnet_numerics == "timm"
+    assert model.config.stem_options["numerics"] == "timm"
     assert model.stem.backbone.gn_root.eps == 1e-5
 
 
@@ -103,7 +103,7 @@ def test_torchvision_pre_logits_head(tmp_path):
         representation_size=48))
     path = save_safetensors(reference.state_dict(), tmp_path / "tv.safetensors")
     model = vitzoo.from_pretrained(path, num_heads=4)
-    assert model.config.head == "mlp" and model.config.representation_size == 48
+    assert model.config.head == "mlp" and model.config.head_options == {"representation_size": 48}
     assert_same_logits(model, reference, torch.randn(2, 3, 32, 32))
 
 

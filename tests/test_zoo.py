@@ -43,7 +43,7 @@ def test_parameter_count_equals_the_official_one(name, expected):
 )
 def test_hybrids_take_patch_size_one_on_the_resnet_map(name, layers, stride):
     model = vitzoo.create(name, device="meta")
-    assert model.config.resnet_layers == layers and model.config.patch_size == 1
+    assert model.config.stem_options["layers"] == list(layers) and model.config.patch_size == 1
     assert model.stride == (stride, stride) and model.grid == (224 // stride, 224 // stride)
 
 

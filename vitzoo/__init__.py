@@ -19,7 +19,7 @@ import torch
 
 from vitzoo import catalog, inference  # noqa: F401  (`vitzoo.inference.for_inference` after `import vitzoo`)
 from vitzoo.catalog import list_pretrained
-from vitzoo.config import ViTConfig, from_timm_names
+from vitzoo.config import FLAT_NAMES, PART_OPTIONS, ViTConfig, fold_flat_names, from_timm_names
 from vitzoo.errors import (
     CheckpointError,
     ConfigError,
@@ -31,8 +31,8 @@ from vitzoo.errors import (
 )
 from vitzoo.hookspecs import hookimpl
 from vitzoo.model import VisionTransformer
-from vitzoo.pretrained import load_pretrained, load_tag
-from vitzoo.registry import COMPONENT_KINDS, get_registry
+from vitzoo.pretrained import Resolved, resolve_pretrained, resolve_tag
+from vitzoo.registry import COMPONENT_KINDS, get_registry, resolve_config
 from vitzoo.tags import PretrainedTag
 from vitzoo.transforms import transforms_for
 from vitzoo.version import __version__ as __version__  # the release, kept in a leaf that any module may read
@@ -47,6 +47,10 @@ def __getattr__(name: str):
 
         return vitzoo.fast
     raise AttributeError(f"module 'vitzoo' has no attribute {name!r}")
+
+
+# the component that owns a part's flat names ("stem" -> "resnet"), for options given without a model
+FLAT_OWNERS = {part: owner for part, owner, _option, _default in FLAT_NAMES.values()}
 
 
 def list_models(pattern: str = "*", pretrained: bool = False) -> list[str]:
@@ -74,7 +78,7 @@ def get_config(name: str, **options) -> ViTConfig:
     drop_rate, global_pool, class_token, ...); unknown option names fail at once."""
     options = from_timm_names(options)
     ViTConfig.check_option_names(options)
-    return get_registry().get("model", name).replace(**options)
+    return resolve_config(get_registry().get("model", name).replace(**options))
 
 
 def create(
@@ -93,28 +97,37 @@ def create(
     builds its architecture and preprocessing (resolution, classes, mean/std, crop) without weights.
     `pretrained` may also be weights to load: a saved directory, an official .npz, a timm /
     torchvision / transformers checkpoint, or hf-hub:ORG/NAME[@REVISION] (see vitzoo.weights).
-    Options the weights decide (GELU variant, pooling, head) follow the weights unless given here.
+    Options the weights decide (GELU variant, pooling, head) follow the weights unless given here; a
+    part's options are a dict (`stem="resnet", stem_options={"layers": (3, 4, 6)}`).
     `device="meta"` builds without allocating memory.
     """
+    resolved = resolve(name, pretrained, strict=strict, **options)
+    with torch.device(device) if device is not None else contextlib.nullcontext():
+        return resolved.build()
+
+
+def resolve(name: str, pretrained: bool | str | os.PathLike | None = None, *, strict: bool = True,
+            **options) -> Resolved:
+    """What `create` would build, worked out once without building it: the resolved config (`.config`)
+    and the weights it would hold; `.build(config)` builds it, of that config or a changed copy."""
     _check_arguments(name=name, pretrained=pretrained, strict=strict)
     options = from_timm_names(options)
     if name.startswith(HUB_PREFIX):  # timm's habit: a Hub repo as the name, its weights with pretrained=True
         if pretrained is True:
-            return from_pretrained(name, strict=strict, device=device, **options)
+            return resolve_source(name, strict=strict, **options)
         if pretrained:
             raise ConfigError(f"{name!r} names a Hub repo's model: pass pretrained=True for its weights, or give a "
                               f"model name with pretrained={pretrained!r}")
-        config = from_pretrained(name, strict=strict, device="meta", **options).config  # its architecture alone
-        with torch.device(device) if device is not None else contextlib.nullcontext():
-            return VisionTransformer(config)
+        described = resolve_source(name, strict=strict, **options)
+        return Resolved(described.config, requested=described.requested)  # its architecture alone
     model_name, tag, revision = catalog.lookup(name, pretrained is True)
     config = get_config(model_name, **{**(tag.config_options() if tag else {}), **options})
-    with torch.device(device) if device is not None else contextlib.nullcontext():
-        if pretrained is None or pretrained is False:
-            return VisionTransformer(config)
-        if pretrained is True:
-            return load_tag(tag, config, options, revision, strict=strict)
-        return load_pretrained(config, pretrained, options, strict=strict)
+    requested = config_changes(options, config)
+    if pretrained is None or pretrained is False:
+        return Resolved(config, requested=requested)
+    if pretrained is True:
+        return resolve_tag(tag, config, requested, revision, strict=strict)
+    return resolve_pretrained(config, pretrained, requested, strict=strict)
 
 
 def from_pretrained(
@@ -124,11 +137,25 @@ def from_pretrained(
     or in any format `create(..., pretrained=...)` reads, the model inferred from the weights; options
     change its config (a new `num_classes` replaces the head, a new `img_size` resamples the position
     embeddings, `num_heads` when the weights cannot say)."""
+    resolved = resolve_source(source, strict=strict, **options)
+    with torch.device(device) if device is not None else contextlib.nullcontext():
+        return resolved.build()
+
+
+def resolve_source(source: str | os.PathLike, *, strict: bool = True, **options) -> Resolved:
+    """What `from_pretrained` would build, worked out once without building it (see `resolve`)."""
     _check_arguments(source=source, strict=strict)
     options = from_timm_names(options)
     ViTConfig.check_option_names(options)
-    with torch.device(device) if device is not None else contextlib.nullcontext():
-        return load_pretrained(None, source, options, strict=strict)
+    return resolve_pretrained(None, source, config_changes(options), strict=strict)
+
+
+def config_changes(options: dict, config: ViTConfig | None = None) -> dict:
+    """The options a user gave, as a config holds them: the flat names of earlier releases in their part's
+    dict, the part being the one named in `options`, else `config`'s, else the flat name's owner."""
+    parts = {part: options.get(part, getattr(config, part) if config is not None else FLAT_OWNERS.get(part))
+             for part in PART_OPTIONS}
+    return fold_flat_names(options, parts)
 
 
 def _check_arguments(**given) -> None:
@@ -183,6 +210,7 @@ __all__ = [
     "TrainingDiverged",
     "VisionTransformer",
     "ViTConfig",
+    "Resolved",
     "count_flops",
     "count_params",
     "create",
@@ -193,5 +221,7 @@ __all__ = [
     "list_models",
     "list_pretrained",
     "list_weight_formats",
+    "resolve",
+    "resolve_source",
     "transforms_for",
 ]

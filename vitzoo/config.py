@@ -1,21 +1,67 @@
 """ViTConfig: the single source of truth for one model.
 
-Every option a user can pass to `vitzoo.create` is a field here, with the names of the paper
-(`embed_dim` is D, `depth` is L, `mlp_dim` is the MLP size, `patch_size` is P). Components receive
-this dataclass, never loose keyword arguments. Checks that need the registry (is `stem="foo"` a
-known component?) happen when a model is built; everything else is checked here, on construction.
+The options every model shares are fields here, with the names of the paper (`embed_dim` is D,
+`depth` is L, `mlp_dim` is the MLP size, `patch_size` is P). The four parts a model is built from
+(stem, position embedding, pooling, head) are named by a field each, and each part's own settings are
+a dict beside it (`stem_options`, ...): the part declares them (its `Options` dataclass) and checks
+them, so a plugin adds options without touching this module. Components receive this dataclass, never
+loose keyword arguments. Checks that need the registry (is `stem="foo"` a known component? are its
+options its own?) happen when a config is resolved (`vitzoo.registry.resolve_config`); everything else
+is checked here, on construction.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from vitzoo.errors import ConfigError
 from vitzoo.options import Options, check_fields, check_number, closest
 
-# The names an option may take. The config is plain data: it names what the layers build, and the
-# layers (which import the config) hold what each name means.
-POS_EMBED_MODES = ("input", "every_layer", "every_layer_shared")
+# The parts a model is built from: the field naming each, and the field holding its own options.
+PART_OPTIONS = {"stem": "stem_options", "pos_embed": "pos_embed_options", "pool": "pool_options", "head": "head_options"}
+# The flat names vitzoo gave two parts' options before parts owned them (config.json files, pretrained
+# tags, run keys and code written then): flat name -> (part, the component that owns it, its option
+# name there, the flat default). They are read forever (`fold_flat_names`); a config holds only the dicts.
+FLAT_NAMES = {
+    "resnet_layers": ("stem", "resnet", "layers", ()),
+    "resnet_width": ("stem", "resnet", "width", 1),
+    "resnet_numerics": ("stem", "resnet", "numerics", "official"),
+    "representation_size": ("head", "mlp", "representation_size", None),
+}
+
+
+def _json_form(value: Any) -> Any:
+    """Tuples as lists, recursively: a part's options compare equal whether written in code or read from JSON."""
+    if isinstance(value, (tuple, list)):
+        return [_json_form(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _json_form(v) for k, v in value.items()}
+    return value
+
+
+def fold_flat_names(options: dict[str, Any], parts: dict[str, str] | None = None) -> dict[str, Any]:
+    """`options` with the flat names of `FLAT_NAMES` moved into their part's options dict.
+
+    `parts`: the part names of the config they change (for `replace`; else the defaults). A flat name
+    goes to its part when the part named is its owner ("resnet_layers" to `stem_options["layers"]` when
+    stem="resnet"); for another part it must be at its flat default, which old config.json files wrote
+    for every model, and is dropped; else it is an error naming the part that owns it. An option given
+    both ways is taken from the dict.
+    """
+    folded = {k: v for k, v in options.items() if k not in FLAT_NAMES}
+    for name, (part, owner, option, default) in FLAT_NAMES.items():
+        if name not in options:
+            continue
+        value = options[name]
+        chosen = folded.get(part, (parts or {}).get(part, ViTConfig.__dataclass_fields__[part].default))
+        if chosen == owner:
+            key = PART_OPTIONS[part]
+            folded[key] = {option: value, **(folded.get(key) or {})}
+        elif _json_form(value) != _json_form(default):
+            raise ConfigError(f"{name}={value!r} is an option of {part}={owner!r}, not of {part}={chosen!r}; "
+                              f"choose {part}={owner!r} or drop {name}")
+    return folded
 # timm's names for options vitzoo spells otherwise, taken where the meaning is the same (`from_timm_names`)
 TIMM_SYNONYMS = {"drop_rate": "dropout", "attn_drop_rate": "attn_dropout", "drop_path_rate": "drop_path"}
 POOLS_OF_TIMM = {"token": "token", "avg": "gap"}  # timm's global_pool -> vitzoo's pool
@@ -37,16 +83,23 @@ def from_timm_names(options: dict) -> dict:
     return options
 
 
+def merge_options(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """`base` updated with `changes`, a part's options dict updated option by option (not replaced)."""
+    merged = {**base, **changes}
+    for key in PART_OPTIONS.values():
+        if isinstance(base.get(key), dict) and isinstance(changes.get(key), dict):
+            merged[key] = {**base[key], **changes[key]}
+    return merged
+
+
 # how an image is resized to the model's input (torchvision's InterpolationMode names)
 INTERPOLATIONS = ("bicubic", "bilinear", "nearest")
 # `act`: the MLP's nonlinearity, exact GELU or the official Flax code's tanh approximation (their
 # functions: vitzoo.layers.activations.ACTIVATIONS)
 ACTIVATIONS = ("gelu", "gelu_tanh")
-# `resnet_numerics`: the hybrid ResNet's weight standardisation and GroupNorm eps, the official model's
-# or timm's ResNetV2's (their numbers: vitzoo.layers.resnet.NUMERICS)
-RESNET_NUMERICS = ("official", "timm")
-# the options timm's ports of the hybrids need for the same logits (the timm format and the zoo's tags)
-HYBRID_NUMERICS = {"resnet_numerics": "timm"}
+# the options timm's ports of the hybrids need for the same logits (the timm format and the zoo's tags):
+# the ResNet's weight standardisation and GroupNorm eps of timm's ResNetV2 (vitzoo.layers.resnet.NUMERICS)
+HYBRID_NUMERICS = {"stem_options": {"numerics": "timm"}}
 
 
 def _pair(value, option: str) -> tuple[int, int]:
@@ -94,12 +147,8 @@ class ViTConfig(Options):
     num_classes: int = 1000
     # stem: how the image becomes a sequence of tokens (eq. 1)
     stem: str = "patch"
+    stem_options: dict = field(default_factory=dict)  # the stem's own (e.g. the hybrid's ResNet: layers, width)
     patch_size: int = 16  # on the image for `patch`, on the ResNet feature map for `resnet`
-    resnet_layers: tuple[int, ...] = ()  # blocks per stage of the hybrid's ResNet
-    resnet_width: int = 1  # ResNet width factor: the root has 64 * resnet_width channels
-    # weight standardisation and GroupNorm eps of the ResNet: "official" (w - mean) / (std + 1e-5) and
-    # eps 1e-6, or "timm" (w - mean) / sqrt(var + 1e-8) and eps 1e-5 (what timm's hybrid weights need)
-    resnet_numerics: str = "official"
     # the Transformer encoder (eq. 2-4)
     embed_dim: int = 768
     depth: int = 12
@@ -107,11 +156,15 @@ class ViTConfig(Options):
     mlp_dim: int = 3072
     # position information
     pos_embed: str = "learned_1d"
+    pos_embed_options: dict = field(default_factory=dict)
+    # where the model adds it (Appendix D.4): "input", "every_layer", "every_layer_shared"; the encoder
+    # implements each mode, the position embedding says which it supports
     pos_embed_mode: str = "input"
     # pooling and head
     pool: str = "token"
+    pool_options: dict = field(default_factory=dict)
     head: str = "linear"
-    representation_size: int | None = None
+    head_options: dict = field(default_factory=dict)  # e.g. the MLP head's representation_size
     # numerics
     act: str = "gelu"
     norm_eps: float = 1e-6
@@ -134,15 +187,18 @@ class ViTConfig(Options):
 
     def __post_init__(self) -> None:
         # every option's type first (a str, a bool, a number in range), whatever gave it: code, a flag, a file
-        check_fields(self, {"representation_size": "> 0", "crop_pct": "> 0"})
+        check_fields(self, {"crop_pct": "> 0"})
         self.img_size = _pair(self.img_size, "img_size")
-        self.resnet_layers = tuple(self.resnet_layers)
+        for key in PART_OPTIONS.values():
+            if any(not isinstance(k, str) for k in getattr(self, key)):
+                raise ConfigError(f"{key} must map option names (str) to values, got {getattr(self, key)!r}")
+            setattr(self, key, _json_form(getattr(self, key)))
         self.mean, self.std = _per_channel(self.mean, "mean", self.in_chans), _per_channel(self.std, "std", self.in_chans)
         self._check()
 
     # ------------------------------------------------------------------ checks
     def _check(self) -> None:
-        positive = ("in_chans", "patch_size", "resnet_width", "embed_dim", "num_heads", "mlp_dim")
+        positive = ("in_chans", "patch_size", "embed_dim", "num_heads", "mlp_dim")
         for name in positive:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -154,22 +210,10 @@ class ViTConfig(Options):
             raise ConfigError(f"img_size must be positive, got {self.img_size}")
         if not isinstance(self.num_classes, int) or self.num_classes < 0:
             raise ConfigError(f"num_classes must be an int >= 0 (0 = features only), got {self.num_classes!r}")
-        if any(not isinstance(n, int) or isinstance(n, bool) or n < 1 for n in self.resnet_layers):
-            raise ConfigError(f"resnet_layers must be positive block counts per stage, got {self.resnet_layers}")
         if self.embed_dim % self.num_heads:
             raise ConfigError(
                 f"embed_dim={self.embed_dim} is not divisible by num_heads={self.num_heads}; "
                 "choose num_heads that divides embed_dim"
-            )
-        if self.pos_embed_mode not in POS_EMBED_MODES:
-            raise ConfigError(
-                f"pos_embed_mode={self.pos_embed_mode!r} is not one of {POS_EMBED_MODES}."
-                + closest(self.pos_embed_mode, POS_EMBED_MODES)
-            )
-        if self.resnet_numerics not in RESNET_NUMERICS:
-            raise ConfigError(
-                f"resnet_numerics={self.resnet_numerics!r} is not one of {tuple(RESNET_NUMERICS)}."
-                + closest(self.resnet_numerics, RESNET_NUMERICS)
             )
         if self.crop_pct > 1:
             raise ConfigError(f"crop_pct must be in (0, 1] (the centre crop's share of the resized image), got {self.crop_pct!r}")
@@ -197,22 +241,40 @@ class ViTConfig(Options):
                 f"got mean={self.mean}, std={self.std}"
             )
 
+    # ------------------------------------------------------------- reading and changing
+    @classmethod
+    def check_option_names(cls, options) -> None:
+        super().check_option_names([name for name in options if name not in FLAT_NAMES])
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ViTConfig:
+        """A config from its JSON form, today's or the flat names of earlier releases' files."""
+        return super().from_dict(fold_flat_names(data) if isinstance(data, dict) else data)
+
+    def replace(self, **changes: Any) -> ViTConfig:
+        """A copy with some options changed. A part's options dict changes the options it names and
+        keeps the others, while the part stays; naming another part starts from its defaults (only the
+        options given with it)."""
+        changes = fold_flat_names(changes, {part: changes.get(part, getattr(self, part)) for part in PART_OPTIONS})
+        self.check_option_names(changes)
+        for part, key in PART_OPTIONS.items():
+            if changes.get(part, getattr(self, part)) != getattr(self, part):
+                changes.setdefault(key, {})
+            elif key in changes:
+                if not isinstance(changes[key], dict):
+                    raise ConfigError(f"{key} must be a dict of the {part}'s options, got {changes[key]!r}")
+                changes[key] = {**getattr(self, key), **changes[key]}
+        return super().replace(**changes)
+
+    def part_options(self, part: str) -> dict[str, Any]:
+        """The options of one part ("stem", "pos_embed", "pool", "head"), as given."""
+        return getattr(self, PART_OPTIONS[part])
+
     # ------------------------------------------------------------- derived
     @property
     def head_dim(self) -> int:
         return self.embed_dim // self.num_heads
 
 
-# the options that make a model another architecture (the rest change its input, head or numerics)
-SHAPE_OPTIONS = ("stem", "embed_dim", "depth", "num_heads", "mlp_dim", "resnet_layers")
-
-
-def shape_differences(saved: ViTConfig, requested: ViTConfig) -> list[str]:
-    """How the model a saved config describes differs in shape from the one requested, as
-    'option=saved (not requested)' items; [] when they are the same architecture."""
-    return [f"{k}={getattr(saved, k)!r} (not {getattr(requested, k)!r})" for k in SHAPE_OPTIONS
-            if getattr(saved, k) != getattr(requested, k)]
-
-
-__all__ = ["ViTConfig", "POS_EMBED_MODES", "INTERPOLATIONS", "ACTIVATIONS", "RESNET_NUMERICS", "HYBRID_NUMERICS",
-           "SHAPE_OPTIONS", "shape_differences"]
+__all__ = ["ViTConfig", "PART_OPTIONS", "FLAT_NAMES", "fold_flat_names", "merge_options", "INTERPOLATIONS", "ACTIVATIONS",
+           "HYBRID_NUMERICS"]

@@ -11,7 +11,18 @@ third-party packages are found through the entry-point group ``vitzoo``::
 Each hook returns a mapping from component name to a component class (to a format object for
 weight formats). A component class is an
 ``nn.Module`` whose constructor takes the typed `ViTConfig` (plus, for position embeddings, the
-token grid); the contract each kind must honour is in the hook's docstring. Two plugins that return
+token grid); the contract each kind must honour is in the hook's docstring.
+
+Every component class may declare options of its own, as the built-in ResNet stem and MLP head do:
+
+- optional ``Options``: a dataclass deriving `vitzoo.options.Options` (its ``KIND`` names it in
+  errors, e.g. "stem 'convstem'"; ``__post_init__`` checks the values; ``SHAPE`` the fields that make
+  another architecture, all by default). The config's dict for the part (``stem_options``,
+  ``pos_embed_options``, ``pool_options``, ``head_options``) holds their values: checked by
+  ``Options.from_dict`` (unknown names fail with a "did you mean"), written out with their defaults
+  when the config is resolved, saved in config.json and set on the command line as
+  ``--PART.OPTION`` (``--stem.extra-layers 1``). The component reads them in its constructor with
+  ``Options.from_dict(config.stem_options)``. A component without ``Options`` takes none. Two plugins that return
 the same name are an error naming both; so is a hookimpl whose name is none of the hooks below (a
 misspelling pluggy would otherwise ignore), an error naming the plugin and the hook it meant.
 """

@@ -21,7 +21,7 @@ from vitzoo.checkpoints import native, publish
 from vitzoo.config import POOLS_OF_TIMM, ViTConfig
 from vitzoo.errors import ConfigError, InputError, PluginError
 from vitzoo.layers.encoder import Encoder
-from vitzoo.registry import COMPONENT_KINDS, get_registry
+from vitzoo.registry import COMPONENT_KINDS, get_registry, resolve_config
 from vitzoo.timm_surface import TimmSurface
 
 
@@ -29,10 +29,8 @@ class VisionTransformer(TimmSurface, nn.Module):
     def __init__(self, config: ViTConfig) -> None:
         super().__init__()
         registry = get_registry()
+        config = resolve_config(config)  # every part known, its options checked and complete
         parts = {kind: registry.get(kind, getattr(config, kind)) for kind in COMPONENT_KINDS}
-        for part in parts.values():
-            if hasattr(part, "check"):
-                part.check(config)
         self.config = config
         self.stem = parts["stem"](config)
         grid = self.grid_size(config.img_size)
@@ -161,14 +159,10 @@ class VisionTransformer(TimmSurface, nn.Module):
                               f"{self.config.pool!r}; the pooling decides the class token, so build the model with "
                               f"pool={POOLS_OF_TIMM.get(global_pool, global_pool)!r} instead")
         changes: dict = {"num_classes": num_classes}
-        if head is not None:
+        if head is not None:  # another head starts from its own defaults (ViTConfig.replace)
             changes["head"] = head
-            if head == "linear":
-                changes["representation_size"] = None
-        config = self.config.replace(**changes)
+        config = resolve_config(self.config.replace(**changes))
         head_cls = get_registry().get("head", config.head)
-        if hasattr(head_cls, "check"):
-            head_cls.check(config)
         reference = next(self.parameters())
         self.head = head_cls(config).to(device=reference.device, dtype=reference.dtype)
         self.config = config

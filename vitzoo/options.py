@@ -88,6 +88,9 @@ class Options:
     in errors ("model", "training")."""
 
     KIND: ClassVar[str] = ""
+    # for a component's options: the fields that make another architecture (compared when a saved model
+    # is loaded under a model name); None: all of them
+    SHAPE: ClassVar[tuple[str, ...] | None] = None
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:

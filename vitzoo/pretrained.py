@@ -11,40 +11,76 @@ from __future__ import annotations
 import logging
 import os
 import warnings
+from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
-from vitzoo.config import ViTConfig, shape_differences
+from vitzoo.config import ViTConfig
 from vitzoo.errors import CheckpointError, ConfigError, HubError
 from vitzoo.labels import LABEL_SETS
 from vitzoo.model import VisionTransformer
+from vitzoo.registry import resolve_config, shape_differences
 from vitzoo.tags import PretrainedTag
-from vitzoo.weights.converted import HEAD_KEYS, HEAD_OPTIONS, ConvertedWeights, check_state_dict, kind_fits, resolve_config
+from vitzoo.weights.converted import HEAD_KEYS, HEAD_OPTIONS, ConvertedWeights, check_state_dict, kind_fits, resolve_head
 from vitzoo.weights.infer import infer_config
 from vitzoo.checkpoints.sources import open_source
 
 log = logging.getLogger("vitzoo")
 
 
-def model_with_weights(config: ViTConfig, checkpoint: ConvertedWeights, requested: dict[str, Any], source: str,
-                       strict: bool = True) -> VisionTransformer:
-    """A model of `config` (adjusted to the checkpoint) holding the checkpoint's weights."""
-    config, drop_head = resolve_config(config, checkpoint, requested)
+@dataclass
+class Resolved:
+    """A model worked out once, before anything is built: its config (resolved: the weights' decisions
+    and the user's options applied), the weights it will hold (None: initialised), where they are from,
+    and what came with them. `build` makes the model, of this config or of a changed copy (training
+    applies the dataset's classes and normalisation by `config.replace`)."""
+
+    config: ViTConfig
+    checkpoint: ConvertedWeights | None = None
+    location: str = ""
+    labels: list[str] | None = None  # the class names the source gives
+    load_size: tuple[int, int] | None = None  # img_size the weights are at (a saved model's); else their grid
+    tag: PretrainedTag | None = None
+    strict: bool = True
+    requested: dict[str, Any] = field(default_factory=dict)  # the options the user set (the rest came from elsewhere)
+
+    def build(self, config: ViTConfig | None = None) -> VisionTransformer:
+        """The model of `config` (default: the resolved one) holding the weights. A head of another size
+        or kind than the weights' is replaced by a zero-initialised one, saying so."""
+        config = config if config is not None else self.config
+        if self.checkpoint is None:
+            model = VisionTransformer(config)
+        else:
+            model = model_with_weights(config, self.checkpoint, self.location, self.strict, self.load_size)
+        n = model.config.num_classes
+        model.labels = self.labels if self.labels is not None and len(self.labels) == n else None
+        if self.tag is not None:
+            model.pretrained_tag = self.tag
+            if model.labels is None and self.tag.labels is not None and n == self.tag.num_classes:
+                model.labels = LABEL_SETS[self.tag.labels]()
+        return model
+
+
+def model_with_weights(config: ViTConfig, checkpoint: ConvertedWeights, source: str, strict: bool = True,
+                       load_size: tuple[int, int] | None = None) -> VisionTransformer:
+    """A model of `config` holding the checkpoint's weights: built at the size the weights were trained
+    at (`load_size`, or their token grid), loaded, then resampled to `config.img_size`."""
+    decided = checkpoint.config  # what the weights' head is: num_classes, head, head_options
+    drop_head = any(getattr(config, k) != decided.get(k, getattr(config, k)) for k in HEAD_OPTIONS)
     state_dict = dict(checkpoint.state_dict)
     if drop_head:
         dropped = [k for k in state_dict if k.startswith(HEAD_KEYS)]
         for key in dropped:
             del state_dict[key]
         log.warning(
-            "vitzoo: checkpoint head has %s classes, model has %s: head replaced by a zero-initialised "
-            "linear layer (%s dropped)", checkpoint.config.get("num_classes"), config.num_classes, ", ".join(dropped) or "nothing"
+            "vitzoo: checkpoint head has %s classes, model has %s: head replaced by a zero-initialised %s (%s dropped)",
+            decided.get("num_classes"), config.num_classes, "linear layer" if config.head == "linear" else f"{config.head} head",
+            ", ".join(dropped) or "nothing"
         )
-    model = VisionTransformer(config)
+    target_size = config.img_size
+    model = VisionTransformer(config if load_size is None else config.replace(img_size=load_size))
     if drop_head:
         state_dict.update({k: v for k, v in model.state_dict().items() if k.startswith(HEAD_KEYS)})
-    target_size = config.img_size
-    if checkpoint.grid is not None and checkpoint.grid != model.grid:
+    if load_size is None and checkpoint.grid is not None and checkpoint.grid != model.grid:
         # load at the checkpoint's grid, then resample: the components own the resampling rule
         model.set_img_size((checkpoint.grid[0] * model.stride[0], checkpoint.grid[1] * model.stride[1]))
     on_meta = any(p.is_meta for p in model.parameters())  # device="meta": the architecture, nothing to copy into
@@ -61,14 +97,10 @@ def model_with_weights(config: ViTConfig, checkpoint: ConvertedWeights, requeste
         if result.missing_keys or skipped:
             log.warning("vitzoo: strict=False: not loaded %s; left at init %s", skipped, result.missing_keys)
     if model.config.img_size != target_size:
+        was = model.grid
         model.set_img_size(target_size)
-        log.info("vitzoo: position embeddings resampled from grid %s to %s", checkpoint.grid, model.grid)
+        log.info("vitzoo: position embeddings resampled from grid %s to %s", was, model.grid)
     return model
-
-
-def _grid(config: ViTConfig) -> tuple[int, int]:
-    with torch.device("meta"):  # the stem knows its stride; building on meta allocates nothing
-        return VisionTransformer(config).grid
 
 
 def _check_options_known(checkpoint: ConvertedWeights, location: str) -> None:
@@ -81,44 +113,50 @@ def _check_options_known(checkpoint: ConvertedWeights, location: str) -> None:
         )
 
 
-def load_pretrained(
+def resolve_pretrained(
     config: ViTConfig | None,
     source: str | os.PathLike,
     requested: dict[str, Any],
     strict: bool = True,
     expected_format: str | None = None,
     **hub_options: Any,
-) -> VisionTransformer:
-    """Build the model of `config` holding the weights at `source` (see `model_with_weights`).
+) -> Resolved:
+    """The model of `config` with the weights at `source`, worked out without building it.
 
     With `config=None` the model is the one the source describes: a saved directory's config, a
     transformers config.json, or else a config inferred from the weights' shapes (`requested`
     options, e.g. `num_heads`, override it). `expected_format`: the weight format the source must
-    hold (a pretrained tag knows it). The model's `labels` are the class names the source gives.
+    hold (a pretrained tag knows it). The labels are the class names the source gives.
     """
     src = open_source(source, **hub_options)
     location = src.location or os.fspath(source)
     if expected_format is not None and src.checkpoint.format != expected_format:
         raise CheckpointError(f"{location} holds {src.checkpoint.format} weights, not the {expected_format} weights "
                               "expected there; the repo has changed: pass a revision (@REVISION) that holds them")
-    model = _build(config, src, location, requested, strict)
-    model.labels = src.labels if src.labels is not None and len(src.labels) == model.config.num_classes else None
-    return model
+    resolved = _resolve(config, src, location, requested)
+    resolved.labels, resolved.strict, resolved.requested = src.labels, strict, dict(requested)
+    return resolved
 
 
-def _build(config: ViTConfig | None, src, location: str, requested: dict[str, Any], strict: bool) -> VisionTransformer:
+def load_pretrained(config: ViTConfig | None, source: str | os.PathLike, requested: dict[str, Any], strict: bool = True,
+                    expected_format: str | None = None, **hub_options: Any) -> VisionTransformer:
+    """`resolve_pretrained(...).build()`: the model holding the weights at `source`."""
+    return resolve_pretrained(config, source, requested, strict, expected_format, **hub_options).build()
+
+
+def _resolve(config: ViTConfig | None, src, location: str, requested: dict[str, Any]) -> Resolved:
     if src.saved_config is not None:
         # the saved config decides the model (also under a model name); the user's options change it
         saved = src.saved_config
         differ = shape_differences(saved, config) if config is not None else []
         if differ:  # the name is then only a label, which may surprise (training warns alike)
             warnings.warn(f"{location} holds another model than the one requested: {', '.join(differ)}; "
-                          "loading the saved model", stacklevel=4)
-        built = saved.replace(**{k: v for k, v in requested.items() if k not in HEAD_OPTIONS})
+                          "loading the saved model", stacklevel=5)
         checkpoint = src.checkpoint
         checkpoint.config = {k: getattr(saved, k) for k in HEAD_OPTIONS}
-        checkpoint.grid = _grid(saved)
-        return model_with_weights(built, checkpoint, requested, location, strict=strict)
+        built = resolve_config(saved.replace(**{k: v for k, v in requested.items() if k not in HEAD_OPTIONS}))
+        built = resolve_head(built, checkpoint, requested)
+        return Resolved(built, checkpoint, location, load_size=saved.img_size)
     checkpoint = src.checkpoint
     _check_options_known(checkpoint, location)
     if config is not None:  # the preprocessing the source states (a timm repo's crop, mean, std), unless asked otherwise
@@ -129,15 +167,15 @@ def _build(config: ViTConfig | None, src, location: str, requested: dict[str, An
             config = infer_config(checkpoint, overrides, src.hints)
         except ConfigError as exc:
             raise CheckpointError(f"cannot build a model for the weights at {location}: {exc}") from exc
-    return model_with_weights(config, checkpoint, requested, location, strict=strict)
+    return Resolved(resolve_config(resolve_head(config, checkpoint, requested)), checkpoint, location)
 
 
-def load_tag(tag: PretrainedTag, config: ViTConfig, requested: dict[str, Any], revision: str | None = None,
-             strict: bool = True) -> VisionTransformer:
-    """The model of `config` holding a pretrained tag's weights, downloaded through huggingface_hub; the
+def resolve_tag(tag: PretrainedTag, config: ViTConfig, requested: dict[str, Any], revision: str | None = None,
+                strict: bool = True) -> Resolved:
+    """The model of `config` with a pretrained tag's weights, downloaded through huggingface_hub; the
     model remembers the tag, and its class names come from the weights or else the tag's label set."""
     try:
-        model = load_pretrained(config, tag.source(revision), requested, strict=strict, expected_format=tag.format)
+        resolved = resolve_pretrained(config, tag.source(revision), requested, strict=strict, expected_format=tag.format)
     except HubError as exc:
         if not exc.not_cached:  # a wrong revision, token, ...: the Hub's answer says it all
             raise HubError(f"{tag.name}: {exc}") from exc
@@ -147,7 +185,11 @@ def load_tag(tag: PretrainedTag, config: ViTConfig, requested: dict[str, Any], r
             f"`vitzoo pull {tag.hub_id}{'@' + revision if revision else ''}`), or load a local copy of its files: "
             f"vitzoo.create({tag.name!r}, pretrained=PATH)", not_cached=True,
         ) from exc
-    model.pretrained_tag = tag
-    if model.labels is None and tag.labels is not None and model.config.num_classes == tag.num_classes:
-        model.labels = LABEL_SETS[tag.labels]()
-    return model
+    resolved.tag = tag
+    return resolved
+
+
+def load_tag(tag: PretrainedTag, config: ViTConfig, requested: dict[str, Any], revision: str | None = None,
+             strict: bool = True) -> VisionTransformer:
+    """`resolve_tag(...).build()`."""
+    return resolve_tag(tag, config, requested, revision, strict).build()

@@ -17,6 +17,7 @@ known to come from one plugin: duplicates and broken return values are reported 
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import os
 import warnings
@@ -25,8 +26,9 @@ from typing import Any
 import pluggy
 
 from vitzoo import builtins, hookspecs
+from vitzoo.config import PART_OPTIONS, ViTConfig
 from vitzoo.errors import ConfigError, PluginError
-from vitzoo.options import closest
+from vitzoo.options import Options, closest
 
 PROJECT = "vitzoo"
 ENTRY_POINT_GROUP = "vitzoo"
@@ -172,3 +174,75 @@ def reset_registry(autoload: bool | None = None) -> Registry:
     global _REGISTRY
     _REGISTRY = Registry(autoload=autoload)
     return _REGISTRY
+
+
+# ------------------------------------------------------------------------- a config, resolved
+def options_class(component: Any, kind: str, name: str) -> type[Options] | None:
+    """The dataclass of a component's own options (its ``Options`` attribute), or None if it has none."""
+    declared = getattr(component, "Options", None)
+    if declared is not None and not (isinstance(declared, type) and issubclass(declared, Options)):
+        raise PluginError(f"{kind} {name!r}: its Options must be a dataclass deriving vitzoo.options.Options, "
+                          f"got {declared!r}")
+    return declared
+
+
+def part_options(config: ViTConfig, kind: str, registry: Registry | None = None) -> Options | None:
+    """A part's options, typed and checked by its component's ``Options`` (defaults filled in); None for
+    a component that has none (then the config must give none)."""
+    name = getattr(config, kind)
+    component = (registry or get_registry()).get(kind, name)
+    given = config.part_options(kind)
+    declared = options_class(component, kind, name)
+    if declared is None:
+        if given:
+            raise ConfigError(f"{kind}={name!r} has no options of its own, got {PART_OPTIONS[kind]}={given!r}; "
+                              f"drop them (or choose a {kind} that has them)")
+        return None
+    return declared.from_dict(given)
+
+
+def resolve_config(config: ViTConfig) -> ViTConfig:
+    """The config with every part known and its options complete: each part's options checked by its
+    component and written out with their defaults, then each component's ``check`` of the whole config.
+
+    A model holds its config resolved, so that two configs of one model compare equal however they
+    were written (saved with every option, or given with a few)."""
+    registry = get_registry()
+    changes = {}
+    for kind, key in PART_OPTIONS.items():
+        options = part_options(config, kind, registry)
+        changes[key] = options.to_dict() if options is not None else {}
+    # replaced whole (ViTConfig.replace would merge them into the options given)
+    resolved = config if all(changes[k] == getattr(config, k) for k in changes) else dataclasses.replace(config, **changes)
+    pos_embed = registry.get("pos_embed", resolved.pos_embed)
+    modes = tuple(getattr(pos_embed, "modes", ()))
+    if resolved.pos_embed_mode not in modes:  # what the position embedding supports (the paper's Table 8: n/a)
+        raise ConfigError(f"pos_embed={resolved.pos_embed!r} with pos_embed_mode={resolved.pos_embed_mode!r} is undefined "
+                          f"(the paper's Table 8 marks it n/a); {resolved.pos_embed!r} supports pos_embed_mode in "
+                          f"{modes}." + closest(str(resolved.pos_embed_mode), modes))
+    for kind in COMPONENT_KINDS:
+        component = registry.get(kind, getattr(resolved, kind))
+        if hasattr(component, "check"):
+            component.check(resolved)
+    return resolved
+
+
+# the shared options that make a model another architecture; the parts' own options that do are their
+# Options' SHAPE
+SHAPE_OPTIONS = ("stem", "embed_dim", "depth", "num_heads", "mlp_dim")
+
+
+def shape_differences(saved: ViTConfig, requested: ViTConfig) -> list[str]:
+    """How the model a saved config describes differs in shape from the one requested, as
+    'option=saved (not requested)' items; [] when they are the same architecture."""
+    differ = [f"{k}={getattr(saved, k)!r} (not {getattr(requested, k)!r})" for k in SHAPE_OPTIONS
+              if getattr(saved, k) != getattr(requested, k)]
+    if differ:
+        return differ
+    for kind, key in PART_OPTIONS.items():
+        a, b = part_options(saved, kind), part_options(requested, kind)
+        if a is None or b is None:
+            continue
+        fields = a.SHAPE if a.SHAPE is not None else a.field_names()
+        differ += [f"{key}[{f!r}]={getattr(a, f)!r} (not {getattr(b, f)!r})" for f in fields if getattr(a, f) != getattr(b, f)]
+    return differ

@@ -30,7 +30,7 @@ def vit(size: str, patch_size: int) -> ViTConfig:
 
 def hybrid(size: str, resnet_layers: tuple[int, ...]) -> ViTConfig:
     """Patches of size 1 taken from the ResNet feature map (paper, section 3.1)."""
-    return ViTConfig(stem="resnet", patch_size=1, resnet_layers=resnet_layers, **SIZES[size])
+    return ViTConfig(stem="resnet", patch_size=1, stem_options={"layers": resnet_layers}, **SIZES[size])
 
 
 MODELS: dict[str, ViTConfig] = {

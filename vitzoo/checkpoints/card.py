@@ -82,9 +82,11 @@ def render(model, card: dict[str, Any] | None = None) -> str:
         eval_results=eval_results,
     )
     h, w = config.img_size
-    stem = (f"ResNet {'-'.join(map(str, config.resnet_layers)) or 'root'} (width x{config.resnet_width}) + "
+    resnet = config.stem_options
+    stem = (f"ResNet {'-'.join(map(str, resnet.get('layers', ()))) or 'root'} (width x{resnet.get('width', 1)}) + "
             f"{config.patch_size}x{config.patch_size} patches" if config.stem == "resnet"
-            else f"{config.stem}, {config.patch_size}x{config.patch_size} patches")
+            else f"{config.stem}, {config.patch_size}x{config.patch_size} patches"
+            + "".join(f", {k} {v}" for k, v in config.stem_options.items()))
     rows = [
         ("image size", f"{h} x {w}, {config.in_chans} channels"),
         ("stem", stem),
@@ -94,7 +96,8 @@ def render(model, card: dict[str, Any] | None = None) -> str:
         ("heads", config.num_heads),
         ("position embedding", f"{config.pos_embed} ({config.pos_embed_mode})"),
         ("pooling", config.pool),
-        ("head", config.head + (f", pre-logits {config.representation_size}" if config.representation_size else "")),
+        ("head", config.head + (f", pre-logits {config.head_options['representation_size']}"
+                                if config.head_options.get("representation_size") else "")),
         ("classes", config.num_classes),
         ("GELU / LayerNorm eps", f"{config.act} / {config.norm_eps:g}"),
         ("input normalisation", f"mean {list(config.mean)}, std {list(config.std)}"),

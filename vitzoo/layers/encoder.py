@@ -16,9 +16,13 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from vitzoo.config import ViTConfig
-from vitzoo.errors import ConfigError
+from vitzoo.errors import ConfigError, PluginError
+from vitzoo.options import closest
 from vitzoo.layers.activations import ACTIVATIONS
 from vitzoo.layers.attention import Attention
+
+# the injection modes the encoder implements; a position embedding says which of them it supports (`modes`)
+INJECTION_MODES = ("input", "every_layer", "every_layer_shared")
 
 
 class DropPath(nn.Module):
@@ -82,6 +86,12 @@ class Encoder(nn.Module):
     def __init__(self, config: ViTConfig, pos_embed_cls: type[nn.Module], grid: tuple[int, int], num_prefix_tokens: int) -> None:
         super().__init__()
         mode = config.pos_embed_mode
+        unknown = [m for m in pos_embed_cls.modes if m not in INJECTION_MODES]
+        if unknown:
+            raise PluginError(f"pos_embed {config.pos_embed!r} declares modes {unknown}, which the encoder does not "
+                              f"implement; its modes must be among {INJECTION_MODES}")
+        if mode not in INJECTION_MODES:
+            raise ConfigError(f"pos_embed_mode={mode!r} is not one of {INJECTION_MODES}." + closest(str(mode), INJECTION_MODES))
         if mode not in pos_embed_cls.modes:
             raise ConfigError(
                 f"pos_embed={config.pos_embed!r} with pos_embed_mode={mode!r} is undefined (the paper's "

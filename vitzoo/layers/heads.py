@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
 from vitzoo.config import ViTConfig
 from vitzoo.errors import ConfigError
 from vitzoo.layers.init import lecun_normal_
+from vitzoo.options import Options, check_fields
 
 
 class ClassTokenPool(nn.Module):
@@ -48,14 +51,6 @@ def classifier(in_features: int, num_classes: int) -> nn.Module:
 class LinearHead(nn.Module):
     """One linear layer, as used when fine-tuning."""
 
-    @classmethod
-    def check(cls, config: ViTConfig) -> None:
-        if config.representation_size is not None:
-            raise ConfigError(
-                f"representation_size={config.representation_size} needs head='mlp' (pre-logits layer); "
-                "with head='linear' set representation_size=None"
-            )
-
     def __init__(self, config: ViTConfig) -> None:
         super().__init__()
         self.num_features = config.embed_dim
@@ -65,21 +60,34 @@ class LinearHead(nn.Module):
         return x if pre_logits else self.fc(x)
 
 
+@dataclass
+class MLPHeadOptions(Options):
+    """`head_options` of head="mlp" (the flat name before: representation_size)."""
+
+    KIND = "head 'mlp'"
+
+    representation_size: int | None = None  # the width of the pre-logits layer; required
+
+    def __post_init__(self) -> None:
+        check_fields(self, {"representation_size": "> 0"})
+        if self.representation_size is None:
+            raise ConfigError("head='mlp' needs head_options={'representation_size': N} (the width of its "
+                              "pre-logits layer; --head.representation-size N on the command line)")
+
+
 class MLPHead(nn.Module):
     """Pre-logits Dense + tanh of `representation_size`, then the classifier (pre-training heads)."""
 
-    @classmethod
-    def check(cls, config: ViTConfig) -> None:
-        if config.representation_size is None:
-            raise ConfigError("head='mlp' needs representation_size (the width of its pre-logits layer)")
+    Options = MLPHeadOptions
 
     def __init__(self, config: ViTConfig) -> None:
         super().__init__()
-        self.num_features = config.representation_size
-        self.pre_logits = nn.Linear(config.embed_dim, config.representation_size)
+        size = MLPHeadOptions.from_dict(config.head_options).representation_size
+        self.num_features = size
+        self.pre_logits = nn.Linear(config.embed_dim, size)
         lecun_normal_(self.pre_logits.weight)  # Flax Dense: lecun-normal kernel, zero bias
         nn.init.zeros_(self.pre_logits.bias)
-        self.fc = classifier(config.representation_size, config.num_classes)
+        self.fc = classifier(size, config.num_classes)
 
     def forward(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
         x = torch.tanh(self.pre_logits(x))

@@ -32,7 +32,7 @@ class Numerics:
     gn_eps: float
 
 
-# `resnet_numerics` (one of vitzoo.config.RESNET_NUMERICS): the official model's, or timm's ResNetV2 of
+# the ResNet stem's `numerics` option (vitzoo.layers.stems.ResNetOptions): the official model's, or timm's ResNetV2 of
 # its hybrids (StdConv2dSame eps 1e-8, GroupNormAct eps 1e-5), which its converted weights need for the
 # same logits
 NUMERICS = {

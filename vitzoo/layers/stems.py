@@ -7,12 +7,16 @@ from a ResNet feature map (patch size 1 by default, so "/16" is the total downsa
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
 from vitzoo.config import ViTConfig
+from vitzoo.errors import ConfigError
 from vitzoo.layers.init import lecun_normal_
-from vitzoo.layers.resnet import ResNet
+from vitzoo.layers.resnet import NUMERICS, ResNet
+from vitzoo.options import Options, check_fields, closest
 
 
 def _projection(in_channels: int, config: ViTConfig) -> nn.Conv2d:
@@ -39,12 +43,39 @@ class PatchEmbedding(nn.Module):
         return _tokens(self.proj(x))
 
 
+@dataclass
+class ResNetOptions(Options):
+    """The hybrid's ResNet (`stem_options` of stem="resnet"; flat names before: resnet_layers, ...)."""
+
+    KIND = "stem 'resnet'"
+    SHAPE = ("layers", "width")  # numerics change the numbers, not the architecture
+
+    layers: tuple[int, ...] = ()  # blocks per stage (R50's three stages: 3, 4, 9); () = the root alone
+    width: int = 1  # width factor: the root has 64 * width channels
+    # weight standardisation and GroupNorm eps: "official" (w - mean) / (std + 1e-5) and eps 1e-6, or
+    # "timm" (w - mean) / sqrt(var + 1e-8) and eps 1e-5 (what timm's hybrid weights need)
+    numerics: str = "official"
+
+    def __post_init__(self) -> None:
+        check_fields(self, {"width": "> 0"})
+        if not isinstance(self.layers, (tuple, list)) or any(
+                not isinstance(n, int) or isinstance(n, bool) or n < 1 for n in self.layers):
+            raise ConfigError(f"stem 'resnet' option layers must be positive block counts per stage, got {self.layers!r}")
+        self.layers = tuple(self.layers)
+        if self.numerics not in NUMERICS:
+            raise ConfigError(f"stem 'resnet' option numerics={self.numerics!r} is not one of {tuple(NUMERICS)}."
+                              + closest(self.numerics, NUMERICS))
+
+
 class HybridEmbedding(nn.Module):
     """ResNet feature map, then the patch projection on it (the hybrid of section 3.1)."""
 
+    Options = ResNetOptions
+
     def __init__(self, config: ViTConfig) -> None:
         super().__init__()
-        self.backbone = ResNet(config.in_chans, config.resnet_layers, config.resnet_width, config.resnet_numerics)
+        resnet = ResNetOptions.from_dict(config.stem_options)
+        self.backbone = ResNet(config.in_chans, resnet.layers, resnet.width, resnet.numerics)
         self.proj = _projection(self.backbone.out_channels, config)
         stride = self.backbone.stride * config.patch_size
         self.stride = (stride, stride)

@@ -10,42 +10,21 @@ from __future__ import annotations
 
 import os
 import warnings
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch.utils.data import Dataset
 
 import vitzoo
-from vitzoo import catalog
 from vitzoo import data as datasets
-from vitzoo.config import SHAPE_OPTIONS, shape_differences
-from vitzoo.errors import ConfigError
 from vitzoo import precision
+from vitzoo.errors import ConfigError
 from vitzoo.fastest import fastest_precision
+from vitzoo.registry import shape_differences
 from vitzoo.train import distributed
 from vitzoo.train.config import TrainConfig
 from vitzoo.train.distributed import gather_objects
-from vitzoo.weights.layout import CONFIG_NAME, HUB_PREFIX
-from vitzoo.checkpoints.native import read_config
-
-
-def model_options(cfg: TrainConfig, info: datasets.DataInfo, base: vitzoo.ViTConfig) -> dict[str, Any]:
-    """Options for vitzoo.create / from_pretrained: the user's, plus what the dataset decides.
-
-    The classes always come from the dataset. A model trained from scratch takes the dataset's
-    channels and normalisation (recorded in its config); a pretrained one keeps its own.
-    """
-    options = dict(cfg.model_options)
-    if options.get("num_classes", info.num_classes) != info.num_classes:
-        raise ConfigError(f"num_classes={options['num_classes']} but {cfg.data} has {info.num_classes} classes")
-    options["num_classes"] = info.num_classes
-    if not cfg.pretrained:
-        in_chans = options.setdefault("in_chans", info.in_chans)
-        for key in ("mean", "std"):
-            value = getattr(info, key)
-            options.setdefault(key, tuple(value) * in_chans if len(value) == 1 else tuple(value))
-    return options
+from vitzoo.weights.layout import HUB_PREFIX
 
 
 def pretrained_kind(source: str) -> str:
@@ -63,30 +42,40 @@ def pretrained_kind(source: str) -> str:
                             f"(MODEL.TAG: `vitzoo list --pretrained`; a Hub repo: {HUB_PREFIX}ORG/NAME)")
 
 
-def base_config(cfg: TrainConfig) -> vitzoo.ViTConfig:
-    """The model's config before the dataset's options (for its resolution and channels)."""
+def resolve_model(cfg: TrainConfig) -> vitzoo.Resolved:
+    """The model a run trains, worked out once: the named model with the user's options, or the weights
+    `--pretrained` names (a tag's or a Hub repo's downloaded once) with them; nothing is built yet."""
+    options = {k: v for k, v in cfg.model_options.items() if k != "num_classes"}  # the dataset decides them
     kind = pretrained_kind(cfg.pretrained) if cfg.pretrained else None
-    if kind in ("hub", "tag"):  # the model the weights describe (downloaded once; built without memory)
-        source = vitzoo.create(cfg.pretrained, pretrained=True, device="meta", **shape_options(cfg)) if kind == "tag" \
-            else vitzoo.from_pretrained(cfg.pretrained, device="meta", **shape_options(cfg))
-        config = source.config
-    elif kind == "directory":
-        config = read_config(Path(cfg.pretrained) / CONFIG_NAME)
-        differ = []
-        if cfg.model in vitzoo.list_models():  # the named model with the shape options given with it
-            named = vitzoo.get_config(cfg.model, **{k: v for k, v in cfg.model_options.items() if k in SHAPE_OPTIONS})
-            differ = shape_differences(config, named)
-        if differ:  # the saved model decides; the name is then only a label, which may surprise
-            warnings.warn(f"--pretrained {cfg.pretrained} holds another model than {cfg.model}: {', '.join(differ)}; "
-                          "training the saved model", stacklevel=2)
-    else:
-        config = catalog.config_of(cfg.model)  # a model, or a tag: its architecture and preprocessing
-    options = {k: v for k, v in cfg.model_options.items() if k not in ("num_classes",)}
-    return config.replace(**options) if options else config
+    if kind in ("directory", "hub"):
+        resolved = vitzoo.resolve_source(cfg.pretrained, **options)
+        if kind == "directory" and cfg.model in vitzoo.list_models():  # the name is then only a label
+            named = vitzoo.get_config(cfg.model, **options)
+            differ = shape_differences(resolved.config, named)
+            if differ:
+                warnings.warn(f"--pretrained {cfg.pretrained} holds another model than {cfg.model}: {', '.join(differ)}; "
+                              "training the saved model", stacklevel=2)
+        return resolved
+    if kind == "tag":
+        return vitzoo.resolve(cfg.pretrained, pretrained=True, **options)
+    return vitzoo.resolve(cfg.model, pretrained=cfg.pretrained or None, **options)
 
 
-def shape_options(cfg: TrainConfig) -> dict[str, Any]:
-    return {k: v for k, v in cfg.model_options.items() if k in SHAPE_OPTIONS}
+def dataset_config(cfg: TrainConfig, info: datasets.DataInfo, resolved: vitzoo.Resolved) -> vitzoo.ViTConfig:
+    """The resolved model's config with what the dataset decides: the classes always; a model trained
+    from scratch also takes the dataset's channels and normalisation (recorded in its config) unless
+    the user set them, a pretrained one keeps its own."""
+    given, base = cfg.model_options, resolved.config
+    if given.get("num_classes", info.num_classes) != info.num_classes:
+        raise ConfigError(f"num_classes={given['num_classes']} but {cfg.data} has {info.num_classes} classes")
+    changes: dict[str, Any] = {"num_classes": info.num_classes}
+    if not cfg.pretrained:
+        in_chans = given.get("in_chans", info.in_chans)
+        changes["in_chans"] = in_chans
+        for key in ("mean", "std"):
+            value = getattr(info, key)
+            changes[key] = given.get(key, tuple(value) * in_chans if len(value) == 1 else tuple(value))
+    return base.replace(**changes)
 
 
 def check_data(cfg: TrainConfig, env: distributed.Env) -> None:
@@ -119,20 +108,13 @@ def load_splits(cfg: TrainConfig, base: vitzoo.ViTConfig) -> tuple[Dataset, Data
     return train_raw, val_raw, datasets.subset(test_raw, cfg.test_limit, cfg.seed), info
 
 
-def build_model(cfg: TrainConfig, options: dict[str, Any], labels: tuple[str, ...] | None = None) -> vitzoo.VisionTransformer:
-    """The model to train; `labels`: the dataset's class names, saved with it (predict prints them)."""
-    if cfg.pretrained:
-        kind = pretrained_kind(cfg.pretrained)
-        if kind in ("directory", "hub"):
-            model = vitzoo.from_pretrained(cfg.pretrained, **options)  # new img_size: pos-embed resampled
-        elif kind == "tag":
-            model = vitzoo.create(cfg.pretrained, pretrained=True, **options)
-        else:
-            model = vitzoo.create(cfg.model, pretrained=cfg.pretrained, **options)
-    else:
-        model = vitzoo.create(cfg.model, **options)
+def build_model(cfg: TrainConfig, resolved: vitzoo.Resolved, config: vitzoo.ViTConfig,
+                labels: tuple[str, ...] | None = None) -> vitzoo.VisionTransformer:
+    """The model to train: `resolved` (`resolve_model`) built with `config` (`dataset_config`); `labels`:
+    the dataset's class names, saved with it (predict prints them)."""
+    model = resolved.build(config)
     if cfg.reset_head:
-        model.reset_classifier(options["num_classes"], head="linear")  # zero-initialised
+        model.reset_classifier(config.num_classes, head="linear")  # zero-initialised
     if cfg.grad_checkpointing:
         model.set_grad_checkpointing(True)
     if cfg.store_attention_probabilities:
@@ -197,5 +179,5 @@ def resumed_precision(saved: str | None, resolved: torch.dtype | None, device: t
     return precision.FIXED[saved]
 
 
-__all__ = ["base_config", "build_model", "build_optimizer", "check_data", "has_running_statistics", "load_splits", "model_options",
-           "resolve_precision", "resumed_precision"]
+__all__ = ["build_model", "build_optimizer", "check_data", "dataset_config", "has_running_statistics", "load_splits",
+           "resolve_model", "resolve_precision", "resumed_precision"]

@@ -33,7 +33,7 @@ from vitzoo.errors import TrainingDiverged
 from vitzoo.io import write_text
 from vitzoo.precision import autocast, flag, sum_dtype
 from vitzoo.train import build, distributed, start, state, summary
-from vitzoo.train.build import base_config, build_model, build_optimizer, load_splits, model_options, resolve_precision
+from vitzoo.train.build import build_model, build_optimizer, dataset_config, load_splits, resolve_model, resolve_precision
 from vitzoo.train.config import TrainConfig
 from vitzoo.train.evaluation import Evaluation
 from vitzoo.train.inputs import Inputs
@@ -90,11 +90,11 @@ class Trainer:
         distributed.barrier(env)  # every rank has checked the run directory before rank 0 writes to it
         self.micro, self.accum = start.batch_split(cfg, env.world_size)
         self.exact = sum_dtype(self.device)  # of the loss and clock reductions
-        base = base_config(cfg)
-
-        train_raw, val_raw, test_raw, info = load_splits(cfg, base)
+        resolved = resolve_model(cfg)  # once: the config, and the weights of --pretrained
+        train_raw, val_raw, test_raw, info = load_splits(cfg, resolved.config)
         torch.manual_seed(cfg.seed)  # the same initial weights on every process
-        self.model = build_model(cfg, model_options(cfg, info, base), info.classes).to(self.device)
+        config = dataset_config(cfg, info, resolved)
+        self.model = build_model(cfg, resolved, config, info.classes).to(self.device)
         self.amp_dtype = resolve_precision(cfg, self.device, self.model, self.micro, env)
         self.inputs = Inputs(cfg, env, self.model.config.img_size, (train_raw, val_raw, test_raw), info.num_classes, self.micro)
         self.train_set, self.train_eval_set = self.inputs.train_set, self.inputs.train_eval_set

@@ -63,14 +63,14 @@ def take_head(params: dict[str, torch.Tensor], out: dict[str, torch.Tensor], con
               pre_logits: str, classifier: str) -> None:
     """Move a PyTorch-layout head (an optional pre-logits Dense + tanh, then the classifier) from the
     foreign names `pre_logits` / `classifier` (prefixes of .weight/.bias) to vitzoo's, and record the
-    options it decides: head, representation_size, num_classes (0 when there is no classifier)."""
+    options it decides: head, its representation_size, num_classes (0 when there is no classifier)."""
     if f"{pre_logits}.weight" in params:
         weight = params.pop(f"{pre_logits}.weight")
         out["head.pre_logits.weight"] = weight
         out["head.pre_logits.bias"] = params.pop(f"{pre_logits}.bias")
-        config.update(head="mlp", representation_size=int(weight.shape[0]))
+        config.update(head="mlp", head_options={"representation_size": int(weight.shape[0])})
     else:
-        config.update(head="linear", representation_size=None)
+        config.update(head="linear", head_options={})
     if f"{classifier}.weight" in params:
         weight = params.pop(f"{classifier}.weight")
         out["head.fc.weight"] = weight
@@ -109,19 +109,23 @@ def check_state_dict(model: torch.nn.Module, state_dict: dict[str, torch.Tensor]
         raise CheckpointError("\n".join(lines))
 
 
-HEAD_OPTIONS = ("num_classes", "head", "representation_size")
+HEAD_OPTIONS = ("num_classes", "head", "head_options")
 
 
-def resolve_config(config: ViTConfig, checkpoint: ConvertedWeights, requested: dict[str, Any]) -> tuple[ViTConfig, bool]:
-    """The config to build: the checkpoint decides its options unless the user asked otherwise.
-
-    Returns the config and whether the checkpoint's head must be dropped (the user asked for
-    another number of classes or another head).
-    """
+def resolve_head(config: ViTConfig, checkpoint: ConvertedWeights, requested: dict[str, Any]) -> ViTConfig:
+    """The config to build: the checkpoint decides its options (act, norm_eps, pool, head, ...) unless the
+    user asked otherwise; another number of classes or another head asked for replaces the checkpoint's
+    head by a zero-initialised linear one (the model then drops its head's weights)."""
     decided = checkpoint.config
     changes: dict[str, Any] = {}
     for option, value in decided.items():
         if option in HEAD_OPTIONS or option not in requested or requested[option] == value:
+            changes[option] = value
+        elif isinstance(value, dict) and isinstance(requested[option], dict):  # a part's options, one by one
+            clash = [k for k in value if k in requested[option] and requested[option][k] != value[k]]
+            if clash:
+                raise ConfigError(f"the checkpoint has {option}[{clash[0]!r}]={value[clash[0]]!r} but "
+                                  f"{requested[option][clash[0]]!r} was requested; drop it to load these weights")
             changes[option] = value
         elif option not in USER_OVERRIDABLE:
             raise ConfigError(
@@ -135,6 +139,6 @@ def resolve_config(config: ViTConfig, checkpoint: ConvertedWeights, requested: d
         changes.update(
             num_classes=requested.get("num_classes", decided.get("num_classes")),
             head=head,
-            representation_size=requested.get("representation_size") if head != "linear" else None,
+            head_options=requested.get("head_options", {}) if head != "linear" else {},
         )
-    return config.replace(**changes), drop_head
+    return config.replace(**changes)

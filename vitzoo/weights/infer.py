@@ -13,7 +13,7 @@ import re
 from collections import Counter
 from typing import Any
 
-from vitzoo.config import ViTConfig
+from vitzoo.config import ViTConfig, merge_options
 from vitzoo.errors import CheckpointError
 from vitzoo.weights.converted import ConvertedWeights
 
@@ -62,7 +62,7 @@ def infer_options(checkpoint: ConvertedWeights) -> dict[str, Any]:
                 units[stage] = max(units.get(stage, 0), unit + 1)
         layers = tuple(units[s] for s in sorted(units))
         root = int(sd["stem.backbone.conv_root.weight"].shape[0])
-        options.update(stem="resnet", resnet_layers=layers, resnet_width=max(1, root // 64),
+        options.update(stem="resnet", stem_options={"layers": layers, "width": max(1, root // 64)},
                        in_chans=int(sd["stem.backbone.conv_root.weight"].shape[1]))
         stride *= 4 * 2 ** max(len(layers) - 1, 0)
     else:
@@ -76,21 +76,17 @@ def infer_options(checkpoint: ConvertedWeights) -> dict[str, Any]:
     if checkpoint.grid is not None:
         options["img_size"] = (checkpoint.grid[0] * stride, checkpoint.grid[1] * stride)
     if "head.pre_logits.weight" in sd:
-        options.update(head="mlp", representation_size=int(sd["head.pre_logits.weight"].shape[0]))
+        options.update(head="mlp", head_options={"representation_size": int(sd["head.pre_logits.weight"].shape[0])})
     else:
-        options.update(head="linear", representation_size=None)
+        options.update(head="linear", head_options={})
     options["num_classes"] = int(sd["head.fc.weight"].shape[0]) if "head.fc.weight" in sd else 0
     if options["in_chans"] != 3:
         options.update(mean=(0.5,) * options["in_chans"], std=(0.5,) * options["in_chans"])
-    options.update(checkpoint.config)  # what the converter read (numerics, heads, ...) wins
-    return options
+    return merge_options(options, checkpoint.config)  # what the converter read (numerics, heads, ...) wins
 
 
 def infer_config(checkpoint: ConvertedWeights, overrides: dict[str, Any] | None = None, hints: dict[str, Any] | None = None) -> ViTConfig:
     """The config of the model these weights belong to; `hints` (e.g. img_size and mean/std from the
     source's metadata) and then `overrides` (the caller's options) change it."""
-    options = infer_options(checkpoint)
-    options.update(hints or {})
-    options.update(overrides or {})
-    ViTConfig.check_option_names(options)
-    return ViTConfig(**options)
+    inferred = ViTConfig(**infer_options(checkpoint))
+    return inferred.replace(**{**(hints or {}), **(overrides or {})})

@@ -12,8 +12,14 @@ log2(P) of them give the same token grid as the P x P patches (`stride = (P, P)`
 Channel rule: the widths double from layer to layer and the last 3x3 convolution has D channels,
 i.e. D / 2^(n-1), ..., D / 4, D / 2, D for n = log2(P) layers (rounded down, never below
 min(D, 8)). For ViT-S/16 (D = 384) that is 48, 96, 192, 384, and for D = 192 it is 24, 48, 96, 192:
-the stems of the paper's ViT_C-4GF and ViT_C-1GF. (The paper's larger models add stride-1 layers,
-which this plugin does not; it keeps one stride-2 layer per halving.)
+the stems of the paper's ViT_C-4GF and ViT_C-1GF.
+
+Option `extra_layers` (`stem_options={"extra_layers": k}`, `--stem.extra-layers k`): the paper's larger
+stems (ViT_C-18GF and -36GF) interleave stride-1 3x3 convolutions between the stride-2 ones (strides
+2, 2, 1, 2, 1, 2); this adds k of them, one after each of the 2nd, 3rd, ... stride-2 convolutions,
+keeping its width (conv, BN, ReLU; the token grid is unchanged). k is at most log2(P) - 2, so that
+P = 16 with k = 2 has the paper's stride pattern. The widths still follow the doubling rule above, not
+the paper's exact 18GF/36GF widths. Default 0: the 1GF/4GF stems.
 
 The 3x3 convolutions have no bias (BatchNorm follows) and are He-initialised (fan_out, ReLU); the
 final 1x1 projection is LeCun-normal with a zero bias, like vitzoo's patch projection.
@@ -22,6 +28,7 @@ final 1x1 projection is LeCun-normal with a zero bias, like vitzoo's patch proje
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -29,8 +36,9 @@ from torch import nn
 from vitzoo import hookimpl
 from vitzoo.config import ViTConfig
 from vitzoo.errors import ConfigError
+from vitzoo.options import Options, check_fields
 
-__all__ = ["ConvStem", "stem_channels", "vitzoo_stems"]
+__all__ = ["ConvStem", "ConvStemOptions", "stem_channels", "vitzoo_stems"]
 
 MIN_CHANNELS = 8
 _TRUNC_STD_CORRECTION = 0.87962566103423978  # variance of a normal truncated at 2 std
@@ -55,8 +63,23 @@ def _lecun_normal_(weight: torch.Tensor) -> None:
     nn.init.trunc_normal_(weight, std=std, a=-2 * std, b=2 * std)
 
 
+@dataclass
+class ConvStemOptions(Options):
+    """`stem_options` of stem="convstem"."""
+
+    KIND = "stem 'convstem'"
+
+    extra_layers: int = 0  # stride-1 3x3 conv + BN + ReLU after the 2nd, 3rd, ... stride-2 one (not the last)
+
+    def __post_init__(self) -> None:
+        check_fields(self, {"extra_layers": ">= 0"})
+
+
 class ConvStem(nn.Module):
-    """Stride-2 3x3 conv + BN + ReLU, log2(P) times, then a 1x1 conv to D (vitzoo stem contract)."""
+    """Stride-2 3x3 conv + BN + ReLU, log2(P) times (with `extra_layers` stride-1 ones among them), then
+    a 1x1 conv to D (vitzoo stem contract)."""
+
+    Options = ConvStemOptions
 
     @classmethod
     def check(cls, config: ViTConfig) -> None:
@@ -69,16 +92,25 @@ class ConvStem(nn.Module):
                 f"log2(patch_size) stride-2 3x3 convolutions), got patch_size={p}; use "
                 + " or ".join(f"patch_size={o}" for o in options)
             )
+        extra, most = ConvStemOptions.from_dict(config.stem_options).extra_layers, max(0, p.bit_length() - 3)
+        if extra > most:
+            raise ConfigError(f"stem 'convstem' option extra_layers={extra} is more than the {most} places patch_size={p} "
+                              f"has for one (after each stride-2 convolution but the first and the last); use "
+                              f"extra_layers <= {most}")
 
     def __init__(self, config: ViTConfig) -> None:
         super().__init__()
         self.check(config)
         p = config.patch_size
         self.channels = stem_channels(config.embed_dim, p)
+        extra = ConvStemOptions.from_dict(config.stem_options).extra_layers
+        plan = []  # (width, stride): a stride-1 layer after the 2nd, 3rd, ... stride-2 one keeps its width
+        for i, width in enumerate(self.channels):
+            plan += [(width, 2), (width, 1)] if 1 <= i <= extra else [(width, 2)]
         layers: list[nn.Module] = []
         in_channels = config.in_chans
-        for out_channels in self.channels:
-            conv = nn.Conv2d(in_channels, out_channels, 3, stride=2, padding=1, bias=False)
+        for out_channels, stride in plan:
+            conv = nn.Conv2d(in_channels, out_channels, 3, stride=stride, padding=1, bias=False)
             nn.init.kaiming_normal_(conv.weight, mode="fan_out", nonlinearity="relu")
             layers += [conv, nn.BatchNorm2d(out_channels), nn.ReLU(inplace=True)]
             in_channels = out_channels

@@ -1,0 +1,165 @@
+"""Each part of a model owns its options: a component declares them (its `Options` dataclass), the
+config carries them beside the part's name (`stem_options`, ...), and config.json, the Hub, the CLI, run
+keys and pretrained tags carry them too. What earlier releases wrote with flat names (resnet_layers,
+representation_size) still loads and means the same; a training run works out its model once."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from hub_testing import TOKEN, hermetic_hub_environment  # tests/hub_testing.py
+
+import vitzoo
+from benchmarks import suite
+from vitzoo.cli import build_parser
+from vitzoo.commands.train import config_from_args
+from vitzoo.config import ViTConfig
+from vitzoo.errors import ConfigError
+
+pytest.importorskip("vitzoo_convstem", reason="the example plugin is installed by ./run.sh setup")
+
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+SMALL = dict(embed_dim=32, depth=1, num_heads=2, mlp_dim=64, img_size=32, num_classes=3)
+
+
+# ----------------------------------------------------------------------- a plugin declares options
+def test_a_plugin_stem_declares_an_option_that_changes_what_it_builds():
+    plain = vitzoo.create("vit_s16", stem="convstem", **SMALL)
+    deeper = vitzoo.create("vit_s16", stem="convstem", stem_options={"extra_layers": 1}, **SMALL)
+    strides = [[m.stride[0] for m in model.stem.convs if isinstance(m, torch.nn.Conv2d)] for model in (plain, deeper)]
+    assert strides == [[2, 2, 2, 2], [2, 2, 1, 2, 2]]  # the stride-1 layer of the paper's larger stems
+    assert plain.config.stem_options == {"extra_layers": 0}  # resolved: the default written out
+    assert deeper(torch.randn(2, 3, 32, 32)).shape == (2, 3)  # the same token grid
+
+
+def test_a_components_options_are_checked_by_it_with_the_fix_named():
+    with pytest.raises(ConfigError, match="unknown stem 'convstem' option 'extra_layer'. Did you mean 'extra_layers'"):
+        vitzoo.create("vit_s16", stem="convstem", stem_options={"extra_layer": 1}, **SMALL)
+    with pytest.raises(ConfigError, match="extra_layers must be >= 0"):
+        vitzoo.create("vit_s16", stem="convstem", stem_options={"extra_layers": -1}, **SMALL)
+    with pytest.raises(ConfigError, match="use extra_layers <= 2"):
+        vitzoo.create("vit_s16", stem="convstem", stem_options={"extra_layers": 3}, **SMALL)
+    with pytest.raises(ConfigError, match="stem='patch' has no options of its own"):
+        vitzoo.create("vit_s16", stem_options={"extra_layers": 1}, **SMALL)
+
+
+def test_the_option_travels_through_config_json_and_a_hub_round_trip(tmp_path, monkeypatch):
+    from vitzoo.testing.hubserver import HubServer
+
+    hermetic_hub_environment(monkeypatch, tmp_path)
+    model = vitzoo.create("vit_s16", stem="convstem", stem_options={"extra_layers": 2}, **SMALL).eval()
+    model.save_pretrained(tmp_path / "saved")
+    saved = json.loads((tmp_path / "saved" / "config.json").read_text())
+    assert saved["model"]["stem_options"] == {"extra_layers": 2}
+    x = torch.randn(2, 3, 32, 32)
+    again = vitzoo.from_pretrained(tmp_path / "saved").eval()
+    torch.testing.assert_close(again(x), model(x), rtol=0, atol=0)
+    with HubServer(tmp_path / "hub", token=TOKEN) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        model.push_to_hub("alice/convstem", token=TOKEN)
+        pulled = vitzoo.from_pretrained("hf-hub:alice/convstem").eval()
+    assert pulled.config == model.config
+    torch.testing.assert_close(pulled(x), model(x), rtol=0, atol=0)
+
+
+def test_the_cli_has_a_flag_per_component_option_and_help_lists_them(capsys):
+    args = build_parser().parse_args(["train", "vit_s16", "--stem", "convstem", "--stem.extra-layers", "1",
+                                      "--head", "mlp", "--head.representation-size", "16"])
+    options = config_from_args(args).model_options
+    assert options == {"stem": "convstem", "head": "mlp", "stem_options": {"extra_layers": 1},
+                       "head_options": {"representation_size": 16}}
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["train", "--help"])
+    shown = capsys.readouterr().out
+    assert "stem 'convstem' options (with --stem convstem" in shown and "--stem.extra-layers" in shown
+    assert "--stem.layers" in shown and "--head.representation-size" in shown
+    assert "--resnet-layers" not in shown  # the flat flags are read, not offered
+
+
+# ------------------------------------------------------------------ the paper's parts own theirs
+def test_the_hybrids_resnet_and_the_mlp_heads_width_are_their_components_options():
+    config = vitzoo.get_config("vit_b16_hybrid", head="mlp", head_options={"representation_size": 768})
+    assert config.stem_options == {"layers": [3, 4, 9], "width": 1, "numerics": "official"}
+    assert config.head_options == {"representation_size": 768}
+    assert not {"resnet_layers", "resnet_width", "resnet_numerics", "representation_size"} & set(config.to_dict())
+
+
+def test_options_of_one_part_change_one_by_one_and_a_new_part_starts_from_its_defaults():
+    hybrid = vitzoo.get_config("vit_b16_hybrid")
+    assert hybrid.replace(stem_options={"numerics": "timm"}).stem_options["layers"] == [3, 4, 9]
+    assert hybrid.replace(stem="patch", patch_size=16).stem_options == {}
+    assert hybrid.replace(resnet_layers=(3, 4, 6)).stem_options["layers"] == [3, 4, 6]  # the flat name, as before
+
+
+def test_a_flat_name_given_for_another_part_is_refused_naming_the_part_that_owns_it():
+    with pytest.raises(ConfigError, match="resnet_layers=.* is an option of stem='resnet', not of stem='patch'"):
+        vitzoo.get_config("vit_b16", resnet_layers=(3, 4, 9))
+
+
+# --------------------------------------------------------- what was written before means the same
+def committed_model_configs() -> list[dict]:
+    configs = {}
+    for path in sorted(RESULTS.glob("*/results.json")):
+        for record in json.loads(path.read_text()).get("runs", []):
+            if "model_config" in record:
+                configs[json.dumps(record["model_config"], sort_keys=True)] = record
+    return list(configs.values())
+
+
+def test_every_committed_model_config_loads_and_builds_the_model_it_measured():
+    """The model_config of every committed run (written with the flat names) loads, and builds a model
+    with exactly the parameter count the run recorded; a hybrid's ResNet lands in its stem's options."""
+    records = committed_model_configs()
+    assert len(records) > 20
+    for record in records:
+        flat = record["model_config"]
+        config = ViTConfig.from_dict(flat)
+        with torch.device("meta"):
+            model = vitzoo.VisionTransformer(config)
+        assert vitzoo.count_params(model) == record["params"], record["key"]
+        if flat["stem"] == "resnet":
+            assert model.config.stem_options["layers"] == flat["resnet_layers"]
+            assert model.config.stem_options["numerics"] == flat["resnet_numerics"]
+
+
+def test_every_pretrained_tag_resolves_with_its_options_in_their_parts():
+    for name in vitzoo.list_pretrained():
+        config = vitzoo.resolve(name).config
+        if config.stem == "resnet":  # timm's ports need timm's ResNet numerics
+            assert config.stem_options["numerics"] == "timm", name
+
+
+def test_a_run_key_is_the_same_whichever_way_its_spec_spells_a_parts_option():
+    train = {"steps": 1}
+    flat = suite.Run("hybrid", "R1", {"model": "vit_b16_hybrid", "options": {"resnet_layers": (1,), "depth": 0}, "train": train})
+    nested = suite.Run("hybrid", "R1", {"model": "vit_b16_hybrid", "options": {"stem_options": {"layers": (1,)}, "depth": 0},
+                                        "train": train})
+    assert flat.key == nested.key
+    other = suite.Run("hybrid", "R1", {"model": "vit_b16_hybrid", "options": {"stem_options": {"layers": (2,)}, "depth": 0},
+                                       "train": train})
+    assert other.key != flat.key
+
+
+# -------------------------------------------------------------------- a run works its model out once
+def test_a_training_run_resolves_its_model_once_and_builds_no_model_on_meta(tmp_path, monkeypatch):
+    from vitzoo.train import TrainConfig, Trainer, distributed
+
+    source = vitzoo.create("vit_ti16", **{**SMALL, "num_classes": 4})
+    source.save_pretrained(tmp_path / "pre")
+    builds: list[str] = []
+    init = vitzoo.VisionTransformer.__init__
+
+    def counted(self, config):
+        init(self, config)
+        builds.append(str(next(self.parameters()).device))
+
+    monkeypatch.setattr(vitzoo.VisionTransformer, "__init__", counted)
+    cfg = TrainConfig(model="vit_ti16", pretrained=str(tmp_path / "pre"), data="synthetic", train_limit=64, test_limit=32,
+                      batch_size=16, steps=1, quiet=True, tensorboard=False, device="cpu", checkpoint_every=0).resolved()
+    with pytest.warns(UserWarning, match="holds another model than vit_ti16"):  # the name is only a label then
+        trainer = Trainer(cfg, distributed.setup("cpu"))
+    assert builds == ["cpu"]  # one model, the one trained: none on the meta device to read a config
+    assert trainer.model.config.num_classes == 10 and trainer.model.config.embed_dim == 32
