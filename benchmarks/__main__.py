@@ -212,7 +212,10 @@ def run_ablation(spec: Ablation, scale: Scale, store: ResultStore, args: argpars
     # the keys hold the threads each run trains with (benchmarks.suite.Run.key)
     runs = with_threads(spec.runs(scale), assignment_for(spec, args.assignment).keyed_threads(spec.trains))
     if args.report_only:  # the runs measured so far, e.g. of a suite still running, of any numerics version
-        records = measured(runs, store)
+        # and of any thread count: a run's record at this machine's threads, else at the committed runs' (the
+        # settings line names the thread counts of the runs reported)
+        store.refresh()
+        records = measured([run if store.get(run.key) else dataclasses.replace(run, threads=None) for run in runs], store)
     else:
         minutes = lambda run: plan.longest_run_min  # noqa: E731  (a job's time limit: the longest run's, with a margin)
         # the warning before a job's limit covers the plan's longest evaluation, unless --signal-delay-s says
