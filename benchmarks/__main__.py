@@ -48,7 +48,7 @@ from benchmarks.launchers.assign import LAUNCHERS, Assignment, assign, common_sh
 from benchmarks.launchers.resources import MEM_BASE_GB, MEM_PER_LOADER_WORKER_GB, SlurmOptions, signal_delay_s
 from benchmarks.scales import SCALES, get_scale
 from benchmarks.spec import Ablation, Scale, report
-from benchmarks.suite import NUMERICS_VERSION, RESULTS, ResultStore, numerics_of
+from benchmarks.suite import NUMERICS_VERSION, RESULTS, ResultStore, numerics_of, with_threads
 from benchmarks.verdict import RULE
 from vitzoo.io import write_text
 
@@ -209,9 +209,13 @@ def run_ablation(spec: Ablation, scale: Scale, store: ResultStore, args: argpars
     measure = spec.measure
     if measure is None:
         from benchmarks.training import measure
-    runs = spec.runs(scale)
+    # the keys hold the threads each run trains with (benchmarks.suite.Run.key)
+    runs = with_threads(spec.runs(scale), assignment_for(spec, args.assignment).keyed_threads(spec.trains))
     if args.report_only:  # the runs measured so far, e.g. of a suite still running, of any numerics version
-        records = measured(runs, store)
+        # and of any thread count: a run's record at this machine's threads, else at the committed runs' (the
+        # settings line names the thread counts of the runs reported)
+        store.refresh()
+        records = measured([run if store.get(run.key) else dataclasses.replace(run, threads=None) for run in runs], store)
     else:
         minutes = lambda run: plan.longest_run_min  # noqa: E731  (a job's time limit: the longest run's, with a margin)
         # the warning before a job's limit covers the plan's longest evaluation, unless --signal-delay-s says

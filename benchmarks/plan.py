@@ -34,7 +34,7 @@ from benchmarks import plan_inputs
 from benchmarks.launchers.assign import Assignment
 from benchmarks.machine import environment
 from benchmarks.spec import Ablation, Scale
-from benchmarks.suite import RESULTS, Run
+from benchmarks.suite import RESULTS, Run, with_threads
 from benchmarks.training import dataset_images, train_images
 from vitzoo.io import write_text
 
@@ -252,7 +252,7 @@ def plan_ablation(spec: Ablation, scale: Scale, done: set[str], assignment: Assi
                   gpu_tflops: float = STATED_GPU_TFLOPS, recorded: Mapping[str, float] | None = None) -> AblationPlan:
     """The ablation's runs still to measure, their FLOPs and wall time on `assignment` (the one the
     launchers use); `recorded`: images/s per model (see recorded_throughput) instead of a live probe."""
-    runs = spec.runs(scale)
+    runs = with_threads(spec.runs(scale), assignment.keyed_threads(spec.trains))
     todo = [r for r in runs if r.key not in done]
     if not spec.trains:  # timings (cost): a few seconds a point, measured one at a time
         return AblationPlan(spec.name, len(runs), len(todo), 0.0, len(todo) * 20 / 60, scale.budget_min)

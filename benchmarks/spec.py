@@ -13,15 +13,15 @@ ablation is a spec in `benchmarks/ablations/`, registered in its `ABLATIONS`.
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from benchmarks.judged import format_findings
 from benchmarks.suite import Run, markdown_image, markdown_table
 from benchmarks.verdict import (
-    NOT_COMPARED,
+    NOT_TESTABLE,
     POSITIVE,
     RULE,
     ZERO,
@@ -29,9 +29,9 @@ from benchmarks.verdict import (
     Estimate,
     Judgement,
     Within,
-    contrast,
     judge,
     mean_and_variance,
+    paired_contrast,
 )
 
 METRICS = {"test_acc": "test accuracy", "fewshot_5": "5-shot linear",
@@ -85,11 +85,12 @@ Contrasts = list[tuple[str, dict[str, float]]]
 @dataclass(frozen=True)
 class Margin:
     """How far from zero a difference may lie and still count as none, for a finding that claims no
-    difference: stated in its spec from the paper's numbers, before the runs it judges, with `why`.
-    Either `points`, in the metric's own units (absolute), or `fraction` of a `reference` contrast
-    measured in the same table (relative: e.g. a quarter of the gap between no position embedding and
-    the learned ones); `reference(table)` names that contrast and its weights, None when the table
-    lacks its cells. A relative margin is estimated with the table's noise (`benchmarks.verdict`)."""
+    difference: a judgement, stated in its spec with `why`, fixed before the table it judges is
+    regenerated. Either `points`, in the metric's own units (absolute: what every committed finding
+    uses), or `fraction` of a `reference` contrast measured in the same table (relative: e.g. a quarter
+    of the gap between no position embedding and the learned ones); `reference(table)` names that
+    contrast and its weights, None when the table lacks its cells. A relative margin is estimated with
+    the table's noise (`benchmarks.verdict`), and is no margin when its reference is not above zero."""
 
     why: str
     points: float | None = None
@@ -98,7 +99,7 @@ class Margin:
 
     def __post_init__(self) -> None:
         if not self.why.strip():
-            raise ValueError("a margin states why it is what it is (from the paper's numbers)")
+            raise ValueError("a margin states why it is what it is (a judgement, and what it rests on)")
         if (self.points is None) == (self.fraction is None) or (self.fraction is None) != (self.reference is None):
             raise ValueError("a margin is either `points` (absolute) or `fraction` of a `reference` contrast (relative)")
         if self.points is not None and not self.points > 0:
@@ -121,8 +122,12 @@ class Margin:
         if named is None:
             return None
         margin = combine((self.fraction, named[1]))
-        return Within(table.estimate(margin, metric).value, table.estimate(combine((1.0, margin), (-1.0, weights)), metric),
-                      table.estimate(combine((1.0, margin), (1.0, weights)), metric))
+        value = table.estimate(margin, metric).value
+        # a fraction of a reference at or below zero bounds nothing: no difference could lie inside it
+        untestable = "" if value > 0 else (f"the margin's reference ({named[0]}) is {value / self.fraction:+.4f}, "
+                                           "not above zero: a fraction of it is no margin")
+        return Within(value, table.estimate(combine((1.0, margin), (-1.0, weights)), metric),
+                      table.estimate(combine((1.0, margin), (1.0, weights)), metric), untestable)
 
 
 @dataclass(frozen=True)
@@ -130,7 +135,11 @@ class Finding:
     """A claim of the paper, tested as contrasts of cells: `contrasts(table)` names each comparison and
     its weights per cell label (e.g. ("learned_1d - none", {"learned_1d": 1, "none": -1})); `expect`
     says whether the paper claims a positive difference or none (`benchmarks.verdict`). A claim of
-    no difference states its `margin`."""
+    no difference states its `margin`. `regime`: the regime the paper's claim is made in, where a scale
+    may lie outside it (e.g. the paper's ~100M images), printed beside a verdict that is not
+    "reproduced"; `note(table)`: what a reader must know beside any verdict, computed from the table
+    (e.g. unequal compute); `untestable(table)`: why this scale's table cannot show the claim at all
+    (the verdict is then "not testable", with the reason), '' where it can."""
 
     claim: str
     paper: str
@@ -138,6 +147,9 @@ class Finding:
     contrasts: Callable[[Table], Contrasts]
     metric: str = "test_acc"
     margin: Margin | None = None
+    regime: str = ""
+    note: Callable[[Table], str] | None = None
+    untestable: Callable[[Table], str] | None = None
 
     def __post_init__(self) -> None:
         if self.expect == ZERO and self.margin is None:
@@ -153,7 +165,9 @@ class Finding:
             if self.margin is not None and within is None:  # the margin's reference is not in the table
                 return judge(self.expect, [])
             evidence.append(Comparison(name, d, within))
-        return judge(self.expect, evidence)
+        judged = judge(self.expect, evidence)
+        reason = self.untestable(table) if self.untestable is not None and evidence else ""
+        return Judgement(NOT_TESTABLE, evidence, reason=reason) if reason else judged
 
 
 @dataclass(frozen=True)
@@ -192,7 +206,9 @@ class Ablation:
 
 class Table:
     """The measured cells of an ablation: per label, the seeds' values of each metric, and a summary
-    row (coordinates, mean and standard deviation of each metric, training FLOPs, parameters)."""
+    row (coordinates, mean and standard deviation of each metric with the seeds it was measured in,
+    training FLOPs, parameters). A metric some seeds lack is averaged over those that have it, and the
+    row says how many (`<metric>_n`)."""
 
     def __init__(self, records: list[dict]) -> None:
         self.records: dict[str, list[dict]] = defaultdict(list)
@@ -206,8 +222,9 @@ class Table:
         row = {"label": label, "seeds": len(runs), **runs[0]["group"]}
         for metric in {k for r in runs for k, v in r["metrics"].items() if isinstance(v, (int, float))}:
             values = [r["metrics"][metric] for r in runs if r["metrics"].get(metric) is not None]
-            mean, variance, _ = mean_and_variance(values)
-            row[metric], row[metric + "_std"] = mean, variance**0.5 if len(values) > 1 else 0.0
+            mean, variance, n = mean_and_variance(values)
+            # one seed: no spread (0.0 for the figures' error bars; the table says "one seed")
+            row[metric], row[metric + "_std"], row[metric + "_n"] = mean, variance**0.5 if n > 1 else 0.0, n
         if all("flops" in r for r in runs):
             row["flops"] = sum(r["flops"] for r in runs) / len(runs)
             row["compute"] = f"{row['flops'] / 1e12:.2f} TFLOP"
@@ -217,14 +234,20 @@ class Table:
         return row
 
     def values(self, label: str, metric: str) -> list[float]:
-        return [r["metrics"][metric] for r in self.records[label] if r["metrics"].get(metric) is not None]
+        return list(self.by_seed(label, metric).values())
+
+    def by_seed(self, label: str, metric: str) -> dict[Any, float]:
+        """seed -> the metric's value, for the seeds of the cell that measured it."""
+        return {r.get("seed", i): r["metrics"][metric] for i, r in enumerate(self.records[label])
+                if r["metrics"].get(metric) is not None}
 
     def where(self, **coords: Any) -> list[dict]:
         """Summary rows whose coordinates match."""
         return [row for row in self.rows if all(row.get(k) == v for k, v in coords.items())]
 
     def estimate(self, weights: dict[str, float], metric: str) -> Estimate:
-        return contrast({label: self.values(label, metric) for label in weights}, weights)
+        """The contrast over seeds, paired where the cells share seeds (`benchmarks.verdict.paired_contrast`)."""
+        return paired_contrast({label: self.by_seed(label, metric) for label in weights}, weights)
 
 
 def combine(*terms: tuple[float, dict[str, float]]) -> dict[str, float]:
@@ -259,53 +282,15 @@ def column_value(value: Any) -> Any:
 
 
 def metric_cell(row: dict, metric: str) -> str:
+    """mean ± standard deviation over the seeds that measured it, saying so when some did not (one seed:
+    no spread to print)."""
     if metric not in row:
         return "n/a"
-    return f"{row[metric]:.4f} ± {row[metric + '_std']:.4f}"
-
-
-def _numbers(e: Estimate) -> dict[str, float | None]:
-    finite = lambda x: x if math.isfinite(x) else None  # noqa: E731  (JSON has no nan)
-    low, high = e.interval if e.testable else (math.nan, math.nan)
-    return {"d": e.value, "se": finite(e.se), "df": finite(e.df), "low": finite(low), "high": finite(high)}
-
-
-def _evidence(c: Comparison) -> dict:
-    out = {"compared": c.name, **_numbers(c.estimate)}
-    if c.within is not None:
-        out["within"] = {"margin": c.within.margin, "margin - d": _numbers(c.within.below),
-                         "margin + d": _numbers(c.within.above)}
-    return out
-
-
-def format_findings(spec: Ablation, table: Table) -> tuple[str, list[dict]]:
-    """The verdict lines (markdown) and their machine-readable form. Findings whose cells the table
-    lacks are named in one line after the others, not judged; the margins of claims of no difference
-    are stated with why, once each."""
-    lines, verdicts, absent, margins = [], [], [], {}
-    for finding in spec.findings:
-        judgement = finding.judge(table)
-        verdict = {"claim": finding.claim, "verdict": judgement.verdict, "metric": finding.metric,
-                   "evidence": [_evidence(c) for c in judgement.evidence]}
-        if finding.margin is not None:
-            margin = finding.margin
-            verdict["margin"] = {"kind": "absolute" if margin.points is not None else "relative", "points": margin.points,
-                                 "fraction": margin.fraction, "stated": margin.describe(table), "why": margin.why}
-        verdicts.append(verdict)
-        if judgement.verdict == NOT_COMPARED:
-            absent += [finding.claim] if finding.claim not in absent else []
-            continue
-        stated = f"; margin {finding.margin.describe(table)}" if finding.margin is not None else ""
-        if finding.margin is not None:
-            margins.setdefault(finding.claim, finding.margin.why)
-        lines.append(f"- *{finding.claim}* (paper: {finding.paper}{stated}): **{judgement.verdict}** "
-                     f"({METRICS.get(finding.metric, finding.metric)}; {judgement.describe()}).")
-    if margins:
-        lines.append("\nMargins of the claims of no difference, stated in the specs from the paper's numbers alone: "
-                     + " ".join(f"*{claim}*: {why}" for claim, why in margins.items()))
-    if absent:
-        lines.append("\nNot compared (their cells are not run at this scale): " + "; ".join(f"*{c}*" for c in absent) + ".")
-    return "\n".join(lines), verdicts
+    n = row.get(metric + "_n", row["seeds"])
+    used = f" ({n} of {row['seeds']} seeds)" if n < row["seeds"] else ""
+    if n < 2:
+        return f"{row[metric]:.4f} (one seed{'' if used else ', no spread'}){used}"
+    return f"{row[metric]:.4f} ± {row[metric + '_std']:.4f}{used}"
 
 
 def report(spec: Ablation, records: list[dict], out: Path) -> tuple[str, list[dict]]:
@@ -327,7 +312,7 @@ def report(spec: Ablation, records: list[dict], out: Path) -> tuple[str, list[di
     if spec.figure is not None:
         files = spec.figure(table.rows, records, out)
         body += "\n\n" + "\n\n".join(markdown_image(f) for f in files)
-    findings, verdicts = format_findings(spec, table)
+    findings, verdicts = format_findings(spec.findings, table, METRICS)
     if findings:
         body += f"\n\nFindings, each judged by one rule ({RULE}; mean ± standard deviation over seeds above):\n\n{findings}"
     return body, verdicts

@@ -11,6 +11,7 @@ one table), and only `--report-only` reports it, saying that the versions mix.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -33,6 +34,7 @@ RESULTS = Path(__file__).parent / "results"
 # count as version 0: they predate the check, and their code is named only by their `commit`.
 NUMERICS_VERSION = 1
 RECORD = "record.json"  # a run's record, in its folder: what results.json is the union of
+ARCHIVE = "superseded.json"  # records moved out of results.json, with the reason (benchmarks/archive.py)
 SAFE_NAME = re.compile(r"[A-Za-z0-9._-]+")
 
 
@@ -58,23 +60,44 @@ def key_form(options: dict[str, Any]) -> dict[str, Any]:
     return form
 
 
+# The threads per process every committed run of a training ablation trained with (two runs at once, one
+# thread each, on a 2-core CPU; records written before commit 8abe73c said 2, and were corrected to 1 by
+# `benchmarks.archive.correct_threads`). A key holds the thread count only where it differs from this, so
+# that every committed key stays the key of its run.
+COMMITTED_THREADS = 1
+
+
 @dataclass(frozen=True)
 class Run:
-    """One measurement: a model (vitzoo option names), how it is trained, and a seed."""
+    """One measurement: a model (vitzoo option names), how it is trained, a seed, and the CPU threads of
+    each of its processes where they are known before it runs (`threads`; None where they are not, or do
+    not enter its numbers: GPUs, SLURM jobs, timings)."""
 
     ablation: str
     label: str  # what the row is called in tables and figures
     config: dict[str, Any]  # every model and training option
     seed: int = 0
     group: dict[str, Any] = field(default_factory=dict)  # the ablation's own coordinates (cell, lr, ...)
+    threads: int | None = None
 
     @property
     def key(self) -> str:
         """Identifies the result: a hash of the ablation, config and seed (not of the label), the model's
-        options in their key form (`key_form`)."""
+        options in their key form (`key_form`), and the threads per process when they are stated and differ
+        from COMMITTED_THREADS: the order of a float32 sum, so a run's last bits, and through training a
+        seed's worth of noise, depend on them. A run of COMMITTED_THREADS, or of unstated threads, keeps the
+        key it had before threads were keyed."""
         config = {**self.config, "options": key_form(self.config["options"])} if "options" in self.config else self.config
-        text = json.dumps({"ablation": self.ablation, "config": config, "seed": self.seed}, sort_keys=True)
+        fields = {"ablation": self.ablation, "config": config, "seed": self.seed}
+        if self.threads is not None and self.threads != COMMITTED_THREADS:
+            fields["threads"] = self.threads
+        text = json.dumps(fields, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def with_threads(runs: list[Run], threads: int | None) -> list[Run]:
+    """The runs as trained with `threads` per process (their keys hold it where it is not COMMITTED_THREADS)."""
+    return [dataclasses.replace(run, threads=threads) for run in runs]
 
 
 class ResultStore:
@@ -91,6 +114,9 @@ class ResultStore:
     its last write, and a record file stays for the next reader in any case. `runs` is the union at
     the last read or add; `order`, if given, sorts the records as they are written (a key function of
     a record); else results.json keeps its order and new or replaced records follow, oldest first.
+
+    A record file whose record was moved to the archive beside results.json (ARCHIVE, by
+    `benchmarks.archive`) is not merged back in; a new record of the same key is.
 
     `numerics`: the numerics version whose records count as measured (`get`, `keys`); records of other
     versions stay in the file until a new measurement of the same run replaces them. None counts every
@@ -129,8 +155,11 @@ class ResultStore:
         """What results.json held with every record file merged in: a file's record replaces the held
         one of its key (moving it to the end unless they are equal); of several files, the later written."""
         newest: dict[str, tuple[tuple[int, str], dict[str, Any]]] = {}
+        archived = self._archived()
         for path, seen in files.items():
             record = self._record(path, seen)
+            if record is not None and json.dumps(record, sort_keys=True) in archived:
+                continue  # moved to the archive (benchmarks/archive.py): its old record file does not bring it back
             if record is not None and (record["key"] not in newest or newest[record["key"]][0] < (seen[0], str(path))):
                 newest[record["key"]] = ((seen[0], str(path)), record)
         kept = [r for r in held if r["key"] not in newest or newest[r["key"]][1] == r]
@@ -140,6 +169,13 @@ class ResultStore:
         if self.order is not None:
             runs.sort(key=self.order)
         return runs
+
+    def _archived(self) -> set[str]:
+        """The records moved out of results.json into its archive (ARCHIVE), as canonical JSON."""
+        path = self.directory / ARCHIVE
+        if not path.exists():
+            return set()
+        return {json.dumps(entry["record"], sort_keys=True) for entry in json.loads(path.read_text())["runs"]}
 
     def _merge(self) -> None:
         """Make results.json the union of itself and every record file, and `runs` that union."""

@@ -14,12 +14,13 @@ from pathlib import Path
 
 from benchmarks.ablations import ABLATIONS
 from benchmarks.suite import RESULTS, markdown_table
-from benchmarks.verdict import NOT_COMPARED, RULE
+from benchmarks.verdict import ALPHA, CONTRADICTED, JUDGED, NOT_COMPARED, REPRODUCED, RULE
 from vitzoo.io import write_text
 
 BENCHMARKS_README = Path(__file__).resolve().parent / "README.md"  # the narrative that links each ablation's results
 START, END = "<!-- findings:start -->", "<!-- findings:end -->"
-METRIC_NAMES = {"test_acc": "test accuracy", "fewshot_5": "5-shot"}
+METRIC_NAMES = {"test_acc": "test accuracy", "fewshot_5": "5-shot", "transfer_fewshot_5": "downstream 5-shot",
+                "transfer_finetune": "downstream fine-tuned"}
 
 
 def settings_of(readme: Path) -> str:
@@ -31,7 +32,7 @@ def settings_of(readme: Path) -> str:
 
 def evidence(e: dict) -> str:
     """One contrast of a finding: d with its confidence interval, and its margin for a claim of no difference."""
-    text = f"{e['compared']}: d = {e['d']:+.4f}"
+    text = f"{e['compared']}: d = {e['d']:+.4f}" if e.get("d") is not None else f"{e['compared']}: no value"
     if e.get("low") is not None:
         text += f" [{e['low']:+.4f}, {e['high']:+.4f}]"
     elif "low" not in e and e.get("se") is not None:  # a findings.json of the rule before intervals
@@ -41,8 +42,42 @@ def evidence(e: dict) -> str:
     return text
 
 
+def holm_cell(f: dict) -> str:
+    """Whether a verdict survives Holm's correction across its table's judged rows (findings.json)."""
+    if f.get("holm_p") is None:
+        return ""
+    if f["verdict"] not in (REPRODUCED, CONTRADICTED):
+        return f"p {f['holm_p']:.2g} of {f['family']}"
+    return f"{'survives' if f['survives_holm'] else 'does not survive'} (p {f['holm_p']:.2g} of {f['family']})"
+
+
+def verdict_cell(f: dict) -> str:
+    text = f"**{f['verdict']}**"
+    if f.get("regime"):
+        text += " (outside the paper's regime: its README says how)"
+    return text
+
+
+def shared_cells(results: Path) -> list[list[tuple[str, str]]]:
+    """Cells that are one and the same runs in several ablations: per seed, bit-identical outcomes (final
+    training loss, test and 5-shot accuracy). Each entry: the (ablation, label) pairs of one cell, found
+    in every seed of it."""
+    seen: dict[tuple, list[tuple[str, str]]] = {}
+    for name in ABLATIONS:
+        path = results / name / "results.json"
+        for r in json.loads(path.read_text())["runs"] if path.exists() else []:
+            m = r.get("metrics", {})
+            if m.get("final_loss") is not None:
+                seen.setdefault((r["seed"], m["final_loss"], m.get("test_acc"), m.get("fewshot_5")), []).append((name, r["label"]))
+    cells: dict[tuple, set] = {}
+    for (seed, *_), where in seen.items():
+        if len({a for a, _ in where}) > 1:
+            cells.setdefault(tuple(sorted(set(where))), set()).add(seed)
+    return [list(where) for where, seeds in cells.items() if len(seeds) >= 2]
+
+
 def findings_table(results: Path, link_prefix: str) -> str:
-    rows, notes, mixed, versions, earlier_rule = [], [], [], {}, []
+    rows, notes, mixed, versions, earlier_rule, judged = [], [], [], {}, [], []
     for name, spec in ABLATIONS.items():
         path = results / name / "findings.json"
         if not path.exists() or not spec.findings:
@@ -55,7 +90,10 @@ def findings_table(results: Path, link_prefix: str) -> str:
             if f["verdict"] == NOT_COMPARED:  # its cells are not run at the scale measured
                 continue
             numbers = "; ".join(map(evidence, f["evidence"])) or "no cells to compare"
-            rows.append([link, f["claim"], METRIC_NAMES.get(f["metric"], f["metric"]), f"**{f['verdict']}**", numbers])
+            if f.get("reason"):
+                numbers = f"not testable: {f['reason']}; {numbers}"
+            rows.append([link, f["claim"], METRIC_NAMES.get(f["metric"], f["metric"]), verdict_cell(f), holm_cell(f), numbers])
+            judged.append(f)
         settings = settings_of(results / name / "README.md")
         if "Incomplete" in settings:
             notes.append(name)
@@ -65,9 +103,11 @@ def findings_table(results: Path, link_prefix: str) -> str:
             versions.setdefault(version, []).append(name)
     if not rows:
         return "(no findings measured yet: run `python -m benchmarks all --workers 2`)"
-    text = markdown_table(["ablation", "finding of the paper", "metric", "here", "the numbers behind it"], rows)
+    text = markdown_table(["ablation", "finding of the paper", "metric", "here", "Holm, across its table", "the numbers behind it"],
+                          rows)
     text += (f"\n\nThe rule for every verdict: {RULE}; d is the difference named, over the seeds of each cell, "
              "with its interval in brackets.")
+    text += " " + multiplicity(judged) + " " + dependence(shared_cells(results))
     if earlier_rule:
         text += (" **Judged by an earlier rule, not this one: " + ", ".join(earlier_rule) + " (`python -m benchmarks "
                  + " ".join(earlier_rule) + " --scale SCALE --report-only`, at the scale each README names, judges "
@@ -82,6 +122,34 @@ def findings_table(results: Path, link_prefix: str) -> str:
     elif versions:
         text += f" Every table's runs are of numerics version {next(iter(versions))}."
     return text
+
+
+def multiplicity(findings: list[dict]) -> str:
+    """How many verdicts were decided, and how many of those survive Holm's correction within their table."""
+    counted = [f for f in findings if f["verdict"] in JUDGED]
+    decided = [f for f in counted if f["verdict"] in (REPRODUCED, CONTRADICTED)]
+    kept = [f for f in decided if f.get("survives_holm")]
+    by = lambda v, rows: sum(f["verdict"] == v for f in rows)  # noqa: E731
+    untestable = sum(f["verdict"] == "not testable" for f in findings)
+    return (f"Of {len(counted)} judged rows, {len(decided)} are decided at {ALPHA:.1%} a side ({by(REPRODUCED, decided)} "
+            f"reproduced, {by(CONTRADICTED, decided)} contradicted) and {len(counted) - len(decided)} inconclusive; "
+            f"{len(kept)} of the decided survive Holm's correction across their table's judged rows "
+            f"({by(REPRODUCED, kept)} reproduced, {by(CONTRADICTED, kept)} contradicted). {untestable} more are not "
+            "testable at this scale, each with its reason.")
+
+
+def dependence(shared: list[list[tuple[str, str]]]) -> str:
+    """Which ablations' verdicts are not independent: they share the runs of a cell."""
+    if not shared:
+        return ""
+    said = []
+    for where in shared:
+        names = sorted({a for a, _ in where})
+        said.append(f"{', '.join(names[:-1])} and {names[-1]} share the runs of one cell ("
+                    + " = ".join(f"{a} '{label}'" for a, label in where) + ", bit-identical in every seed): "
+                    "a seed's luck in that cell moves every verdict whose contrast uses it, in all of them at once, so "
+                    "those verdicts are not independent of each other")
+    return "**Dependent verdicts:** " + "; ".join(said) + "."
 
 
 def main() -> int:

@@ -4,27 +4,37 @@ A finding compares cells of a table (a cell: one configuration, trained with sev
 comparison is a *contrast*: a weighted sum of cell means, e.g. "learned 1-D minus none" is
 {+1: learned_1d, -1: none}, "ViT at the hybrid's compute" interpolates two ViT cells with weights t
 and 1 - t, "the ResNet's lead shrinks with data" is (ResNet - ViT at 1k) - (ResNet - ViT at 60k).
-Its standard error over seeds is SE = sqrt(sum_i v_i), v_i = w_i^2 s_i^2 / n_i, s_i the seeds' standard
-deviation in cell i (the cells' seeds are independent runs), and its degrees of freedom are Welch and
-Satterthwaite's, (sum_i v_i)^2 / sum_i (v_i^2 / (n_i - 1)): the cells' variances are not assumed equal.
 
-**Every contrast gets its 95% confidence interval d ± t SE**, t Student's 0.975 quantile at those
-degrees of freedom (12.7 with two seeds a cell, 4.3 at df = 2, 1.96 only for many seeds: 2 SE, a
-z-test, would claim far more than 2-3 seeds can show). A finding that claims a difference is
-reproduced when every interval it names lies above zero (the paper's sign), and not reproduced
-otherwise. A finding that claims *no* difference states, before looking, a margin within which a
-difference counts as none (in the metric's units, or a fraction of another contrast of the same
-table); it is reproduced when every interval lies inside the margin (equivalence: two one-sided
-tests, each at 2.5% since the interval is the 95% one), not reproduced when an interval lies wholly
-outside it, and **inconclusive** when an interval straddles it. More seeds narrow the intervals, so
-more evidence can reproduce a claim of no difference, not only refute it. A margin relative to
-another contrast g is tested as the contrasts f*g - d and f*g + d (both above zero: |d| < f*g), so
-that the reference's own noise, and the cells it shares with d, count.
+**Seeds are paired.** The same seed index draws the same training subset and the same data order in
+every cell (vitzoo/data/sources.py), so the cells' seeds are not independent samples: a seed whose
+data order suits one model tends to suit the others. Where the cells of a contrast share seeds, the
+contrast is computed per seed, c_s = sum_i w_i x_{i,s}, over the seeds every cell has, and judged as
+one sample: d = mean(c_s), SE = sd(c_s) / sqrt(n), n - 1 degrees of freedom. Only cells that share
+fewer than two seeds are treated as independent: SE = sqrt(sum_i w_i^2 s_i^2 / n_i), Welch and
+Satterthwaite's degrees of freedom (sum_i v_i)^2 / sum_i (v_i^2 / (n_i - 1)).
 
-With one seed per cell there is no standard error and the finding is not testable; a finding whose
-cells a scale does not run (the main job runs two cells of Table 8) is not compared.
+**Every contrast gets its 95% confidence interval d ± t SE**, t Student's 0.975 quantile at its degrees
+of freedom (12.7 at df = 1, 4.3 at df = 2, 1.96 only for many seeds). Every claim has three outcomes:
+**reproduced** when each interval it names lies wholly on the claimed side (above zero for a claimed
+difference; inside the stated margin for a claim of no difference: two one-sided tests, each at 2.5%),
+**contradicted** when an interval lies wholly on the other side (below zero; wholly outside the
+margin), **inconclusive** otherwise. A margin relative to another contrast g is tested as the contrasts
+f*g - d and f*g + d (both above zero: |d| < f*g), so that the reference's own noise, and the cells it
+shares with d, count.
 
-The t quantile is computed here (no scipy): bisection on Student's distribution function, written
+**Not testable**, with the reason, where the seeds cannot give an interval: a cell with fewer than two
+seeds (or fewer than two seeds common to the cells), a cell whose seeds are identical (a deterministic
+run repeated, a rounded metric: identical values say nothing about the spread), a contrast with the
+same value in every seed, and a relative margin whose reference contrast is not above zero (a
+fraction of it is no margin). A finding whose cells a scale does not run is not compared.
+
+**Multiplicity.** Each verdict is a one-sided test at 2.5%, with its p-value: for a reproduced claim
+the largest of its contrasts' (all must hold), for a contradicted one the smallest (one suffices),
+for an inconclusive one the nearer of the two. `holm` adjusts the p-values of a table's judged rows
+(Holm's step-down procedure, family-wise error 2.5% a side); a verdict that survives it would survive
+having tested every row of its table.
+
+The t distribution is computed here (no scipy): bisection on Student's distribution function, written
 with the regularized incomplete beta function.
 """
 
@@ -32,19 +42,26 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 LEVEL = 0.95  # two-sided confidence of every interval
-RULE = ("95% confidence intervals d ± t SE over seeds, t Student's quantile at each contrast's Welch-Satterthwaite "
-        "degrees of freedom; a claimed difference is reproduced when every interval lies above zero; a claim of "
-        "no difference when every interval lies inside the finding's stated margin, not reproduced when one lies "
-        "wholly outside it, inconclusive when one straddles it")
+ALPHA = (1.0 - LEVEL) / 2.0  # each side's: the one-sided level of every verdict
+RULE = ("95% confidence intervals d ± t SE over seeds, paired by seed where the cells share seeds (the same seed "
+        "draws the same subset and order in every cell; otherwise Welch-Satterthwaite), t Student's quantile at the "
+        "contrast's degrees of freedom; a claim is reproduced when every interval lies wholly on the claimed side (above "
+        "zero, or inside the finding's stated margin), contradicted when one lies wholly on the other (below zero, or "
+        "wholly outside the margin), inconclusive otherwise; not testable, with the reason, for fewer than two seeds, "
+        "identical seeds or a margin's reference not above zero; Holm's correction across each table's judged rows "
+        "beside every verdict")
 
 # what a finding claims of each of its contrasts
 POSITIVE = "positive"  # the contrast is larger than zero
 ZERO = "zero"  # no difference (within a margin)
+REPRODUCED, CONTRADICTED, INCONCLUSIVE = "reproduced", "contradicted", "inconclusive"
+NOT_TESTABLE = "not testable"  # the seeds give no interval (the reason is stated)
 NOT_COMPARED = "not compared"  # the finding's cells are not in the table
-VERDICTS = ("reproduced", "not reproduced", "inconclusive", "not testable", NOT_COMPARED)
+VERDICTS = (REPRODUCED, CONTRADICTED, INCONCLUSIVE, NOT_TESTABLE, NOT_COMPARED)
+JUDGED = (REPRODUCED, CONTRADICTED, INCONCLUSIVE)  # the rows of a table's multiplicity family
 
 
 # ---------------------------------------------------------------------------- Student's t
@@ -107,16 +124,19 @@ def t_quantile(p: float, df: float) -> float:
 # ---------------------------------------------------------------------------- contrasts
 @dataclass(frozen=True)
 class Estimate:
-    """A contrast of cell means with its standard error over seeds and its Welch-Satterthwaite degrees
-    of freedom (both nan when a cell has a single seed)."""
+    """A contrast of cell means with its standard error over seeds and its degrees of freedom; `seeds`
+    the seeds it used (pairs, when `paired`), `untestable` why it has no interval ('' when it has)."""
 
     value: float
     se: float
     df: float = math.inf
+    seeds: int | None = None
+    paired: bool = False
+    untestable: str = ""
 
     @property
     def testable(self) -> bool:
-        return math.isfinite(self.se) and not math.isnan(self.df)
+        return not self.untestable and math.isfinite(self.se) and self.se > 0 and not math.isnan(self.df)
 
     @property
     def quantile(self) -> float:
@@ -129,11 +149,30 @@ class Estimate:
         half = self.quantile * self.se
         return self.value - half, self.value + half
 
+    @property
+    def p_above(self) -> float:
+        """One-sided p-value of "the contrast is above zero" (small when the data say so)."""
+        return 1.0 - t_cdf(self.value / self.se, self.df)
+
+    @property
+    def p_below(self) -> float:
+        """One-sided p-value of "the contrast is below zero"."""
+        return t_cdf(self.value / self.se, self.df)
+
+    def shifted(self, by: float) -> Estimate:
+        """by + this contrast (a constant added: the same standard error)."""
+        return Estimate(by + self.value, self.se, self.df, self.seeds, self.paired, self.untestable)
+
+    def negated(self) -> Estimate:
+        return Estimate(-self.value, self.se, self.df, self.seeds, self.paired, self.untestable)
+
     def describe(self) -> str:
+        used = "" if self.seeds is None else f", {self.seeds} {'paired seeds' if self.paired else 'seeds'}"
         if not self.testable:
-            return f"d = {self.value:+.4f} (one seed: no standard error)"
+            return f"d = {self.value:+.4f} (not testable: {self.untestable or 'no standard error'})"
         low, high = self.interval
-        return f"d = {self.value:+.4f}, {LEVEL:.0%} CI [{low:+.4f}, {high:+.4f}] (t = {self.quantile:.2f}, df {self.df:.1f})"
+        return (f"d = {self.value:+.4f}, {LEVEL:.0%} CI [{low:+.4f}, {high:+.4f}] "
+                f"(t = {self.quantile:.2f}, df {self.df:.1f}{used})")
 
 
 def mean_and_variance(values: Sequence[float]) -> tuple[float, float, int]:
@@ -146,49 +185,108 @@ def mean_and_variance(values: Sequence[float]) -> tuple[float, float, int]:
     return mean, variance, n
 
 
+def _no_spread(values: Sequence[float]) -> bool:
+    """Equal to within float rounding (a difference of equal differences is not exactly zero in floats)."""
+    return max(values) - min(values) <= 1e-9 * max(1.0, *(abs(v) for v in values))
+
+
+def _too_few_or_identical(label: str, values: Sequence[float]) -> str:
+    """Why a cell's seeds give no spread ('' when they do)."""
+    if len(values) < 2:
+        return f"'{label}' has {len(values)} seed{'s' * (len(values) != 1)} (a standard error needs two)"
+    if _no_spread(values):
+        return (f"the {len(values)} seeds of '{label}' are identical ({values[0]:.4f}): a repeated deterministic run "
+                "or a rounded metric says nothing about the spread")
+    return ""
+
+
 def contrast(cells: Mapping[str, Sequence[float]], weights: Mapping[str, float]) -> Estimate:
-    """sum_i w_i * mean(cell_i), with its standard error over the seeds of each cell and its
-    Welch-Satterthwaite degrees of freedom."""
-    value, parts = 0.0, []
+    """sum_i w_i * mean(cell_i) for cells whose seeds are independent: its standard error over the seeds
+    of each cell and its Welch-Satterthwaite degrees of freedom."""
+    value, parts, reasons = 0.0, [], []
     for label, weight in weights.items():
         mean, var, n = mean_and_variance(cells[label])
         value += weight * mean
         parts.append((weight**2 * var / n, n))
-    if any(math.isnan(v) for v, _ in parts):
-        return Estimate(value, float("nan"), float("nan"))
+        reasons += [why] if (why := _too_few_or_identical(label, cells[label])) else []
+    seeds = min(n for _, n in parts)
+    if reasons:
+        return Estimate(value, float("nan"), float("nan"), seeds, False, "; ".join(reasons))
     total = sum(v for v, _ in parts)
-    spread = sum(v * v / (n - 1) for v, n in parts)
-    # no spread in any cell: the interval is a point whatever t is; the pooled count keeps df finite
-    df = total**2 / spread if spread > 0 else float(sum(n - 1 for _, n in parts)) or math.inf
-    return Estimate(value, math.sqrt(total), df)
+    df = total**2 / sum(v * v / (n - 1) for v, n in parts)
+    return Estimate(value, math.sqrt(total), df, seeds, False)
+
+
+def paired_contrast(cells: Mapping[str, Mapping[Any, float]], weights: Mapping[str, float]) -> Estimate:
+    """sum_i w_i * mean(cell_i) over seeds: per seed where the cells share at least two (`cells`: label ->
+    {seed: value}), one sample of n - 1 degrees of freedom; else the cells as independent (`contrast`).
+    A seed some cell lacks (its metric missing, the run absent) is left out of the pairs: `seeds` says
+    how many were used."""
+    means = {label: sum(cells[label].values()) / len(cells[label]) for label in weights if cells[label]}
+    value = sum(w * means[label] for label, w in weights.items()) if len(means) == len(weights) else float("nan")
+    if empty := [label for label in weights if not cells[label]]:
+        return Estimate(value, float("nan"), float("nan"), 0, False, "; ".join(f"'{label}' has no seed with this metric"
+                                                                             for label in empty))
+    common = set.intersection(*(set(cells[label]) for label in weights))
+    if len(common) < 2 and all(len(cells[label]) >= 2 for label in weights):
+        return contrast({label: list(cells[label].values()) for label in weights}, weights)
+    order = sorted(common, key=str)
+    if len(order) < 2:
+        return Estimate(value, float("nan"), float("nan"), len(order), True,
+                        f"{len(order)} seed{'s' * (len(order) != 1)} common to every cell (a standard error needs two)")
+    for label in weights:  # a cell that does not vary with the seed gives no spread to pair against
+        if why := _too_few_or_identical(label, [cells[label][s] for s in order]):
+            return Estimate(value, float("nan"), float("nan"), len(order), True, why)
+    per_seed = [sum(w * cells[label][s] for label, w in weights.items()) for s in order]
+    mean, var, n = mean_and_variance(per_seed)
+    if _no_spread(per_seed):
+        return Estimate(mean, float("nan"), float("nan"), n, True,
+                        f"the contrast is {mean:+.4f} in each of its {n} seeds: no spread to judge by")
+    return Estimate(mean, math.sqrt(var / n), float(n - 1), n, True)
 
 
 @dataclass(frozen=True)
 class Within:
     """A difference d against its margin M: the contrasts M - d and M + d, both above zero when
     |d| < M. An absolute margin is a constant (`absolute`); a relative one, a fraction of another
-    contrast, is estimated with its own standard error (`benchmarks.spec.Margin`)."""
+    contrast, is estimated with its own standard error (`benchmarks.spec.Margin`); `untestable` says why
+    a margin is none (a relative one whose reference is not above zero)."""
 
     margin: float  # M's value (its point estimate when relative)
     below: Estimate  # M - d
     above: Estimate  # M + d
+    untestable: str = ""
 
     @classmethod
     def absolute(cls, d: Estimate, margin: float) -> Within:
         if not margin > 0:
             raise ValueError(f"a margin of no difference must be above zero, got {margin}")
-        return cls(margin, Estimate(margin - d.value, d.se, d.df), Estimate(margin + d.value, d.se, d.df))
+        return cls(margin, d.negated().shifted(margin), d.shifted(margin))
 
     @property
     def testable(self) -> bool:
-        return self.below.testable and self.above.testable
+        return not self.untestable and self.below.testable and self.above.testable
+
+    @property
+    def reason(self) -> str:
+        return self.untestable or self.below.untestable or self.above.untestable
+
+    @property
+    def p_inside(self) -> float:
+        """Two one-sided tests: the larger p-value of M - d > 0 and M + d > 0."""
+        return max(self.below.p_above, self.above.p_above)
+
+    @property
+    def p_outside(self) -> float:
+        """The smaller p-value of M - d < 0 and M + d < 0 (d wholly beyond one side)."""
+        return min(self.below.p_below, self.above.p_below)
 
     def verdict(self) -> str:
         if min(self.below.interval[0], self.above.interval[0]) > 0:
-            return "reproduced"  # the whole interval inside the margin
+            return REPRODUCED  # the whole interval inside the margin
         if min(self.below.interval[1], self.above.interval[1]) < 0:
-            return "not reproduced"  # the whole interval beyond one side of the margin
-        return "inconclusive"
+            return CONTRADICTED  # the whole interval beyond one side of the margin
+        return INCONCLUSIVE
 
     def describe(self) -> str:
         """M - |d| on the side nearer the margin, with its interval."""
@@ -210,6 +308,29 @@ class Comparison:
     def testable(self) -> bool:
         return self.estimate.testable and (self.within is None or self.within.testable)
 
+    @property
+    def reason(self) -> str:
+        """Why it is not testable ('' when it is)."""
+        if not self.estimate.testable:
+            return self.estimate.untestable or "no standard error"
+        return "" if self.within is None else self.within.reason
+
+    def verdict(self) -> str:
+        if self.within is not None:
+            return self.within.verdict()
+        low, high = self.estimate.interval
+        return REPRODUCED if low > 0 else CONTRADICTED if high < 0 else INCONCLUSIVE
+
+    @property
+    def p_claim(self) -> float:
+        """One-sided p-value of the claim (a difference above zero, or one inside the margin)."""
+        return self.estimate.p_above if self.within is None else self.within.p_inside
+
+    @property
+    def p_against(self) -> float:
+        """One-sided p-value of its opposite (below zero, or wholly outside the margin)."""
+        return self.estimate.p_below if self.within is None else self.within.p_outside
+
     def describe(self) -> str:
         text = f"{self.name}: {self.estimate.describe()}"
         return text + (f"; {self.within.describe()}" if self.within is not None and self.testable else "")
@@ -217,33 +338,51 @@ class Comparison:
 
 @dataclass(frozen=True)
 class Judgement:
-    """The verdict on one finding, with the numbers behind it."""
+    """The verdict on one finding, with the numbers behind it: `p` the one-sided p-value of the verdict
+    (None where nothing was tested), `reason` why it is not testable."""
 
     verdict: str  # one of VERDICTS
     evidence: list[Comparison]
+    p: float | None = None
+    reason: str = ""
 
     @property
     def reproduced(self) -> bool:
-        return self.verdict == "reproduced"
+        return self.verdict == REPRODUCED
 
     def describe(self) -> str:
         return "; ".join(c.describe() for c in self.evidence)
 
 
 def judge(expect: str, evidence: list[Comparison]) -> Judgement:
-    """Apply the rule to every contrast a finding names."""
+    """Apply the rule to every contrast a finding names: reproduced when every one is, contradicted when
+    one is, inconclusive otherwise."""
     if expect not in (POSITIVE, ZERO):
         raise ValueError(f"a finding expects {POSITIVE!r} or {ZERO!r}, not {expect!r}")
     if not evidence:
         return Judgement(NOT_COMPARED, evidence)
-    if not all(c.testable for c in evidence):
-        return Judgement("not testable", evidence)
-    if expect == POSITIVE:
-        ok = all(c.estimate.interval[0] > 0 for c in evidence)
-        return Judgement("reproduced" if ok else "not reproduced", evidence)
-    missing = [c.name for c in evidence if c.within is None]
-    if missing:
+    if expect == ZERO and (missing := [c.name for c in evidence if c.within is None]):
         raise ValueError(f"a claim of no difference is judged against a margin; none given for {missing}")
-    verdicts = {c.within.verdict() for c in evidence}
-    verdict = next(v for v in ("not reproduced", "inconclusive", "reproduced") if v in verdicts)
-    return Judgement(verdict, evidence)
+    if expect == POSITIVE and any(c.within is not None for c in evidence):
+        raise ValueError("a claimed difference is judged against zero, not against a margin")
+    if untestable := [c for c in evidence if not c.testable]:
+        return Judgement(NOT_TESTABLE, evidence, reason="; ".join(f"{c.name}: {c.reason}" for c in untestable))
+    verdicts = [c.verdict() for c in evidence]
+    p_claim, p_against = max(c.p_claim for c in evidence), min(c.p_against for c in evidence)
+    if CONTRADICTED in verdicts:
+        return Judgement(CONTRADICTED, evidence, p_against)
+    if all(v == REPRODUCED for v in verdicts):
+        return Judgement(REPRODUCED, evidence, p_claim)
+    return Judgement(INCONCLUSIVE, evidence, min(p_claim, p_against))
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjustment of a family's p-values, in their order: the i-th smallest times
+    (m - i + 1), never below an earlier one's, at most 1. A verdict survives when its adjusted p-value
+    is below ALPHA."""
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    adjusted, running = [0.0] * len(p_values), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(p_values) - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted

@@ -126,3 +126,62 @@ def test_a_record_of_other_code_is_not_a_result_and_is_measured_again(tmp_path):
     assert records[0]["numerics"] == NUMERICS_VERSION and records[0]["metrics"] == {"v": 1}
     assert [r["key"] for r in ResultStore(tmp_path, numerics=None).runs] == ["other", run.key]  # replaced, not added
     assert execute([run], measure, ResultStore(tmp_path), assign("cpu"), quiet=True) == records and len(measured) == 1
+
+
+def test_superseded_records_move_to_an_archive_with_the_reason_and_stay_out(tmp_path):
+    """Records of other settings under a label still in use, and one of uncommitted code, leave results.json
+    for the archive beside it, each with why; the current ones stay as they were; an archived record's own
+    record file does not bring it back, and archiving again moves nothing twice."""
+    from benchmarks.archive import archive, archived_records
+    from benchmarks.suite import ARCHIVE
+
+    planned = [Run("x", "a", {"train": {"lr": 2, "epochs": 4}}, s) for s in range(2)]
+    current = [{"key": run.key, "label": "a", "seed": run.seed, "config": run.config, "commit": "abc", **NOW} for run in planned]
+    earlier = {"key": Run("x", "a", {"train": {"lr": 1, "epochs": 4}}, 0).key, "label": "a", "seed": 0,
+               "config": {"train": {"lr": 1, "epochs": 4}}, "commit": "abc", **NOW}
+    dropped = {"key": "k-gone", "label": "b", "seed": 0, "config": {}, "commit": "abc", **NOW}
+    dirty = {"key": "k-dirty", "label": "a", "seed": 1, "config": {}, "commit": "abc-dirty", **NOW}
+    (tmp_path / "results.json").write_text(json.dumps({"runs": [current[0], earlier, dropped, current[1], dirty]}))
+    stale = record_folder(tmp_path, earlier["key"], NUMERICS_VERSION) / RECORD  # its record file, git-ignored, still there
+    stale.parent.mkdir(parents=True)
+    stale.write_text(json.dumps(earlier))
+
+    assert archive(tmp_path, planned, "cpu") == 3
+    assert json.loads((tmp_path / "results.json").read_text())["runs"] == current
+    reasons = {entry["record"]["key"]: entry["reason"] for entry in json.loads((tmp_path / ARCHIVE).read_text())["runs"]}
+    assert reasons[earlier["key"]] == "other settings than --scale cpu's run of 'a' (seed 0): train.lr: 1 -> 2"
+    assert "no cell of --scale cpu is labelled 'b'" in reasons["k-gone"] and "abc-dirty" in reasons["k-dirty"]
+    assert [r["key"] for r in ResultStore(tmp_path).runs] == [r["key"] for r in current]  # the record file stays out
+    assert archive(tmp_path, planned, "cpu") == 0 and len(archived_records(tmp_path)) == 3
+    again = dict(earlier, metrics={"v": 1})  # measured anew under that key: a new record, which counts
+    ResultStore(tmp_path).add(again)
+    assert ResultStore(tmp_path).get(earlier["key"]) == again
+
+
+def test_threads_recorded_wrong_are_corrected_from_the_runs_that_went_at_once():
+    """Before threads were recorded per worker, a record said the launching process's 2 for runs that
+    trained two at once, one thread each: corrected where the start and wall times show runs side by side,
+    left where the run went alone or was recorded after the fix."""
+    from benchmarks.archive import correct_threads
+
+    def record(started, wall, commit="old", **more):
+        return {"started": started, "wall_s": wall, "threads": 2, "launcher": "local", "processes": 1, "device": "cpu",
+                "commit": commit, **more}
+
+    pair = [record(0.0, 100.0), record(10.0, 100.0)]
+    alone, later = record(500.0, 10.0), record(1000.0, 100.0, commit="new")
+    records = pair + [alone, later, record(1010.0, 50.0, commit="new")]
+    assert correct_threads(records, before=lambda commit: commit == "old") == 2
+    assert [r["threads"] for r in records] == [1, 1, 2, 2, 2] and pair[0]["threads_recorded"] == 2
+    assert "2 runs trained at once" in pair[0]["threads_note"]
+    assert correct_threads(records, before=lambda commit: commit == "old") == 0  # corrected once, never again
+
+
+def test_a_runs_key_holds_its_threads_only_where_they_differ_from_the_committed_runs():
+    from benchmarks.suite import COMMITTED_THREADS
+
+    run = Run("x", "a", {"lr": 1}, 0)
+    assert Run("x", "a", {"lr": 1}, 0, threads=COMMITTED_THREADS).key == run.key  # the committed runs' keys stand
+    assert Run("x", "a", {"lr": 1}, 0, threads=COMMITTED_THREADS + 1).key != run.key  # another run
+    assert assign("cpu", workers=2).keyed_threads(trains=True) == assign("cpu", workers=2).threads_per_process
+    assert assign("cpu").keyed_threads(trains=False) is None  # a timing's key holds no threads

@@ -7,10 +7,11 @@ token's learning rate (8e-4) underperforms, and catches up at a lower one (3e-4)
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from benchmarks.figures import plt, save_figure
-from benchmarks.spec import Ablation, Cell, Finding, Margin, Scale, Table, combine, difference
+from benchmarks.spec import Ablation, Cell, Finding, Margin, Scale, Table, difference
 from benchmarks.training import evaluate_per_epoch
 from benchmarks.verdict import POSITIVE, ZERO
 
@@ -34,7 +35,17 @@ def cells(scale: Scale) -> list[Cell]:
 
 
 def best(table: Table, pool: str) -> str:
-    return max(table.where(pool=pool), key=lambda r: r["test_acc"])["label"]
+    """The head's learning rate picked without the test set: the best validation accuracy where every run
+    of the head holds a validation split out, else the lowest final training loss (the committed CPU runs
+    train on every training image: no validation split, and adding one would change every run's key)."""
+    rows = table.where(pool=pool)
+    if all("val_acc" in row for row in rows):
+        return max(rows, key=lambda r: r["val_acc"])["label"]
+    return min(rows, key=lambda r: r.get("final_loss", math.inf))["label"]
+
+
+def picked_on(table: Table) -> str:
+    return "validation" if all("val_acc" in row for row in table.rows) else "training loss"
 
 
 def at_high_lr(table: Table) -> dict[str, str]:
@@ -42,34 +53,20 @@ def at_high_lr(table: Table) -> dict[str, str]:
     return {row["pool"]: row["label"] for row in table.where(lr=high)}
 
 
-def learning_rate_effect(table: Table) -> tuple[str, dict[str, float]] | None:
-    """What the learning rate changes within a head: each head's best cell minus its others, averaged
-    over the two heads (None without two learning rates of each)."""
-    terms = []
-    for pool in POOLS:
-        top = best(table, pool) if table.where(pool=pool) else None
-        others = [row["label"] for row in table.where(pool=pool) if row["label"] != top]
-        if not others:
-            return None
-        terms += [(1.0 / (len(POOLS) * len(others)), difference(top, other)) for other in others]
-    return "best lr - other lr, mean over heads", combine(*terms)
-
-
-# How far apart the heads may be and still "work equally well": a quarter of what the learning rate changes
-# within a head in the same table. Figure 9 gives curves, not numbers: the class token at 8e-4 and GAP at
-# 3e-4 end together, GAP at 8e-4 lies below both throughout, and Appendix D.3 puts the whole difference
-# between the heads down to the learning rate each needs. The claim is thus that the head matters little
-# next to its learning rate: relative to that, with the same quarter as Table 8's "barely matters".
+# How far apart the heads may be and still "work equally well": half a point of accuracy, fixed in points (a
+# judgement), as Table 8's "barely matters". It was a quarter of what the learning rate changed within a head in
+# the same table, which moved with the grid of learning rates (issue 34).
 HEAD_MARGIN = Margin(
-    "Figure 9 (curves, no table) shows the class token at 8e-4 and GAP at 3e-4 ending together while GAP at "
-    "8e-4 stays clearly below: the paper puts the difference between heads down to the learning rate each "
-    "needs. So the heads at their best count as equal within a quarter of what the learning rate (a factor "
-    "8/3) changes within a head in the same table, the share Table 8's finding allows its encodings.",
-    fraction=0.25, reference=learning_rate_effect)
+    "A judgement, fixed before the table is regenerated: half a point of accuracy (0.005), the margin of Table 8's "
+    "claim of no difference. Figure 9 gives curves, not numbers: the class token at 8e-4 and GAP at 3e-4 end "
+    "together while GAP at 8e-4 stays clearly below, and the paper puts the difference between the heads down to "
+    "the learning rate each needs. Fixed in issue 34 after the CPU table had been read; it replaces a quarter of the "
+    "learning rate's effect within a head in the same table (0.0038 there), which moved with the grid of rates.",
+    points=0.005)
 
 FINDINGS = (
     Finding("Both heads work equally well, each at its own learning rate", "Figure 9: equal at their best", ZERO,
-            lambda t: [(f"best token ({best(t, 'token')}) - best GAP ({best(t, 'gap')})",
+            lambda t: [(f"best token ({best(t, 'token')}) - best GAP ({best(t, 'gap')}), rates picked on {picked_on(t)}",
                         difference(best(t, "token"), best(t, "gap")))] if t.where(pool="gap") and t.where(pool="token") else [],
             margin=HEAD_MARGIN),
     Finding("GAP at the class-token learning rate underperforms", "Figure 9, lr 8e-4", POSITIVE,

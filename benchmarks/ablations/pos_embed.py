@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks.figures import plt, save_figure
-from benchmarks.spec import Ablation, Cell, Finding, Margin, Scale, combine, difference
+from benchmarks.spec import Ablation, Cell, Finding, Margin, Scale, difference
 from benchmarks.verdict import POSITIVE, ZERO
 
 CELLS = [("none", "input"), ("learned_1d", "input"), ("learned_1d", "every_layer"), ("learned_1d", "every_layer_shared"),
@@ -50,24 +50,17 @@ def _encoding_barely_matters(t):
         if DEFAULT in t.by_label else []
 
 
-def _learned_gap(t):
-    """What a position embedding is worth in this table: the learned embeddings' mean minus none."""
-    learned = [row["label"] for row in t.rows if row["pos_embed"] in ("learned_1d", "learned_2d")]
-    if "none / input" not in t.by_label or not learned:
-        return None
-    mean = combine(*((1.0 / len(learned), {label: 1.0}) for label in learned))
-    return "learned mean - none", combine((1.0, mean), (-1.0, {"none / input": 1.0}))
-
-
-# How far an encoding may lie from the default and still "barely matter": a quarter of the gap the same
-# table measures between no position embedding and the learned ones. Relative, not in points: the scales
-# reach other accuracies on other data than Table 8's 5-shot ImageNet, and the claim is one of proportion.
+# How far an encoding may lie from the default and still "barely matter": half a point of accuracy, fixed in
+# points (a judgement). It was a quarter of the gap the same table measured between no embedding and the learned
+# ones, which moved with that gap's noise and had no meaning when the gap was not above zero (issue 34).
 ENCODING_MARGIN = Margin(
-    "Table 8's learned embeddings average 0.6409 against 0.6138 without one, a gap of 2.7 points, and every "
-    "encoding lies within 0.24 points of the default (9% of the gap). A quarter of the gap measured in the same "
-    "table leaves room for a smaller scale's noisier encodings (about three times the paper's largest share) "
-    "while every encoding stays far nearer the default than no embedding is.",
-    fraction=0.25, reference=_learned_gap)
+    "A judgement, fixed before the table is regenerated: half a point of accuracy (0.005). Table 8's encodings lie "
+    "within 0.0029 of each other and 0.0024 of the default, against a 2.7-point gap to no embedding, so the paper's "
+    "claim holds at 0.005 with room; at the CPU scale a cell's seeds spread by 0.2-0.4 points (one standard "
+    "deviation), and a difference under half a point is one nobody reading Table 8 would call a difference. Fixed in "
+    "issue 34 after the CPU table had been read; it replaces a quarter of the gap to no embedding measured in the same "
+    "table (0.0042 and 0.0051 there), which moved with that gap's noise.",
+    points=0.005)
 
 # judged on both metrics: the paper's (5-shot) and the steadier test accuracy
 FINDINGS = tuple(

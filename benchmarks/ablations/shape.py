@@ -2,7 +2,9 @@
 a base model; accuracy against compute relative to the base.
 
 The paper's findings: depth helps most, width least; smaller patches (longer sequences) help without
-adding parameters.
+adding parameters. Each dimension's gain is the slope of accuracy against log2(compute) through the
+base and both of its scalings (down and up), so that every cell counts; every patch size tried is
+compared with the base, the finer against the coarser.
 """
 
 from __future__ import annotations
@@ -50,27 +52,38 @@ def cells(scale: Scale) -> list[Cell]:
 
 
 def gain_per_doubling(table: Table, dimension: str) -> dict[str, float] | None:
-    """(accuracy of the largest scale-up of this dimension - base) / log2(its compute / the base's)."""
+    """The least-squares slope of accuracy against log2(compute) through the base and every scaling of
+    this dimension (down and up): accuracy gained per doubling of compute, a contrast of those cells
+    (weights (x_i - mean x) / sum (x_i - mean x)^2, x_i = log2(compute_i / the base's)). None without
+    a scaling that changes compute."""
     base = table.by_label.get("base")
-    up = [r for r in table.where(dimension=dimension) if base and r["flops"] > 1.05 * base["flops"]]
-    if not up:
+    rows = [r for r in table.where(dimension=dimension) if base and "flops" in r and abs(r["flops"] / base["flops"] - 1) > 0.05]
+    if not rows:
         return None
-    top = max(up, key=lambda r: r["flops"])
-    return {label: w / math.log2(top["flops"] / base["flops"]) for label, w in difference(top["label"], "base").items()}
+    points = [(math.log2(r["flops"] / base["flops"]), r["label"]) for r in rows] + [(0.0, "base")]
+    centre = sum(x for x, _ in points) / len(points)
+    spread = sum((x - centre) ** 2 for x, _ in points)
+    return combine(*(((x - centre) / spread, {label: 1.0}) for x, label in points))
 
 
 def _compare_gains(pairs: list[tuple[str, str]]):
     def contrasts(t: Table):
         gains = {d: gain_per_doubling(t, d) for d in ("depth", "width", "mlp")}
-        return [(f"gain per doubling: {a} - {b}", combine((1.0, gains[a]), (-1.0, gains[b])))
+        return [(f"gain per doubling (slope through every scaling): {a} - {b}", combine((1.0, gains[a]), (-1.0, gains[b])))
                 for a, b in pairs if gains[a] and gains[b]]
     return contrasts
 
 
 def _smaller_patch(t: Table):
+    """Every patch size tried against the base, the finer (more tokens, more compute) minus the coarser."""
     base = t.by_label.get("base")
-    finer = [r for r in t.where(dimension="patch") if base and r["flops"] > base["flops"]]
-    return [(f"{r['label']} - base", difference(r["label"], "base")) for r in finer]
+    if base is None:
+        return []
+    out = []
+    for r in t.where(dimension="patch"):
+        finer, coarser = (r["label"], "base") if r["flops"] > base["flops"] else ("base", r["label"])
+        out.append((f"{finer} - {coarser}", difference(finer, coarser)))
+    return out
 
 
 FINDINGS = (

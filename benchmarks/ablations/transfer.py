@@ -211,11 +211,12 @@ def _small_data(t: Table):
 
 
 CLAIMS = (("From little pre-training data ViT transfers worse than the ResNet",
-           "Figure 4: ViT-B/32 much worse than ResNet50x1 on 9M JFT images", _small_data),) + data_size.CLAIMS
+           "Figure 4: ViT-B/32 much worse than ResNet50x1 on 9M JFT images", _small_data, ""),) + data_size.CLAIMS
 METRICS = ("transfer_fewshot_5", "transfer_finetune")
 FINDINGS = tuple(
-    Finding(claim, paper, POSITIVE, lambda t, contrasts=contrasts: contrasts(t) if _present(t) else [], metric=metric)
-    for claim, paper, contrasts in CLAIMS for metric in METRICS
+    Finding(claim, paper, POSITIVE, lambda t, contrasts=contrasts: contrasts(t) if _present(t) else [], metric=metric,
+            regime=regime, note=data_size.compute_ratio)
+    for claim, paper, contrasts, regime in CLAIMS for metric in METRICS
 )
 PAPER = {label(m, d): round(TABLE_5_IN21K[d][m] / 100, 4) for m in MODELS for d in DATASETS}
 

@@ -47,6 +47,12 @@ class Assignment:
         """How many runs train at the same time; None under SLURM (the queue decides)."""
         return None if self.launcher == "slurm" else len(self.slots)
 
+    def keyed_threads(self, trains: bool) -> int | None:
+        """The threads per process a run's key holds (`benchmarks.suite.Run`): a training run's on this
+        machine's CPU, where they are known before it runs and enter its numbers; None on GPUs (the CPU's
+        threads do not enter the GPU's sums), under SLURM (the job's CPUs decide) and for timings."""
+        return self.threads_per_process if trains and self.device == "cpu" and self.launcher == "local" else None
+
     @property
     def gpus_per_run(self) -> int:
         return self.processes_per_run if self.device == "cuda" else 0
