@@ -50,14 +50,15 @@ from benchmarks.scales import SCALES, get_scale
 from benchmarks.spec import Ablation, Scale, report
 from benchmarks.suite import NUMERICS_VERSION, RESULTS, ResultStore, numerics_of
 from benchmarks.verdict import RULE
+from vitzoo.argvalues import ArgumentParser
 from vitzoo.io import write_text
 
 REHEARSAL_OUT = Path("runs") / "rehearsal"  # the rehearsal's results never mix with the committed ones
 NOT_ABLATIONS = ("speed", "loader")  # benchmarks of LIST that are not ablations
 
 
-def parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
     parser.add_argument("names", nargs="+", help="ablations to run: " + ", ".join(ABLATIONS) + ", all, speed, or loader")
     parser.add_argument("--scale", choices=tuple(SCALES), default="cpu")
     parser.add_argument("--quick", action="store_true", help="the same as --scale quick (seconds per run; for tests)")
@@ -110,6 +111,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--report-only", action="store_true",
                         help="write the tables, figures and verdicts from the results measured so far; train nothing")
     parser.add_argument("--quiet", action="store_true")
+    return parser
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.quick:
         args.scale = "quick"

@@ -344,12 +344,15 @@ def recorded_throughput(path: Path = THROUGHPUT) -> tuple[dict[str, float], dict
     return record["images_per_s"], record["environment"]
 
 
-if __name__ == "__main__":
-    import argparse
+def build_parser():
+    from vitzoo.argvalues import ArgumentParser
 
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.plan",
-                                     description="record the throughput probe the budget test plans with")
+    parser = ArgumentParser(prog="python -m benchmarks.plan", description="record the throughput probe the budget test plans with")
     parser.add_argument("--record", action="store_true", required=True)
     parser.add_argument("--scales", nargs="+", default=["main", "cpu"])
-    done = record_throughput(tuple(parser.parse_args().scales))
+    return parser
+
+
+if __name__ == "__main__":
+    done = record_throughput(tuple(build_parser().parse_args().scales))
     print(f"recorded {len(done['images_per_s'])} models on {done['environment']['cpu']} to {THROUGHPUT}")
