@@ -30,7 +30,7 @@ from typing import Mapping
 import torch
 
 import vitzoo
-from benchmarks import plan_inputs
+from benchmarks import plan_inputs, rehearsal_data
 from benchmarks.launchers.assign import Assignment
 from benchmarks.machine import environment
 from benchmarks.spec import Ablation, Scale
@@ -103,6 +103,9 @@ def dataset_classes(train: dict) -> int:
         return {"cifar100": 100, "oxford-pets": 37, "flowers102": 102}[name]
     if name in ("fashion-mnist", "cifar10", "synthetic"):
         return 10
+    spec = rehearsal_data.planned(name)  # the rehearsal's folder, which a dry run plans without writing it
+    if spec is not None:
+        return spec.classes
     root = Path(name) / "train"
     return sum(1 for p in root.iterdir() if p.is_dir()) if root.is_dir() else 1000
 
