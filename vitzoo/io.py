@@ -11,11 +11,26 @@ import uuid
 from pathlib import Path
 from typing import Iterator
 
+from vitzoo.envvars import env_path
+
 
 def cache_dir() -> Path:
     """Where vitzoo keeps what it makes once per machine (unpacked datasets, measured choices):
     $VITZOO_CACHE, default ~/.cache/vitzoo."""
-    return Path(os.environ.get("VITZOO_CACHE", Path.home() / ".cache" / "vitzoo"))
+    return env_path("VITZOO_CACHE", Path.home() / ".cache" / "vitzoo")
+
+
+@contextlib.contextmanager
+def naming(final: Path) -> Iterator[None]:
+    """An OSError raised while making the temporary file or folder beside `final` names `final`, the
+    path the user gave, not the temporary name they never chose (`convert ... /proc/vz` had named
+    /proc/.vz.e90bd7c0b0e6.tmp)."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno is None:
+            raise
+        raise type(exc)(exc.errno, f"{exc.strerror} (writing {final})", str(final)) from None
 
 
 @contextlib.contextmanager
@@ -26,13 +41,16 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     permissions the user's umask gives (0666 less the umask), as any tool's does.
     """
     final = Path(path)
-    final.parent.mkdir(parents=True, exist_ok=True)
     while True:  # a new name, made here and not by tempfile.mkstemp: its files are 0600 whatever the umask
         tmp_path = final.parent / f".{final.name}.{uuid.uuid4().hex[:12]}.tmp"
         try:
-            os.close(os.open(tmp_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))  # 0666 less the umask
+            with naming(final):
+                final.parent.mkdir(parents=True, exist_ok=True)
+                os.close(os.open(tmp_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))  # 0666 less the umask
             break
         except FileExistsError:
+            if not tmp_path.exists():  # not a clash of names: the folder is a file
+                raise
             continue
     mode = tmp_path.stat().st_mode & 0o777
     try:
@@ -130,9 +148,10 @@ def staged_directory(path: str | os.PathLike, names: tuple[str, ...]) -> Iterato
         recover(final)
     whole = _holds_only(final, names)
     home = final.parent if whole else final
-    home.mkdir(parents=True, exist_ok=True)
     stage = home / f".{final.name}.{uuid.uuid4().hex[:12]}.tmp"
-    stage.mkdir()  # not mkdtemp: the directory that appears gets the usual permissions (umask), not 0700
+    with naming(final):
+        home.mkdir(parents=True, exist_ok=True)
+        stage.mkdir()  # not mkdtemp: the directory that appears gets the usual permissions (umask), not 0700
     try:
         yield stage
         if whole:

@@ -117,7 +117,10 @@ def _build(config: ViTConfig | None, src, location: str, requested: dict[str, An
         built = saved.replace(**{k: v for k, v in requested.items() if k not in HEAD_OPTIONS})
         checkpoint = src.checkpoint
         checkpoint.config = {k: getattr(saved, k) for k in HEAD_OPTIONS}
-        checkpoint.grid = _grid(saved)
+        try:  # the saved config's first build: a component no plugin provides is config.json's to name
+            checkpoint.grid = _grid(saved)
+        except ConfigError as exc:
+            raise ConfigError(f"{location}/config.json: {exc}") from exc
         return model_with_weights(built, checkpoint, requested, location, strict=strict)
     checkpoint = src.checkpoint
     _check_options_known(checkpoint, location)

@@ -18,13 +18,13 @@ known to come from one plugin: duplicates and broken return values are reported 
 from __future__ import annotations
 
 import importlib.metadata
-import os
 import warnings
 from typing import Any
 
 import pluggy
 
 from vitzoo import builtins, hookspecs
+from vitzoo.envvars import env_flag
 from vitzoo.errors import ConfigError, PluginError
 from vitzoo.options import closest
 
@@ -54,7 +54,7 @@ class Registry:
         self._tables: dict[str, dict[str, Any]] | None = None
         self.pm.register(builtins, name="vitzoo.builtins")
         if autoload is None:
-            autoload = not os.environ.get(DISABLE_AUTOLOAD_ENV)
+            autoload = not env_flag(DISABLE_AUTOLOAD_ENV)  # "0" had disabled them too
         if autoload:
             self._load_entry_points()
         self._check_hook_names()
