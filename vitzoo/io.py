@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import glob
 import os
 import shutil
@@ -62,6 +63,23 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         os.replace(tmp_path, final)
     finally:
         tmp_path.unlink(missing_ok=True)
+
+
+def out_of_space(exc: BaseException) -> bool:
+    """Whether a writer's failure is a full disk or quota: an OSError's errno, or the words of a writer
+    that raises its own type (safetensors' SafetensorError: "No space left on device (os error 28)")."""
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    text = str(exc)
+    return any(words in text for words in ("No space left on device", "os error 28", "Disk quota exceeded"))
+
+
+def free_bytes(path: str | os.PathLike) -> int:
+    """The bytes free on the disk holding `path` (or its nearest existing parent)."""
+    where = Path(path)
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    return shutil.disk_usage(where).free
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:
