@@ -44,20 +44,22 @@ from benchmarks.ablations import ABLATIONS
 from benchmarks.execute import execute
 from benchmarks.execute import records as measured
 from benchmarks.figures import MATPLOTLIB_MISSING
+from benchmarks.launchers import flags as launcher_flags
 from benchmarks.launchers.assign import LAUNCHERS, Assignment, assign, common_share
 from benchmarks.launchers.resources import MEM_BASE_GB, MEM_PER_LOADER_WORKER_GB, SlurmOptions, signal_delay_s
 from benchmarks.scales import SCALES, get_scale
 from benchmarks.spec import Ablation, Scale, report
 from benchmarks.suite import NUMERICS_VERSION, RESULTS, ResultStore, numerics_of, with_threads
 from benchmarks.verdict import RULE
+from vitzoo.argvalues import ArgumentParser
 from vitzoo.io import write_text
 
 REHEARSAL_OUT = Path("runs") / "rehearsal"  # the rehearsal's results never mix with the committed ones
 NOT_ABLATIONS = ("speed", "loader")  # benchmarks of LIST that are not ablations
 
 
-def parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
     parser.add_argument("names", nargs="+", help="ablations to run: " + ", ".join(ABLATIONS) + ", all, speed, or loader")
     parser.add_argument("--scale", choices=tuple(SCALES), default="cpu")
     parser.add_argument("--quick", action="store_true", help="the same as --scale quick (seconds per run; for tests)")
@@ -82,7 +84,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                         help="local (PyTorch's elastic launcher on this machine), slurm (a SLURM job per run, through "
                              "submitit), submitit-local (SLURM's code path on this machine, for checking it)")
     slurm = parser.add_argument_group("SLURM (--launcher slurm)")
-    slurm.add_argument("--nodes", type=int, default=1, help="nodes of each run's job")
+    slurm.add_argument("--nodes", type=int, default=None, help="nodes of each run's job (default 1)")
     slurm.add_argument("--gpus-per-node", type=int, default=None,
                        help="GPUs (= tasks) per node of each job (default 8; the plan assumes --gpu-tflops each)")
     slurm.add_argument("--partition", default=None, help="default: the cluster's default partition")
@@ -110,6 +112,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--report-only", action="store_true",
                         help="write the tables, figures and verdicts from the results measured so far; train nothing")
     parser.add_argument("--quiet", action="store_true")
+    return parser
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.quick:
         args.scale = "quick"
@@ -117,12 +124,15 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     unknown = [n for n in names if n not in ABLATIONS and n not in NOT_ABLATIONS]
     if unknown:
         parser.error(f"unknown ablation {unknown[0]!r}; choose from {', '.join(ABLATIONS)}, all, speed, loader (gpu-check alone)")
-    for flag in ("workers", "seeds", "processes_per_run", "gpus_per_run", "nodes", "gpus_per_node", "cpus_per_task"):
+    for flag in ("workers", "seeds", "processes_per_run", "gpus_per_run", "nodes", "gpus_per_node", "cpus_per_task", "gpus"):
         if getattr(args, flag) is not None and getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} must be at least 1, got {getattr(args, flag)}")
-    for flag in ("time_limit_min", "mem_per_task_gb", "signal_delay_s"):
-        if getattr(args, flag) is not None and not getattr(args, flag) > 0:
-            parser.error(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
+    for flag in ("time_limit_min", "mem_per_task_gb", "signal_delay_s", "gpu_tflops"):
+        if getattr(args, flag) is not None and not 0 < getattr(args, flag) < float("inf"):
+            parser.error(f"--{flag.replace('_', '-')} must be positive (a finite number), got {getattr(args, flag)}")
+    refused = launcher_flags.refusal(args)
+    if refused:
+        parser.error(refused)
     if args.launcher == "slurm" and args.device == "auto":
         parser.error("--device auto under --launcher slurm would be decided on this login node, which cannot see the "
                      "compute nodes' GPUs; say --device cuda or --device cpu")
@@ -141,7 +151,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
             args.scale_settings = dataclasses.replace(args.scale_settings, seeds=args.seeds)
         args.assignment = assign(args.device, args.launcher, gpus_per_run=args.gpus_per_run, workers=args.workers,
                                  processes_per_run=args.processes_per_run or args.scale_settings.processes_per_run,
-                                 stated_gpus=args.gpus, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
+                                 stated_gpus=args.gpus, nodes=args.nodes or 1, gpus_per_node=args.gpus_per_node,
                                  share=batch_share_of(names, args.scale_settings))
     except ValueError as exc:
         parser.error(str(exc))
@@ -248,16 +258,20 @@ def main(argv: list[str] | None = None) -> int:
 
         return gpu_check.main(argv[1:])
     args = parse(argv)
+    no_slurm = launcher_flags.slurm_missing(args)
+    if no_slurm:  # before the plan and anything written: submitit's own refusal came as a traceback after them
+        print(f"python -m benchmarks: error: {no_slurm}", file=sys.stderr)
+        return 2
     scale = args.scale_settings
     start = time.perf_counter()
     if scale.name == "rehearsal":  # its ImageNet, written once (the plan counts its images)
         from benchmarks.rehearsal_data import image_folder
 
-        image_folder(scale.train["data"])
+        image_folder(scale.train["data"], write=not args.dry_run)  # a dry run writes nothing: planned only
         if "transfer" in args.names:  # and the transfer's stand-ins for its datasets
             from benchmarks.ablations.transfer import write_rehearsal_data
 
-            write_rehearsal_data(scale)
+            write_rehearsal_data(scale, write=not args.dry_run)
     args.slurm = SlurmOptions(partition=args.partition, account=args.account, time_limit_min=args.time_limit_min,
                               cpus_per_task=args.cpus_per_task, mem_per_task_gb=args.mem_per_task_gb,
                               signal_delay_s=args.signal_delay_s)

@@ -121,8 +121,10 @@ def launch(processes: int, argv: list[str]) -> int:
     return subprocess.run(command, env={**os.environ, "OMP_NUM_THREADS": "1"}).returncode
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser() -> argparse.ArgumentParser:
+    from vitzoo.argvalues import ArgumentParser
+
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--minutes", type=float, default=10.0, help="training budget per model")
     parser.add_argument("--only", choices=sorted(CONFIGS), action="append", help="run only this model (repeatable)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -135,6 +137,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=OUT, help=f"results directory (default {OUT.relative_to(ROOT)})")
     parser.add_argument("--keep-runs", action="store_true", help="keep the run directories (weights) under OUT/runs")
     parser.add_argument("--quiet", action="store_true")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.processes < 1:
         parser.error(f"--processes must be at least 1, not {args.processes}")

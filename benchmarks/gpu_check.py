@@ -253,10 +253,17 @@ def write_results(out: Path, steps: dict[str, Any], start: float, finished: bool
     return passed
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks gpu-check", description=__doc__.split("\n")[0])
+def build_parser() -> argparse.ArgumentParser:
+    from vitzoo.argvalues import ArgumentParser
+
+    parser = ArgumentParser(prog="python -m benchmarks gpu-check", description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=OUT, help=f"where the results go (default {OUT})")
     parser.add_argument("--only", action="append", choices=tuple(STEPS), help="run only this step (repeatable)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     reason = no_gpu_reason()
     if reason is not None:

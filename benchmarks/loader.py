@@ -299,12 +299,18 @@ def recorded(path: Path = OUT / "results.json") -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.loader", description=__doc__.split("\n")[0])
+def build_parser() -> argparse.ArgumentParser:
+    from vitzoo.argvalues import ArgumentParser
+
+    parser = ArgumentParser(prog="python -m benchmarks.loader", description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--work", type=Path, default=WORK, help="where the measured files are written (once)")
     parser.add_argument("--quick", action="store_true", help="a few files, one pass (a check, not a measurement)")
-    args = parser.parse_args()
+    return parser
+
+
+if __name__ == "__main__":
+    args = build_parser().parse_args()
     main(args.out, args.work, args.quick)
     print((args.out / "README.md").read_text())
     sys.exit(0)

@@ -105,9 +105,16 @@ def record(path: Path = TRACE, measured: dict[str, dict[str, Any]] | None = None
     return f"recorded the trace of numerics version {NUMERICS_VERSION} in {path}"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.numerics", description=__doc__.split("\n")[0])
+def build_parser() -> argparse.ArgumentParser:
+    from vitzoo.argvalues import ArgumentParser
+
+    parser = ArgumentParser(prog="python -m benchmarks.numerics", description=__doc__.split("\n")[0])
     parser.add_argument("--record", action="store_true", help="train the runs and record their numbers as the trace")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.record:
         print(record())

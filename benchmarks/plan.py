@@ -30,7 +30,7 @@ from typing import Mapping
 import torch
 
 import vitzoo
-from benchmarks import plan_inputs
+from benchmarks import plan_inputs, rehearsal_data
 from benchmarks.launchers.assign import Assignment
 from benchmarks.machine import environment
 from benchmarks.spec import Ablation, Scale
@@ -103,6 +103,9 @@ def dataset_classes(train: dict) -> int:
         return {"cifar100": 100, "oxford-pets": 37, "flowers102": 102}[name]
     if name in ("fashion-mnist", "cifar10", "synthetic"):
         return 10
+    spec = rehearsal_data.planned(name)  # the rehearsal's folder, which a dry run plans without writing it
+    if spec is not None:
+        return spec.classes
     root = Path(name) / "train"
     return sum(1 for p in root.iterdir() if p.is_dir()) if root.is_dir() else 1000
 
@@ -344,12 +347,15 @@ def recorded_throughput(path: Path = THROUGHPUT) -> tuple[dict[str, float], dict
     return record["images_per_s"], record["environment"]
 
 
-if __name__ == "__main__":
-    import argparse
+def build_parser():
+    from vitzoo.argvalues import ArgumentParser
 
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.plan",
-                                     description="record the throughput probe the budget test plans with")
+    parser = ArgumentParser(prog="python -m benchmarks.plan", description="record the throughput probe the budget test plans with")
     parser.add_argument("--record", action="store_true", required=True)
     parser.add_argument("--scales", nargs="+", default=["main", "cpu"])
-    done = record_throughput(tuple(parser.parse_args().scales))
+    return parser
+
+
+if __name__ == "__main__":
+    done = record_throughput(tuple(build_parser().parse_args().scales))
     print(f"recorded {len(done['images_per_s'])} models on {done['environment']['cpu']} to {THROUGHPUT}")

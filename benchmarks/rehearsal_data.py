@@ -11,6 +11,9 @@ with noise, so that a small model learns it within a few steps (the pipeline is 
 accuracy moves off chance). The folder is written once per specification, into a temporary folder
 renamed into place, and reused while its `spec.json` matches. `image_shards` writes the same images as
 WebDataset tar shards (`vitzoo shard`) in ROOT/shards/, once, for the same runs on shards.
+
+A dry run writes nothing: it only plans the folder (`image_folder(..., write=False)`), and the plan
+counts the classes and images the folder will hold (`planned`) and reads them as the rehearsal's.
 """
 
 from __future__ import annotations
@@ -83,10 +86,23 @@ def _write(spec: FolderSpec, root: Path) -> None:
                 Image.fromarray(draw(spec, c, generator).permute(1, 2, 0).numpy()).save(folder / name, "JPEG", quality=90)
 
 
-def image_folder(root: str | os.PathLike, spec: FolderSpec = FolderSpec()) -> Path:
+# folders a dry run plans and does not write: their resolved path -> what they will hold
+PLANNED: dict[str, FolderSpec] = {}
+
+
+def image_folder(root: str | os.PathLike, spec: FolderSpec = FolderSpec(), write: bool = True) -> Path:
     """The folder at `root` holding `spec`'s images, written now unless it already holds exactly them
-    (`written_once`)."""
+    (`written_once`). `write=False` (a dry run): nothing is written, the folder is only planned, so that
+    the plan counts and reads it as the folder it will be (`planned`, `is_rehearsal_folder`)."""
+    if not write:
+        PLANNED[str(Path(root).resolve())] = spec
+        return Path(root)
     return written_once(root, spec, lambda staging: _write(spec, staging))
+
+
+def planned(root: str | os.PathLike) -> FolderSpec | None:
+    """What a folder planned and not yet written will hold (its classes and images), else None."""
+    return PLANNED.get(str(Path(root).resolve()))
 
 
 def written_once(root: str | os.PathLike, spec: Any, write: Callable[[Path], None]) -> Path:
@@ -135,7 +151,9 @@ def image_shards(root: str | os.PathLike, spec: FolderSpec = FolderSpec(), sampl
 
 
 def is_rehearsal_folder(root: str | os.PathLike) -> bool:
-    """Whether `root` is a folder `image_folder` wrote (its spec.json names a FolderSpec's fields)."""
+    """Whether `root` is a folder `image_folder` wrote (its spec.json names a FolderSpec's fields) or planned."""
+    if planned(root) is not None:
+        return True
     try:
         return set(json.loads((Path(root) / "spec.json").read_text())) == set(asdict(FolderSpec()))
     except (OSError, ValueError, TypeError):
@@ -143,4 +161,4 @@ def is_rehearsal_folder(root: str | os.PathLike) -> bool:
 
 
 __all__ = ["FolderSpec", "class_name", "draw", "image_folder", "image_shards", "is_rehearsal_folder",
-           "written_once"]
+           "planned", "written_once"]

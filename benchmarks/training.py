@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import vitzoo
+from benchmarks.rehearsal_data import planned
 from benchmarks.suite import Run
 from vitzoo.data import shards
 from vitzoo.errors import DataError
@@ -133,6 +134,9 @@ def dataset_images(train: dict) -> tuple[int, int]:
             return shards.split_sizes(name)
         except DataError:  # shards not on this machine (a dry run): ImageNet-1k, as for a folder not here
             return IMAGENET
+    spec = planned(name)  # the rehearsal's folder, which a dry run plans without writing it
+    if spec is not None:
+        return spec.train_images, spec.val_images
     if Path(name).is_dir():
         return _folder_images(str(Path(name).resolve()))
     return IMAGENET

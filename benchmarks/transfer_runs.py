@@ -118,9 +118,9 @@ def rehearsal_folder(imagenet: str | os.PathLike, dataset: str) -> Path:
     return (Path(imagenet).parent / REHEARSAL_FOLDER / dataset).resolve()
 
 
-def rehearsal_data(folder: str | os.PathLike) -> Path:
-    """The stand-in folder written (once) for the dataset it is named after."""
-    return image_folder(folder, rehearsal_spec(Path(folder).name))
+def rehearsal_data(folder: str | os.PathLike, write: bool = True) -> Path:
+    """The stand-in folder written (once) for the dataset it is named after; `write=False`: planned only."""
+    return image_folder(folder, rehearsal_spec(Path(folder).name), write=write)
 
 
 REHEARSAL_NAMESPACE = "rehearsal"

@@ -82,12 +82,19 @@ def plan(name: str, only: list[str] | None = None) -> list[Run]:
             if not only or label in only]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.trials", description=__doc__.split("\n")[0])
+def build_parser() -> argparse.ArgumentParser:
+    from vitzoo.argvalues import ArgumentParser
+
+    parser = ArgumentParser(prog="python -m benchmarks.trials", description=__doc__.split("\n")[0])
     parser.add_argument("set", choices=sorted(TRIALS))
     parser.add_argument("--only", action="append", help="run only this trial (repeatable)")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--device", default="cpu")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     store = ResultStore(RESULTS / "trials" / args.set)
     records = execute(plan(args.set, args.only), measure, store, assign(args.device, workers=args.workers))

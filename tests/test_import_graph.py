@@ -48,6 +48,8 @@ LAYERS: tuple[Layer, ...] = (
         "vitzoo/tags.py": "the `PretrainedTag` dataclass",
         "vitzoo/labels.py": "class names, so that logits can be named: the weights' own, else a tag's label set",
         "vitzoo/io.py": "atomic writes, and the cache folder",
+        "vitzoo/envvars.py": "vitzoo's environment variables, read one way: a value that means nothing is refused",
+        "vitzoo/argvalues.py": "the command lines' parser: an empty or blank value is refused, naming its option",
         "vitzoo/version.py": "the version",
         "vitzoo/refname.py": "git's rules for branch and tag names, which the Hub applies to revisions",
         "vitzoo/precision.py": "numeric precision: --precision's names and dtypes, which one on which device, the "

@@ -23,7 +23,7 @@ def test_model_options_come_from_the_config_fields():
                                  "dynamic_img_size": True, "mean": (0.1, 0.2, 0.3)}
     assert cfg.betas == (0.9, 0.95) and cfg.epochs == 2 and cfg.hflip is True and cfg.lr is None
     assert cfg.out == "runs/vit_ti16"
-    args = build_parser().parse_args(["train", "--resnet-layers", "", "--img-size", "32,48"])
+    args = build_parser().parse_args(["train", "--resnet-layers", "()", "--img-size", "32,48"])  # "" is refused: no value
     assert config_from_args(args).model_options == {"resnet_layers": (), "img_size": (32, 48)}
 
 

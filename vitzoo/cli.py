@@ -10,6 +10,7 @@ import pkgutil
 import sys
 
 import vitzoo.commands
+from vitzoo.argvalues import ArgumentParser
 
 # What `vitzoo --help` says to a user.
 DESCRIPTION = """\
@@ -32,8 +33,8 @@ ORDER = ("listing", "predict", "train", "evaluate", "shard", "weights", "bench")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="vitzoo", description=DESCRIPTION, epilog=EXAMPLES,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(prog="vitzoo", description=DESCRIPTION, epilog=EXAMPLES,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"vitzoo {__import__('vitzoo').__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     names = [m.name for m in pkgutil.iter_modules(vitzoo.commands.__path__)]

@@ -33,6 +33,11 @@ class HubError(RuntimeError):
         self.not_cached = not_cached
 
 
+class DiskFull(OSError):
+    """A write found its disk (or quota) full. The message names the file, the space it needs and what
+    is kept; errno is ENOSPC, so it is caught as any OSError is."""
+
+
 class TrainingDiverged(RuntimeError):
     """The loss (or gradient norm) became NaN or infinite. `inputs` is True when the normalised images
     themselves were not finite: the data or its mean/std, not the optimisation, is at fault. `step`: the
@@ -44,4 +49,5 @@ class TrainingDiverged(RuntimeError):
         self.step = step
 
 
-__all__ = ["ConfigError", "PluginError", "InputError", "CheckpointError", "DataError", "HubError", "TrainingDiverged"]
+__all__ = ["ConfigError", "PluginError", "InputError", "CheckpointError", "DataError", "DiskFull", "HubError",
+           "TrainingDiverged"]

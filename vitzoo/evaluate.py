@@ -20,6 +20,7 @@ classes x draws rows at most, not the training set's: 1.28M x 768 floats for ViT
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 
 import torch
@@ -27,6 +28,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from vitzoo.data.normalization import Normalizer
+from vitzoo.errors import ConfigError
 from vitzoo.data.workers import worker_start
 from vitzoo.precision import autocast, sum_dtype
 
@@ -123,10 +125,14 @@ def _labels_of(dataset: Dataset) -> torch.Tensor:
 
 
 def fewshot_draws(labels: torch.Tensor, shots: Iterable[int], draws: int, seed: int) -> dict[int, list[torch.Tensor]]:
-    """For each k, `draws` index sets with k training samples per class (all of a class if it has fewer).
-    Draw d's k-shot set is the first k of a random per-class order, so the sets of one draw are nested."""
+    """For each k, `draws` index sets with k training samples per class (all of a class if it has fewer,
+    said in a warning). Draw d's k-shot set is the first k of a random per-class order, so the sets of
+    one draw are nested. A k larger than every class holds is a ConfigError: each draw would be the
+    whole training set, the same every time, and no k-shot figure at all."""
     shots = sorted({int(k) for k in shots})
-    classes = labels.unique().tolist()
+    classes, counts = labels.unique(return_counts=True)
+    classes = classes.tolist()
+    check_shots(shots, dict(zip(classes, counts.tolist())))
     out: dict[int, list[torch.Tensor]] = {k: [] for k in shots}
     for d in range(draws):
         g = torch.Generator().manual_seed(seed * 100_003 + d)
@@ -137,6 +143,24 @@ def fewshot_draws(labels: torch.Tensor, shots: Iterable[int], draws: int, seed: 
         for k in shots:
             out[k].append(torch.cat([order[:k] for order in orders]))
     return out
+
+
+def check_shots(shots: Iterable[int], per_class: dict[int, int]) -> None:
+    """Refuse a k-shot count larger than every class of the training set holds (`per_class`: images
+    per class); warn, naming them, where only some classes hold fewer than k (they give all they have)."""
+    if not per_class:
+        return
+    largest, smallest = max(per_class.values()), min(per_class.values())
+    for k in shots:
+        if k > largest:
+            raise ConfigError(f"fewshot k={k}: no class of the training set holds {k} images (the largest holds {largest}, "
+                              f"the smallest {smallest}); a k-shot set takes k images of every class, so choose k <= "
+                              f"{smallest} (k <= {largest} with some classes giving all they hold)")
+        short = sorted(c for c, n in per_class.items() if n < k)
+        if short:
+            warnings.warn(f"fewshot k={k}: {len(short)} of {len(per_class)} classes hold fewer than {k} training images "
+                          f"(the smallest {smallest}: class {min(per_class, key=per_class.get)}); their k-shot sets take "
+                          "all they hold", stacklevel=3)
 
 
 def ridge_fewshot_accuracy(x: torch.Tensor, y: torch.Tensor, x_test: torch.Tensor, y_test: torch.Tensor,
@@ -242,7 +266,7 @@ def linear_probe(model, train_set: Dataset, test_set: Dataset, *, l2_reg: float 
 
 
 __all__ = [
-    "FEWSHOT_L2_REG", "accuracy", "classification_sums", "eval_loader", "extract_features", "fewshot_draws",
+    "FEWSHOT_L2_REG", "accuracy", "check_shots", "classification_sums", "eval_loader", "extract_features", "fewshot_draws",
     "fewshot_from_features", "fewshot_linear_accuracy", "linear_probe", "metrics_from_sums", "ridge_fewshot_accuracy",
     "sum_dtype",
 ]

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 import warnings
 from collections.abc import Callable
@@ -42,6 +41,7 @@ import torch
 from torch import nn
 
 from vitzoo import precision
+from vitzoo.envvars import env_choice
 from vitzoo.fastest import fastest_precision, measured_on, remembered
 from vitzoo.precision import INFERENCE_DTYPES, Choice
 
@@ -107,7 +107,7 @@ class Inference(nn.Module):
             if how is True:
                 self.compile_on(example)
                 self.compiled, self.compile_reason = True, "asked for"
-            elif os.environ.get("VITZOO_COMPILE") == "0":
+            elif env_choice("VITZOO_COMPILE", {"0": "eager"}) == "eager":  # any other value is refused, not ignored
                 self.compile_reason = "VITZOO_COMPILE=0 (not measured)"
             else:
                 self.settle_by_measurement(example)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import glob
 import os
 import shutil
@@ -11,11 +12,26 @@ import uuid
 from pathlib import Path
 from typing import Iterator
 
+from vitzoo.envvars import env_path
+
 
 def cache_dir() -> Path:
     """Where vitzoo keeps what it makes once per machine (unpacked datasets, measured choices):
     $VITZOO_CACHE, default ~/.cache/vitzoo."""
-    return Path(os.environ.get("VITZOO_CACHE", Path.home() / ".cache" / "vitzoo"))
+    return env_path("VITZOO_CACHE", Path.home() / ".cache" / "vitzoo")
+
+
+@contextlib.contextmanager
+def naming(final: Path) -> Iterator[None]:
+    """An OSError raised while making the temporary file or folder beside `final` names `final`, the
+    path the user gave, not the temporary name they never chose (`convert ... /proc/vz` had named
+    /proc/.vz.e90bd7c0b0e6.tmp)."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno is None:
+            raise
+        raise type(exc)(exc.errno, f"{exc.strerror} (writing {final})", str(final)) from None
 
 
 @contextlib.contextmanager
@@ -26,13 +42,16 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     permissions the user's umask gives (0666 less the umask), as any tool's does.
     """
     final = Path(path)
-    final.parent.mkdir(parents=True, exist_ok=True)
     while True:  # a new name, made here and not by tempfile.mkstemp: its files are 0600 whatever the umask
         tmp_path = final.parent / f".{final.name}.{uuid.uuid4().hex[:12]}.tmp"
         try:
-            os.close(os.open(tmp_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))  # 0666 less the umask
+            with naming(final):
+                final.parent.mkdir(parents=True, exist_ok=True)
+                os.close(os.open(tmp_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))  # 0666 less the umask
             break
         except FileExistsError:
+            if not tmp_path.exists():  # not a clash of names: the folder is a file
+                raise
             continue
     mode = tmp_path.stat().st_mode & 0o777
     try:
@@ -44,6 +63,23 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         os.replace(tmp_path, final)
     finally:
         tmp_path.unlink(missing_ok=True)
+
+
+def out_of_space(exc: BaseException) -> bool:
+    """Whether a writer's failure is a full disk or quota: an OSError's errno, or the words of a writer
+    that raises its own type (safetensors' SafetensorError: "No space left on device (os error 28)")."""
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    text = str(exc)
+    return any(words in text for words in ("No space left on device", "os error 28", "Disk quota exceeded"))
+
+
+def free_bytes(path: str | os.PathLike) -> int:
+    """The bytes free on the disk holding `path` (or its nearest existing parent)."""
+    where = Path(path)
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    return shutil.disk_usage(where).free
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:
@@ -130,9 +166,10 @@ def staged_directory(path: str | os.PathLike, names: tuple[str, ...]) -> Iterato
         recover(final)
     whole = _holds_only(final, names)
     home = final.parent if whole else final
-    home.mkdir(parents=True, exist_ok=True)
     stage = home / f".{final.name}.{uuid.uuid4().hex[:12]}.tmp"
-    stage.mkdir()  # not mkdtemp: the directory that appears gets the usual permissions (umask), not 0700
+    with naming(final):
+        home.mkdir(parents=True, exist_ok=True)
+        stage.mkdir()  # not mkdtemp: the directory that appears gets the usual permissions (umask), not 0700
     try:
         yield stage
         if whole:

@@ -147,7 +147,10 @@ def load_pretrained(config: ViTConfig | None, source: str | os.PathLike, request
 def _resolve(config: ViTConfig | None, src, location: str, requested: dict[str, Any]) -> Resolved:
     if src.saved_config is not None:
         # the saved config decides the model (also under a model name); the user's options change it
-        saved = src.saved_config
+        try:  # the saved config resolved first: a component no plugin provides is config.json's to name
+            saved = resolve_config(src.saved_config)
+        except ConfigError as exc:
+            raise ConfigError(f"{location}/config.json: {exc}") from exc
         differ = shape_differences(saved, config) if config is not None else []
         if differ:  # the name is then only a label, which may surprise (training warns alike)
             warnings.warn(f"{location} holds another model than the one requested: {', '.join(differ)}; "

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.metadata
-import os
 import warnings
 from typing import Any
 
@@ -27,6 +26,7 @@ import pluggy
 
 from vitzoo import builtins, hookspecs
 from vitzoo.config import PART_OPTIONS, ViTConfig
+from vitzoo.envvars import env_flag
 from vitzoo.errors import ConfigError, PluginError
 from vitzoo.options import Options, closest
 
@@ -56,7 +56,7 @@ class Registry:
         self._tables: dict[str, dict[str, Any]] | None = None
         self.pm.register(builtins, name="vitzoo.builtins")
         if autoload is None:
-            autoload = not os.environ.get(DISABLE_AUTOLOAD_ENV)
+            autoload = not env_flag(DISABLE_AUTOLOAD_ENV)  # "0" had disabled them too
         if autoload:
             self._load_entry_points()
         self._check_hook_names()

@@ -31,7 +31,10 @@ def transforms_for(model_or_config, *, is_training: bool = False):
     interpolation = v2.InterpolationMode(config.interpolation)
     # a PIL image is resized as a PIL image (ToImage after the geometry), as timm's transforms do: the
     # same pixels as timm's, where resizing the tensor differs by rounding
-    normalise = [v2.ToImage(), v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean=list(config.mean), std=list(config.std))]
+    # a one-channel model (Fashion-MNIST's) takes the image's luma: predict reads every image as RGB
+    gray = [v2.Grayscale(num_output_channels=1)] if config.in_chans == 1 else []
+    normalise = [v2.ToImage(), v2.ToDtype(torch.float32, scale=True), *gray,
+                 v2.Normalize(mean=list(config.mean), std=list(config.std))]
     if is_training:
         return v2.Compose([v2.RandomResizedCrop((height, width), scale=(0.08, 1.0), interpolation=interpolation,
                                                 antialias=True), v2.RandomHorizontalFlip(), *normalise])

@@ -142,11 +142,12 @@ def paper_datasets(scale: Scale) -> dict[str, str]:
             if name != "imagenet" or data not in TRAIN_IMAGES or data == "imagenet"}
 
 
-def write_rehearsal_data(scale: Scale) -> None:
-    """The rehearsal's generated stand-in for each dataset, written once (before the plan counts its images)."""
+def write_rehearsal_data(scale: Scale, write: bool = True) -> None:
+    """The rehearsal's generated stand-in for each dataset, written once (before the plan counts its images);
+    `write=False` (a dry run): planned only."""
     for name, folder in paper_datasets(scale).items():
         if name != "imagenet":
-            rehearsal_data(folder)
+            rehearsal_data(folder, write=write)
 
 
 def finetune_run(scale: Scale, model: str, dataset: str, data: str, seed: int) -> Run:

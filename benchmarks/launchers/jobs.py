@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.suite import NUMERICS_VERSION, record_folder
+from vitzoo.envvars import env_seconds
 from vitzoo.io import write_text
 
 JOB = "job.json"  # a run's job, in its folder
@@ -37,11 +38,11 @@ POLL_S = 30.0  # how often a waiting suite asks for its jobs' states (VITZOO_SLU
 
 
 def unknown_live_s() -> float:
-    return float(os.environ.get("VITZOO_SLURM_UNKNOWN_S", UNKNOWN_LIVE_S))
+    return env_seconds("VITZOO_SLURM_UNKNOWN_S", UNKNOWN_LIVE_S)
 
 
 def poll_s() -> float:
-    return float(os.environ.get("VITZOO_SLURM_POLL_S", POLL_S))
+    return env_seconds("VITZOO_SLURM_POLL_S", POLL_S)
 
 
 # ---------------------------------------------------------------------------- job files

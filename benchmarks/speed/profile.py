@@ -47,8 +47,10 @@ def table(mine: dict[str, tuple[float, int]], theirs: dict[str, tuple[float, int
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> Path:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.speed.profile", description=__doc__.split("\n\n")[0])
+def build_parser() -> argparse.ArgumentParser:
+    from vitzoo.argvalues import ArgumentParser
+
+    parser = ArgumentParser(prog="python -m benchmarks.speed.profile", description=__doc__.split("\n\n")[0])
     parser.add_argument("model", help="a speed-benchmark case: vit_b16 or vit_b16_hybrid")
     parser.add_argument("--peer", default="timm", help="timm or torchvision (where the case has it)")
     parser.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
@@ -56,6 +58,11 @@ def main(argv: list[str] | None = None) -> Path:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--calls", type=int, default=3)
     parser.add_argument("--rows", type=int, default=20)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> Path:
+    parser = build_parser()
     args = parser.parse_args(argv)
     by_name = {case.vitzoo_name: case for case in cases(quick=False)["inference"]}
     if args.model not in by_name:

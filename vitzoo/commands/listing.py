@@ -60,7 +60,7 @@ def _list_pretrained(pattern: str, markdown: bool = False) -> int:
 
 def model_info(name: str, img_size: int | None = None) -> dict:
     """Parameters and forward FLOPs (counted by torch.utils.flop_counter, one image)."""
-    options = {"img_size": img_size} if img_size else {}
+    options = {"img_size": img_size} if img_size is not None else {}  # 0 is refused by the config, not ignored
     model = vitzoo.create(name, device="meta", **options)
     grid = model.grid
     return {

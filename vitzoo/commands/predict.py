@@ -35,6 +35,9 @@ def read_image(path: str):
     for one that cannot be read, or not read correctly."""
     from PIL import Image
 
+    if os.path.isdir(path):
+        raise ValueError(f"cannot read image {path!r}: it is a directory, not an image file; name its images "
+                         f"(e.g. {os.path.join(path, '*.jpg')}; the shell expands the pattern)")
     if not os.path.isfile(path):
         raise ValueError(f"cannot read image {path!r}: no such file")
     try:

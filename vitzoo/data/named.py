@@ -20,6 +20,7 @@ The transfer datasets of the paper's Tables 2 and 5 that torchvision fetches:
 
 from __future__ import annotations
 
+import errno
 import gzip
 import os
 import socket
@@ -158,8 +159,31 @@ def explain(name: str, root: Path, exc: BaseException, downloading: bool) -> Dat
                          "with --download (download=True) to fetch it anew")
     absent = [a for a in archives(name, root) if not a.path.is_file()]
     files = ", ".join(a.path.name for a in absent) or "its archives"
+    if isinstance(exc, OSError) and exc.errno in LOCAL_ERRNOS:  # the folder or its disk, not the network
+        return DataError(f"could not write {name} ({files}) into {root}: {cause}; the folder or its disk is at fault, not "
+                         "the network: free some space, or give a --data-dir you can write to")
     return DataError(f"could not download {name} ({files}) into {root}: {cause}; check the network and run again, "
                      f"or, offline, {_offline(name, root)}")
+
+
+# failures of the local folder or disk (a download's own are the network's): said as such
+LOCAL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EEXIST, errno.EISDIR}
+
+
+def check_writable(name: str, root: Path) -> None:
+    """A DataError, before anything is fetched, unless `root` is (or can be made) a folder this process
+    writes into: a file given as --data-dir, or a folder under /sys or /proc, had been blamed on the network."""
+    if root.exists() and not root.is_dir():
+        raise DataError(f"cannot download {name} into {root}: it is a file, not a folder; give a folder as --data-dir "
+                        "(it is created if missing)")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DataError(f"cannot download {name} into {root}: the folder cannot be created ({exc.strerror or exc}); give a "
+                        "--data-dir you can write to") from None
+    if not os.access(root, os.W_OK | os.X_OK):
+        raise DataError(f"cannot download {name} into {root}: this user cannot write there; give a --data-dir you can "
+                        "write to")
 
 
 def download(name: str, data_dir: str | os.PathLike | None = None) -> Path:
@@ -170,6 +194,7 @@ def download(name: str, data_dir: str | os.PathLike | None = None) -> Path:
     if name not in TORCHVISION:
         raise DataError(f"{name!r} cannot be downloaded: only {', '.join(TORCHVISION)} can")
     root = root_of(data_dir)
+    check_writable(name, root)
     cls = torchvision_class(name)
     previous = socket.getdefaulttimeout()
     socket.setdefaulttimeout(previous or DOWNLOAD_TIMEOUT_S)  # urllib (torchvision's downloader) waits forever otherwise

@@ -188,11 +188,13 @@ def _fashion_root(data_dir: str | None) -> Path:
 
 
 class TensorImages(Dataset):
-    """Images held in memory as one uint8 tensor (N, C, H, W)."""
+    """Images held in memory as one uint8 tensor (N, C, H, W); `classes`: their names in label order, where
+    the dataset has them (a model trained on it saves them, and `vitzoo predict` names its predictions)."""
 
-    def __init__(self, images: torch.Tensor, targets: torch.Tensor) -> None:
+    def __init__(self, images: torch.Tensor, targets: torch.Tensor, classes: tuple[str, ...] | None = None) -> None:
         self.images = images
         self.targets = targets.long()
+        self.classes = classes
 
     def __len__(self) -> int:
         return len(self.targets)
@@ -273,8 +275,7 @@ def load_split(name: str, split: str, data_dir=None, *, img_size=(28, 28), in_ch
     if name == "synthetic":
         return SyntheticImages(SYNTHETIC_SIZES[split], 10, in_chans, img_size, seed, split)
     if name in ("fashion-mnist", "cifar10", "cifar100"):
-        images, targets = _tensor_split(name, train, str(data_dir) if data_dir else None)
-        return TensorImages(images, targets)
+        return TensorImages(*_tensor_split(name, train, str(data_dir) if data_dir else None))
     if name in named.TORCHVISION:
         root = named.root_of(data_dir)
         return TorchvisionImages([named.open_split(name, root, kwargs) for kwargs in named.splits(name, split)])
@@ -284,18 +285,18 @@ def load_split(name: str, split: str, data_dir=None, *, img_size=(28, 28), in_ch
 
 
 @functools.lru_cache(maxsize=8)
-def _tensor_split(name: str, train: bool, data_dir: str | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """uint8 images (N, C, H, W) and labels of an in-memory dataset, read once per process (callers
-    that train many small models in one process do not re-read the files)."""
+def _tensor_split(name: str, train: bool, data_dir: str | None) -> tuple[torch.Tensor, torch.Tensor, tuple[str, ...]]:
+    """uint8 images (N, C, H, W), labels and class names of an in-memory dataset, read once per process
+    (callers that train many small models in one process do not re-read the files)."""
     if name == "fashion-mnist":
         from torchvision.datasets import FashionMNIST
 
         ds = FashionMNIST(str(_fashion_root(data_dir)), train=train, download=False)
-        return ds.data.unsqueeze(1).contiguous(), ds.targets.long()
+        return ds.data.unsqueeze(1).contiguous(), ds.targets.long(), tuple(ds.classes)
     if name in ("cifar10", "cifar100"):
         # torchvision checks every batch file's MD5 here; a failure names the corrupt one
         ds = named.open_split(name, named.root_of(data_dir), {"train": train})
-        return torch.from_numpy(ds.data).permute(0, 3, 1, 2).contiguous(), torch.tensor(ds.targets)
+        return torch.from_numpy(ds.data).permute(0, 3, 1, 2).contiguous(), torch.tensor(ds.targets), tuple(ds.classes)
     raise ValueError(f"{name} is not an in-memory dataset")
 
 
@@ -303,8 +304,8 @@ def data_info(name: str, train_set: Dataset, in_chans: int = 3) -> DataInfo:
     if name == "synthetic":
         return DataInfo(name, train_set.num_classes, train_set.in_chans, (0.5,) * in_chans, (0.5,) * in_chans)
     if name in STATS:
-        mean, std = STATS[name]
-        return DataInfo(name, named.TORCHVISION[name][2], len(mean), mean, std)
+        mean, std = STATS[name]  # the class names too: a model trained on them can `vitzoo predict`
+        return DataInfo(name, named.TORCHVISION[name][2], len(mean), mean, std, getattr(train_set, "classes", None))
     if name in named.TORCHVISION:  # Pets, Flowers: fine-tuning data, normalised as the paper's models expect
         return DataInfo(name, named.TORCHVISION[name][2], 3, (0.5, 0.5, 0.5), (0.5, 0.5, 0.5), tuple(train_set.classes))
     return DataInfo(name, len(train_set.classes), 3, (0.5, 0.5, 0.5), (0.5, 0.5, 0.5), tuple(train_set.classes))

@@ -75,12 +75,15 @@ def check_revision(revision: str | None) -> str | None:
     return revision
 
 
-def parse(uri: str) -> tuple[str, str | None]:
-    """`hf-hub:ORG/NAME[@REVISION]` (the prefix is optional) -> (repo_id, revision or None)."""
+def parse(uri: str, pushing: bool = False) -> tuple[str, str | None]:
+    """`hf-hub:ORG/NAME[@REVISION]` (the prefix is optional) -> (repo_id, revision or None). `pushing`:
+    the repo a push goes to, said as push takes it (ORG/NAME; a branch after the @ or as --revision)."""
     text = uri[len(HUB_PREFIX):] if uri.startswith(HUB_PREFIX) else uri
     repo_id, _, revision = text.partition("@")
     if not _REPO_ID.match(repo_id) or (_ and not revision):
-        raise HubError(f"{uri!r} is not a Hub model reference; write hf-hub:ORG/NAME or hf-hub:ORG/NAME@REVISION")
+        form = ("a Hub repo to push to; write ORG/NAME (e.g. alice/vit-b16-cifar10), or ORG/NAME@BRANCH" if pushing
+                else "a Hub model reference; write hf-hub:ORG/NAME or hf-hub:ORG/NAME@REVISION")
+        raise HubError(f"{uri!r} is not {form}")
     _check_repo_id(repo_id)
     return repo_id, check_revision(revision or None)
 
@@ -196,7 +199,7 @@ def upload_folder(
     from huggingface_hub import HfApi
 
     directory = Path(directory)
-    repo_id, parsed_revision = parse(repo_id)
+    repo_id, parsed_revision = parse(repo_id, pushing=True)
     revision = check_revision(revision) or parsed_revision
     endpoint = settings.endpoint(endpoint)
     if settings.offline():

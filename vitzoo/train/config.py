@@ -44,6 +44,9 @@ SCHEDULES = ("linear", "cosine", "constant")
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DECODES = ("auto", "workers", "device")
 DEFAULT_EPOCHS = 10
+# options that name a path (or a dataset, tag or repo): an empty or blank one is refused, never read as
+# "none" or as the current directory (--out "" had trained and written nothing)
+PATH_OPTIONS = ("pretrained", "data", "data_dir", "out")
 
 # Fields that may differ between a run and its resumption (they do not change what is computed);
 # `out` too: a run directory moved or copied elsewhere is the same run.
@@ -155,6 +158,11 @@ class TrainConfig(Options):
         self.betas = None if self.betas is None else tuple(self.betas)
         self.fewshot = tuple(self.fewshot)
         check_fields(self, NUMBER_RANGES)  # every option's type (str, bool, dict, numbers in range) first
+        for name in PATH_OPTIONS:
+            value = getattr(self, name)
+            if value is not None and not value.strip():
+                raise ConfigError(f"{name}={value!r} is {'empty' if not value else 'blank'}: name a path, or leave "
+                                  f"{name} out (None) for its default")
         if self.recipe not in RECIPES:
             raise ConfigError(f"unknown recipe {self.recipe!r}; choose one of {', '.join(RECIPES)}")
         for name, choices in (("optimizer", OPTIMIZERS), ("schedule", SCHEDULES), ("device", DEVICES), ("precision", PRECISIONS),

@@ -13,6 +13,7 @@ half-written checkpoint directory is removed. The weights go straight from the d
 
 from __future__ import annotations
 
+import errno
 import random
 import shutil
 import warnings
@@ -24,8 +25,8 @@ import torch
 from safetensors.torch import load_file
 
 from vitzoo.checkpoints.native import save_pretrained
-from vitzoo.errors import CheckpointError
-from vitzoo.io import atomic_path, write_text
+from vitzoo.errors import CheckpointError, DiskFull
+from vitzoo.io import atomic_path, free_bytes, out_of_space, write_text
 from vitzoo.weights.converted import read_failed
 from vitzoo.weights.layout import CONFIG_NAME, WEIGHTS_NAME
 
@@ -160,9 +161,31 @@ def _torch_save(state: dict[str, Any], tmp: Path, final: Path) -> None:
     except RuntimeError as exc:
         free = shutil.disk_usage(tmp.parent).free
         full = " (a full disk is the usual cause)" if free < 64 * 2**20 else ""
-        raise OSError(f"cannot write {final}: torch.save failed ({str(exc).splitlines()[0][:200]}); the disk holding "
+        raise OSError(errno.ENOSPC if full else errno.EIO, f"cannot write {final}: torch.save failed ({str(exc).splitlines()[0][:200]}); the disk holding "
                       f"it has {free / 2**20:.1f} MiB free{full}. Free some space and resume the run: the previous "
                       "checkpoint is intact") from exc
+
+
+def tensor_bytes(tree: Any) -> int:
+    """The bytes of every tensor in a (nested) state: about what a checkpoint of it takes on disk."""
+    if isinstance(tree, torch.Tensor):
+        return tree.numel() * tree.element_size()
+    if isinstance(tree, dict):
+        return sum(tensor_bytes(v) for v in tree.values())
+    if isinstance(tree, (list, tuple)):
+        return sum(tensor_bytes(v) for v in tree)
+    return 0
+
+
+def disk_full(run: Path, where: Path, what: str, needed: int, kept: Path | None) -> DiskFull:
+    """The error for a write of the run in `run` that found its disk full: which file, how much space it
+    needs and has, what is kept, and how to finish (`vitzoo train --resume RUN` once space is free)."""
+    free = free_bytes(where)
+    have = (f"the last good checkpoint, {kept.name}, is kept in {kept.parent} and the run resumes from it" if kept
+            else "no earlier checkpoint was written, so the run resumes from its start")
+    return DiskFull(errno.ENOSPC, f"the disk is full: {what} could not be written to {where} (it needs about "
+                                  f"{needed / 1e6:.1f} MB; {free / 1e6:.1f} MB are free there). Nothing half-written is "
+                                  f"left; {have}. Free some space and run `vitzoo train --resume {run}` to finish")
 
 
 def save(directory: str | Path, step: int, model: torch.nn.Module, state: dict[str, Any], keep: int = 1) -> Path:
@@ -177,9 +200,12 @@ def save(directory: str | Path, step: int, model: torch.nn.Module, state: dict[s
         save_pretrained(OnHost(model), path)
         with atomic_path(path / STATE_NAME) as tmp:
             _torch_save(state, tmp, path / STATE_NAME)
-    except BaseException:
+    except BaseException as exc:
         if latest(directory) != path:
             shutil.rmtree(path, ignore_errors=True)
+        if out_of_space(exc):
+            raise disk_full(directory.parent, path, f"checkpoint {path.name} ({WEIGHTS_NAME} and {STATE_NAME})",
+                            tensor_bytes(model.state_dict()) + tensor_bytes(state), latest(directory)) from exc
         raise
     write_text(directory / LATEST, path.name + "\n")
     old = sorted(p for p in directory.glob("step_*") if p.is_dir() and p != path)

@@ -19,7 +19,7 @@ from vitzoo.checkpoints.native import save_pretrained
 from vitzoo.errors import TrainingDiverged
 from vitzoo.io import write_text
 from vitzoo.train import distributed, state
-from vitzoo.weights.layout import CONFIG_NAME
+from vitzoo.weights.layout import CONFIG_NAME, WEIGHTS_NAME
 
 
 def finish(trainer, final: dict[str, float], val_final: dict[str, float]) -> dict[str, Any]:
@@ -37,10 +37,16 @@ def finish(trainer, final: dict[str, float], val_final: dict[str, float]) -> dic
     if fewshot_error is not None:
         summary["fewshot_error"] = f"{type(fewshot_error).__name__}: {fewshot_error}"
     if trainer.env.is_main and run is not None:
-        if trainer.status == "finished" or not (run / CONFIG_NAME).exists():
-            card = {"dataset": cfg.data, "metrics": {"accuracy": final["top1"], "top5_accuracy": final["top5"]}} if final else None
-            save_pretrained(state.OnHost(trainer.model), run, extra={"data": cfg.data}, card=card)
-        write_text(run / "summary.json", json.dumps(summary, indent=2) + "\n")
+        try:
+            if trainer.status == "finished" or not (run / CONFIG_NAME).exists():
+                card = {"dataset": cfg.data, "metrics": {"accuracy": final["top1"], "top5_accuracy": final["top5"]}} if final else None
+                save_pretrained(state.OnHost(trainer.model), run, extra={"data": cfg.data}, card=card)
+            write_text(run / "summary.json", json.dumps(summary, indent=2) + "\n")
+        except Exception as exc:  # a full disk: the final checkpoint holds the trained weights, --resume saves them
+            if not state.out_of_space(exc):
+                raise
+            raise state.disk_full(run, run, f"the trained model ({WEIGHTS_NAME}) and summary.json",
+                                  state.tensor_bytes(trainer.model.state_dict()), state.latest(run / "checkpoints")) from exc
     distributed.barrier(trainer.env)
     if fewshot_error is not None:
         fewshot_error.add_note(f"few-shot evaluation failed after training; the trained model and summary.json "

@@ -33,7 +33,25 @@ def read_failed(path: str | os.PathLike, exc: BaseException) -> CheckpointError:
         reason = exc.strerror or str(exc)
         return CheckpointError(f"cannot read {os.fspath(path)}: {reason}; check that it is a file and that you "
                                "may read it")
+    pickled = _pickled(path) if os.fspath(path).endswith(".safetensors") else None
+    if pickled:  # torch.save's file under a safetensors name: not damaged, misnamed
+        return CheckpointError(f"{os.fspath(path)} is not a safetensors file: its bytes are {pickled}, as torch.save "
+                               "writes; rename it to .pth and it is read as one (tensors only: nothing in it runs)")
     return CheckpointError(f"{os.fspath(path)} is damaged or truncated ({exc}); save or download it again")
+
+
+def _pickled(path: str | os.PathLike) -> str | None:
+    """What a file's first bytes say it is, when torch.save wrote it: a zip of pickles or a bare pickle."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError:
+        return None
+    if head == b"PK\x03\x04":
+        return "a zip archive of pickles"
+    if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5:  # a pickle's PROTO opcode and its version
+        return "a pickle"
+    return None
 
 
 @dataclass
