@@ -19,7 +19,7 @@ FAMILIES = ("ViT", "hybrid", "ResNet")
 PAPER_FAMILIES = {
     "ViT": [("B/32", "vit_b32", {}), ("B/16", "vit_b16", {}), ("L/16", "vit_l16", {})],
     "hybrid": [("R26+S/32", "vit_s32_r26_hybrid", {}), ("R50+B/16", "vit_b16_hybrid", {}), ("R50+L/16", "vit_l16_hybrid", {})],
-    "ResNet": [(f"R{n}", "vit_b16_hybrid", {"resnet_layers": layers, "depth": 0, "pos_embed": "none", "pool": "gap"})
+    "ResNet": [(f"R{n}", "vit_b16_hybrid", {"stem_options": {"layers": layers}, "depth": 0, "pos_embed": "none", "pool": "gap"})
                for n, layers in (("26", (2, 2, 2, 2)), ("50", (3, 4, 6, 3)), ("101", (3, 4, 23, 3)))],
 }
 # The small scales, at 28 px: transformer widths of the ViT (7x7-pixel patches, 16 tokens) and of the
@@ -37,14 +37,14 @@ def families(scale: Scale) -> dict[str, list[tuple[str, str | None, dict]]]:
     """family -> [(size label, zoo name or None for the scale's, options)]"""
     if scale.cells == "paper":
         return PAPER_FAMILIES
-    hybrid = {"stem": "resnet", "resnet_layers": (), "patch_size": 1}
+    hybrid = {"stem": "resnet", "stem_options": {"layers": ()}, "patch_size": 1}
     resnet = {"embed_dim": 64, "num_heads": 4, "depth": 0, "stem": "resnet", "patch_size": 1, "pos_embed": "none",
               "pool": "gap"}
     shape = lambda d, h: {"embed_dim": d, "num_heads": h, "mlp_dim": 2 * d}  # noqa: E731
     return {
         "ViT": [(f"D{d}", None, shape(d, h)) for d, h in VIT_WIDTHS[scale.name]],
         "hybrid": [(f"R+D{d}", None, {**hybrid, **shape(d, h)}) for d, h in HYBRID_WIDTHS[scale.name]],
-        "ResNet": [(f"R{'-'.join(map(str, s))}", None, {**resnet, "resnet_layers": s}) for s in STAGES[scale.name]],
+        "ResNet": [(f"R{'-'.join(map(str, s))}", None, {**resnet, "stem_options": {"layers": s}}) for s in STAGES[scale.name]],
     }
 
 

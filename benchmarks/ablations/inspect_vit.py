@@ -30,7 +30,7 @@ def cells(scale: Scale) -> list[Cell]:
     train = evaluate_per_epoch({**scale.train, **train})  # the test accuracy per epoch shows where it levels off
     return [Cell("ViT", {"family": "ViT"}, train=train),
             # the hybrid: the ResNet root (a 7x7 map at 28 px) under the same transformer
-            Cell("hybrid", {"family": "hybrid"}, {"stem": "resnet", "resnet_layers": (), "patch_size": 1}, train)]
+            Cell("hybrid", {"family": "hybrid"}, {"stem": "resnet", "stem_options": {"layers": ()}, "patch_size": 1}, train)]
 
 
 def uniform_attention_distance(img_size: list[int], stride: list[int]) -> float:
