@@ -14,9 +14,12 @@ from typing import Any, Callable
 import torch
 from tqdm import tqdm
 
+from benchmarks import claims
 from benchmarks.launchers import local, slurm
 from benchmarks.launchers.assign import Assignment
 from benchmarks.suite import ResultStore, Run, make_record, run_folder
+
+CLAIM_POLL_S = 10.0  # how often a suite waiting for another invocation's runs looks for their results
 
 
 def _measured(measure: Callable[..., dict[str, Any]], run: Run, device: str, out: Path, threads: int | None) -> dict[str, Any]:
@@ -59,6 +62,39 @@ def execute(
         return records(runs, store)
     bar = tqdm(total=len(runs), initial=len(runs) - len(todo), desc=runs[0].ablation if runs else "",
                unit="run", disable=quiet, dynamic_ncols=True)
+
+    def pending() -> list[Run]:  # what no other process has measured meanwhile
+        store.refresh()
+        return [run for run in todo if store.get(run.key) is None]
+
+    said = False
+    while left := pending():
+        # a run another invocation on this --out trains is skipped here and waited for (benchmarks/claims.py)
+        mine: list[Run] = []  # one at a time in one process, so that two invocations share the runs
+        for run in left:
+            if len(mine) < (1 if len(assignment.slots) <= 1 else len(left)) and claims.take(run_folder(store, run)):
+                mine.append(run)
+        if mine:
+            folders = [run_folder(store, run) for run in mine]
+            try:
+                with claims.heartbeat(folders):
+                    _measure_local(mine, measure, store, assignment, bar)
+            finally:
+                for folder in folders:
+                    claims.release(folder)
+        elif not said:
+            print(f"{len(left)} run(s) of {left[0].ablation} are being trained by another invocation on this --out "
+                  f"(claims in their folders); waiting for their results", flush=True)
+            said = True
+        if not mine:
+            time.sleep(CLAIM_POLL_S)
+    bar.close()
+    return records(runs, store)
+
+
+def _measure_local(todo: list[Run], measure: Callable[..., dict[str, Any]], store: ResultStore, assignment: Assignment,
+                   bar: tqdm) -> None:
+    """Measure `todo` (runs this process has claimed) on this machine, storing each result as it arrives."""
     launch = {"launcher": "local", "processes": assignment.processes_per_run}
 
     def done(run: Run, result: dict[str, Any]) -> None:
@@ -93,8 +129,6 @@ def execute(
     else:
         for run, result in local.launch_at_once(measure, pending(), lambda run: run_folder(store, run), assignment):
             done(run, result)
-    bar.close()
-    return records(runs, store)
 
 
 def records(runs: list[Run], store: ResultStore) -> list[dict[str, Any]]:

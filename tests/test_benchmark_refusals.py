@@ -101,3 +101,95 @@ def test_the_docs_run_counts_are_the_plans():
     readme = (ROOT / "benchmarks" / "README.md").read_text()
     assert f"--scale paper --device cuda --dry-run`: {runs_of('paper', ('transfer',))} runs" in readme
     assert f"`--scale rehearsal`**: the paper scale's code path shrunk, {runs_of('rehearsal', ('transfer',))} runs" in readme
+
+
+# ---------------------------------------------------------------------------- 11. two invocations, one --out
+TAKE = """
+import sys, time
+from pathlib import Path
+from benchmarks import claims
+while time.time() < float(sys.argv[2]):
+    pass
+print(claims.take(Path(sys.argv[1])))
+"""
+
+
+def test_of_processes_that_claim_one_run_at_once_exactly_one_holds_it(tmp_path):
+    import os
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    start = str(time.time() + 2.0)  # every process started and waiting before the first tries
+    processes = [subprocess.Popen([sys.executable, "-c", TAKE, str(tmp_path / "run"), start], stdout=subprocess.PIPE,
+                                  text=True, env=env) for _ in range(4)]
+    assert sorted(process.communicate(timeout=60)[0].strip() for process in processes) == ["False", "False", "False", "True"]
+
+
+def test_a_claim_is_stale_once_its_owner_is_gone_or_silent(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from benchmarks import claims
+
+    folder = tmp_path / "run"
+    assert claims.take(folder) and claims.take(folder)  # ours, and still ours
+    assert claims.holder(folder)["pid"] == os.getpid()
+    claims.release(folder)
+    assert claims.holder(folder) is None and not (folder / claims.CLAIM).exists()
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout
+    (folder / claims.CLAIM).write_text(json.dumps({"host": claims.socket.gethostname(), "pid": int(gone)}))
+    assert claims.holder(folder) is None and claims.take(folder)  # a process of this host that has ended
+    (folder / claims.CLAIM).write_text(json.dumps({"host": "elsewhere", "pid": 1}))
+    assert claims.holder(folder) is not None and not claims.take(folder)  # another host's, heard from lately
+    old = time.time() - claims.STALE_S - 1
+    os.utime(folder / claims.CLAIM, (old, old))
+    assert claims.holder(folder) is None and claims.take(folder)  # ... silent for longer than STALE_S
+
+
+def test_a_run_another_invocation_holds_is_skipped_and_waited_for(tmp_path, monkeypatch, capsys):
+    """Two invocations on one --out had both trained every run in the same folders. A run whose folder
+    holds another live process's claim is not trained here: the others are, then its result is waited
+    for, and this invocation reports all four."""
+    import json
+    import socket
+    import subprocess
+    import sys
+    import threading
+
+    from benchmarks import claims
+    from benchmarks import execute as executing
+    from benchmarks.launchers.assign import assign
+    from benchmarks.suite import ResultStore, Run, make_record, run_folder
+
+    monkeypatch.setattr(executing, "CLAIM_POLL_S", 0.05)
+    store = ResultStore(tmp_path / "out")
+    runs = [Run("x", f"r{i}", {"lr": i}, 0) for i in range(4)]
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # the other invocation, alive
+    try:
+        held = run_folder(store, runs[2])
+        held.mkdir(parents=True)
+        (held / claims.CLAIM).write_text(json.dumps({"host": socket.gethostname(), "pid": other.pid}))
+        trained = []
+
+        def measure(run, device, out):
+            trained.append(run.label)
+            if len(trained) == 3:  # meanwhile the other invocation finishes its run and gives up its claim
+                def finish():
+                    ResultStore(tmp_path / "out").add(make_record(runs[2], {"metrics": {"test_acc": 0.5}}, 1.0, "cpu"))
+                    (held / claims.CLAIM).unlink()
+                threading.Timer(0.3, finish).start()
+            return {"metrics": {"test_acc": 0.5}}
+
+        records = executing.execute(runs, measure, store, assign("cpu"), quiet=True)
+    finally:
+        other.kill()
+        other.wait()
+    assert trained == ["r0", "r1", "r3"]
+    assert [r["label"] for r in records] == ["r0", "r1", "r2", "r3"]
+    assert "1 run(s) of x are being trained by another invocation on this --out" in capsys.readouterr().out
+    assert not list((tmp_path / "out").rglob(claims.CLAIM))  # every claim of this invocation given up
