@@ -23,9 +23,12 @@ standardization computed once in eval mode). Two things remain:
   faster in our runs).
 
 Compilation happens at the first call (tens of seconds on a small CPU); `example` triggers it at once.
-Whether it pays is measured once per machine, model, precision and input shape, and kept in
-$VITZOO_CACHE/compile_gain.json; `VITZOO_COMPILE=0` keeps `compile="auto"` eager without measuring
-(the test suite sets it: its tests do not wait for compilations they are not about).
+Whether it pays is measured (eager and compiled in turns, repeated: `vitzoo.compile_gain`) and kept in
+$VITZOO_CACHE/compile_gain.json per machine, model, precision and input shape, only where the repeats
+agree and the gain is plausible for the model's FLOPs; a kept gain is checked at each use (the compiled
+model timed against eager once more) and measured again where compiled turns out slower.
+`VITZOO_COMPILE=0` keeps `compile="auto"` eager without measuring (the test suite sets it: its tests do
+not wait for compilations they are not about).
 """
 
 from __future__ import annotations
@@ -33,7 +36,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import time
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -41,8 +43,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from vitzoo import precision
-from vitzoo.fastest import fastest_precision, measured_on, remembered
+from vitzoo import compile_gain, measurements, precision
+from vitzoo.fastest import fastest_precision
+from vitzoo.measurements import measured_on
 from vitzoo.precision import INFERENCE_DTYPES, Choice
 
 
@@ -117,26 +120,53 @@ class Inference(nn.Module):
             raise
 
     def settle_by_measurement(self, example: torch.Tensor) -> None:
-        measured_here = False
+        """Compile where a trusted earlier measurement says it pays, checking at this use that the compiled
+        model is not slower than eager (measured again where it is); measure where nothing is known."""
+        key, batch = compile_key(self, example), list(example.shape)
+        known = measurements.read(COMPILE_CACHE, key, valid=lambda entry: isinstance(entry, dict) and "gain" in entry)
+        if known is not None and known["gain"] == 0.0:
+            self.compile_reason = f"it failed to compile here before ({COMPILE_CACHE})"
+        elif known is not None and known["gain"] < COMPILE_MUST_BE:
+            self.compile_reason = f"compiled ran at {known['gain']:.2f}x eager on a batch of {batch} (measured before)"
+        elif not self.try_compile_on(example):  # try_compile_on said why
+            measurements.store(COMPILE_CACHE, key, {"gain": 0.0})
+        elif known is None:
+            self.decide(self.measure_gain(example, compile_gain.REPEATS), key, batch)
+        else:
+            check = self.measure_gain(example, compile_gain.CHECK_REPEATS)
+            if check.gain >= 1.0:
+                self.compiled = True
+                self.compile_reason = (f"{known['gain']:.2f}x eager on a batch of {batch} (measured before; "
+                                       f"{check.gain:.2f}x at this use)")
+            else:  # slower than eager at this use: measured again, in full
+                self.decide(self.measure_gain(example, compile_gain.REPEATS), key, batch,
+                            f"measured again, as it ran at {check.gain:.2f}x eager at this use: ")
 
-        def measure() -> float:  # eager's seconds per call over compiled's; 0.0: it does not compile here
-            nonlocal measured_here
-            measured_here = True
-            eager_s = _seconds_per_call(self, example)
-            if not self.try_compile_on(example):
-                return 0.0
-            return round(eager_s / _seconds_per_call(self, example), 3)
+    def measure_gain(self, example: torch.Tensor, repeats: int) -> compile_gain.Gain:
+        """The compiled model (compiled already) and eager timed in turns on `example`."""
+        least_s = compile_gain.least_seconds(self.model, example, self.eager_call) if repeats > 1 else 0.0
+        return compile_gain.measure(self.eager_call, self.model, example, repeats, least_s)
 
-        gain = remembered(COMPILE_CACHE, compile_key(self, example), measure, valid=lambda g: isinstance(g, float))
-        batch = list(example.shape)
-        if gain == 0.0:  # try_compile_on said why, if it was tried here
-            self.compile_reason = self.compile_reason if measured_here else f"it failed to compile here before ({COMPILE_CACHE})"
-        elif gain < COMPILE_MUST_BE:
-            self.uncompile()
-            self.compile_reason = f"compiled ran at {gain:.2f}x eager on a batch of {batch}"
-        elif measured_here or self.try_compile_on(example):
+    def eager_call(self, x: torch.Tensor) -> torch.Tensor:
+        """The model called eagerly although compiled (what `nn.Module.compile` keeps, set aside)."""
+        compiled, self.model._compiled_call_impl = self.model._compiled_call_impl, None
+        try:
+            with torch.inference_mode():
+                return self.model(x)
+        finally:
+            self.model._compiled_call_impl = compiled
+
+    def decide(self, gain: compile_gain.Gain, key: str, batch: list[int], prefix: str = "") -> None:
+        """Keep the compiled model where `gain` is plausible and `COMPILE_MUST_BE` x; keep the gain for the
+        next process where it is trusted (and forget an earlier one where it is not)."""
+        measurements.store(COMPILE_CACHE, key, gain.entry() if gain.trusted() else None)
+        doubt = f"; {gain.doubt()}" if gain.doubt() else ""
+        if gain.plausible() and gain.gain >= COMPILE_MUST_BE:
             self.compiled = True
-            self.compile_reason = f"{gain:.2f}x eager on a batch of {batch}" + ("" if measured_here else " (measured before)")
+            self.compile_reason = f"{prefix}{gain.gain:.2f}x eager on a batch of {batch}{doubt}"
+        else:
+            self.uncompile()
+            self.compile_reason = f"{prefix}compiled ran at {gain.gain:.2f}x eager on a batch of {batch}{doubt}"
 
     def compile_on(self, example: torch.Tensor) -> None:
         """Compile the model in place (`nn.Module.compile`: the state dict keeps its keys) with frozen
@@ -183,20 +213,6 @@ COMPILE_MUST_BE = 1.05  # x eager's speed on the example, for compile="auto" to 
 COMPILE_CACHE = "compile_gain.json"
 
 
-def _seconds_per_call(fast: Inference, example: torch.Tensor, calls: int = 3) -> float:
-    fast(example)  # warm-up (and the compilation, for a compiled model)
-    best = float("inf")
-    for _ in range(calls):
-        if example.device.type == "cuda":
-            torch.cuda.synchronize(example.device)
-        start = time.perf_counter()
-        fast(example)
-        if example.device.type == "cuda":
-            torch.cuda.synchronize(example.device)
-        best = min(best, time.perf_counter() - start)
-    return best
-
-
 def for_inference(model: nn.Module, dtype: torch.dtype | str | None = None, compile: bool | str = "auto",
                   example: torch.Tensor | None = None, mode: str | None = None) -> Inference:
     """`model` for inference, its weights cast once to the fastest precision of its device, and compiled
@@ -214,10 +230,11 @@ def for_inference(model: nn.Module, dtype: torch.dtype | str | None = None, comp
     would stay in float32, so bf16 outputs differ from autocast's within bf16's rounding.
 
     `compile="auto"` (the default) times the eager and the compiled model (Inductor with frozen weights,
-    see `compile_for_inference`) on the first batch and keeps the compiled one only where it is
-    `COMPILE_MUST_BE` x faster; the gain is kept per machine, model, precision and batch shape, so the
-    next process compiles only where it paid (the compilation takes tens of seconds on a small CPU, once
-    per process; other batch shapes are compiled again when they come). `compile=True` always compiles,
+    see `compile_for_inference`) on the first batch, in turns and repeated, and keeps the compiled one
+    only where it is `COMPILE_MUST_BE` x faster and the gain plausible; a trusted gain (its repeats agree)
+    is kept per machine, model, precision and batch shape, so the next process compiles only where it
+    paid, and checks there that compiled is still not slower than eager (the compilation takes tens of
+    seconds on a small CPU, once per process; other batch shapes are compiled again when they come). `compile=True` always compiles,
     `False` never. `example`, a batch of the shape that will be used, settles this at once instead of at
     the first call.
     """
