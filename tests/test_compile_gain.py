@@ -32,8 +32,9 @@ def compiling(monkeypatch, tmp_path):
         def fake(self, eager=1.0, compiled=1.0, fails=False, real_compilation=False):
             script = {name: iter(s) if isinstance(s, list) else None for name, s in (("eager", eager), ("compiled", compiled))}
 
-            def timed(name, run, example):
+            def timed(name, run, example, calls=2):
                 self.timed.append(name)
+                run(example)  # for its output: a watched call returns what it computed
                 if script[name] is None:
                     return eager if name == "eager" else compiled
                 return next(script[name])
@@ -98,7 +99,8 @@ def test_the_first_batch_settles_compilation_and_the_next_process_checks_the_kep
     assert compiling == [] and "eager: decided at the first call" in fast.describe()
     fast(X)
     fast(X)
-    assert compiling == [[2, 3, 32, 32]] and fast.compiled and len(compiling.timed) == 2 * compile_gain.REPEATS
+    assert compiling == [[2, 3, 32, 32]] and fast.compiled
+    assert len(compiling.timed) == 2 * compile_gain.REPEATS + 2  # the measurement, then two watched calls
     assert fast.describe().endswith("compiled: 1.25x eager on a batch of [2, 3, 32, 32]")
     (kept,) = compiling.kept()
     assert kept == {"gain": 1.25, "spread": 0.0, "eager_s": 1.0, "compiled_s": 0.8, "least_s": 0.0}
@@ -108,7 +110,7 @@ def test_the_first_batch_settles_compilation_and_the_next_process_checks_the_kep
     compiling.timed.clear()
     again = fast_tiny(tiny)
     again(X)
-    assert again.compiled and len(compiling) == 2 and compiling.timed == ["eager", "compiled"]
+    assert again.compiled and len(compiling) == 2 and compiling.timed == ["eager", "compiled", "compiled"]  # + the call
     assert again.describe().endswith("1.25x eager on a batch of [2, 3, 32, 32] (measured before; 1.25x at this use)")
 
 
@@ -198,3 +200,42 @@ def test_the_least_time_is_the_models_flops_at_twice_the_products_speed(monkeypa
         least = compile_gain.least_seconds(model, X, model)
     paper = 2 * vitzoo.count_flops(model, computed=True) / (compile_gain.FLOP_MARGIN * 100e9)
     assert 0.7 * paper <= least <= paper
+
+
+def test_load_after_settling_moves_the_calls_to_eager_and_back_checking_once_in_16_calls(compiling, tiny):
+    """Compiled settled at 0.5 s a call (2x eager); then another process makes compiled calls take 2.0 s
+    and eager ones 1.2 s: the 16th call checks eager, which is faster, and the calls go eagerly; once the
+    load is gone, the next check finds compiled faster again. Each check costs one call of the other path."""
+    model = vitzoo.create("vit_ti16", **tiny).eval()
+    with torch.inference_mode():
+        exact = model(X)
+    compiling.fake(eager=1.0, compiled=0.5)
+    fast = vitzoo.inference.for_inference(model, torch.float32, example=X)
+    assert fast.compiled and fast.watch == ((2, 3, 32, 32), 0.5)
+    compiling.fake(eager=1.2, compiled=2.0)
+    compiling.timed.clear()
+    for _ in range(vitzoo.inference.RECHECK_EVERY):
+        torch.testing.assert_close(fast(X), exact)
+    assert compiling.timed == ["compiled"] * vitzoo.inference.RECHECK_EVERY + ["eager"] and fast.eager_now
+    assert fast.describe().endswith("; eager since call 16, where compiled ran at 0.60x eager")
+    compiling.timed.clear()
+    for _ in range(vitzoo.inference.RECHECK_EVERY):
+        torch.testing.assert_close(fast(X), exact)
+    assert compiling.timed == ["eager"] * vitzoo.inference.RECHECK_EVERY + ["compiled"] and fast.eager_now  # still slower
+    compiling.fake(eager=1.2, compiled=0.5)  # the other process is done
+    for _ in range(vitzoo.inference.RECHECK_EVERY):
+        fast(X)
+    assert not fast.eager_now and fast.describe().endswith("; compiled again since call 48")
+    compiling.timed.clear()
+    fast(torch.randn(3, 3, 32, 32))  # another batch shape is not watched (nor timed)
+    assert compiling.timed == []
+
+
+def test_a_compiled_call_that_is_slower_but_not_by_half_is_not_checked(compiling, tiny):
+    compiling.fake(eager=1.0, compiled=0.5)
+    fast = fast_tiny(tiny, example=X)
+    compiling.fake(eager=1.0, compiled=0.7)  # slower than settled (0.5), not 1.5x: nothing to check
+    compiling.timed.clear()
+    for _ in range(2 * vitzoo.inference.RECHECK_EVERY):
+        fast(X)
+    assert compiling.timed == ["compiled"] * 2 * vitzoo.inference.RECHECK_EVERY and not fast.eager_now

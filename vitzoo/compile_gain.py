@@ -99,9 +99,9 @@ def measure(eager: Callable[[torch.Tensor], object], compiled: Callable[[torch.T
                 statistics.median(times["compiled"]), least_s)
 
 
-def timed(name: str, run: Callable[[torch.Tensor], object], example: torch.Tensor) -> float:
+def timed(name: str, run: Callable[[torch.Tensor], object], example: torch.Tensor, calls: int = CALLS) -> float:
     """One timing of the path `name` ("eager" or "compiled"): `seconds_per_call` (tests fake this)."""
-    return seconds_per_call(run, example)
+    return seconds_per_call(run, example, calls)
 
 
 def least_seconds(model: nn.Module, example: torch.Tensor, run: Callable[[torch.Tensor], object]) -> float:

@@ -91,6 +91,11 @@ class Inference(nn.Module):
         self.compile_reason = "not asked for" if not compile else "decided at the first call"
         self.pending_compile = compile  # True or "auto" until the first call settles it, then False
         self.mode = mode
+        # compile="auto" watches the calls on the batch shape it settled on (`watched_call`)
+        self.watch: tuple[tuple[int, ...], float] | None = None  # (shape, compiled's seconds per call then)
+        self.eager_now = False  # compiled, but eager for now: it ran slower than eager at the last check
+        self.calls = self.checked_at = 0
+        self.switches = ""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # only floats are cast: anything else goes to the model as it is, whose input check refuses it
@@ -99,8 +104,33 @@ class Inference(nn.Module):
             x = x.to(self.dtype)
             if self.pending_compile:
                 self.settle_compilation(x)
+            if self.watch is not None and tuple(x.shape) == self.watch[0]:
+                return self.watched_call(x)
         with torch.inference_mode():
             return self.model(x)
+
+    def watched_call(self, x: torch.Tensor) -> torch.Tensor:
+        """A call of the path that is faster now, compiled or eager. The compiled model's threads wait
+        for each other at every kernel; beside a busy process on a small machine that can make it slower
+        than eager (0.37x on 2 cores in issue 33), and load comes and goes after compilation settled. So
+        a compiled call `WATCH_SLOWER` x slower than compiled ran when settled is followed by one eager
+        call on the same batch, and the faster path taken; while eager, one compiled call is tried again.
+        At most one call in `RECHECK_EVERY` is such a check."""
+        self.calls += 1
+        out: list[torch.Tensor] = []
+        name, run = ("eager", self.eager_call) if self.eager_now else ("compiled", self.model)
+        with torch.inference_mode():
+            took = compile_gain.timed(name, lambda batch: out.append(run(batch)), x, calls=1)
+        if self.calls - self.checked_at >= RECHECK_EVERY and (self.eager_now or took > WATCH_SLOWER * self.watch[1]):
+            self.checked_at = self.calls
+            other_name, other = ("compiled", self.model) if self.eager_now else ("eager", self.eager_call)
+            with torch.inference_mode():
+                other_s = compile_gain.timed(other_name, other, x, calls=1)
+            if other_s < took:
+                self.eager_now = not self.eager_now
+                self.switches = (f"; eager since call {self.calls}, where compiled ran at {other_s / took:.2f}x eager"
+                                 if self.eager_now else f"; compiled again since call {self.calls}")
+        return out[-1]
 
     def settle_compilation(self, example: torch.Tensor) -> None:
         """Compile on `example` (the first batch), or for "auto" keep whichever of eager and compiled
@@ -135,7 +165,7 @@ class Inference(nn.Module):
         else:
             check = self.measure_gain(example, compile_gain.CHECK_REPEATS)
             if check.gain >= 1.0:
-                self.compiled = True
+                self.compiled, self.watch = True, (tuple(batch), check.compiled_s)
                 self.compile_reason = (f"{known['gain']:.2f}x eager on a batch of {batch} (measured before; "
                                        f"{check.gain:.2f}x at this use)")
             else:  # slower than eager at this use: measured again, in full
@@ -162,7 +192,7 @@ class Inference(nn.Module):
         measurements.store(COMPILE_CACHE, key, gain.entry() if gain.trusted() else None)
         doubt = f"; {gain.doubt()}" if gain.doubt() else ""
         if gain.plausible() and gain.gain >= COMPILE_MUST_BE:
-            self.compiled = True
+            self.compiled, self.watch = True, (tuple(batch), gain.compiled_s)
             self.compile_reason = f"{prefix}{gain.gain:.2f}x eager on a batch of {batch}{doubt}"
         else:
             self.uncompile()
@@ -190,12 +220,12 @@ class Inference(nn.Module):
     def uncompile(self) -> None:
         # nn.Module.compile keeps the compiled call here, and nothing else
         self.model._compiled_call_impl = None
-        self.compiled = False
+        self.compiled, self.watch, self.eager_now = False, None, False
 
     def describe(self) -> str:
         """What this fast path computes in and why, e.g. "bfloat16: measured 206 GFLOP/s against
         float32's 42 on this CPU; compiled: 1.10x eager on a batch of [8, 3, 224, 224]"."""
-        return f"{self.choice}; {'compiled' if self.compiled else 'eager'}: {self.compile_reason}"
+        return f"{self.choice}; {'compiled' if self.compiled else 'eager'}: {self.compile_reason}{self.switches}"
 
 
 def compile_key(fast: Inference, example: torch.Tensor) -> str:
@@ -210,6 +240,8 @@ def compile_key(fast: Inference, example: torch.Tensor) -> str:
 
 
 COMPILE_MUST_BE = 1.05  # x eager's speed on the example, for compile="auto" to keep the compiled model
+WATCH_SLOWER = 1.5  # x compiled's settled seconds per call: a call this slow is checked against eager
+RECHECK_EVERY = 16  # calls between two such checks (each costs one call of the other path)
 COMPILE_CACHE = "compile_gain.json"
 
 
