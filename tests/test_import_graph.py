@@ -56,6 +56,8 @@ LAYERS: tuple[Layer, ...] = (
                                "one autocast context, the dtype of sums kept on a device",
         "vitzoo/machine.py": "the CPU a measurement or a choice belongs to",
         "vitzoo/fastest.py": "which precision this machine computes a model fastest in, measured once",
+        "vitzoo/measurements.py": "a timing kept only when its repeats agree, and for the machine it was made on",
+        "vitzoo/compile_gain.py": "what compiling a model gains, timed in turns and bounded by its FLOPs",
         "vitzoo/flags.py": "command-line flags from an options dataclass's fields",
         "vitzoo/weights/layout.py": "the names of the files a model directory or Hub repo holds, the Hub prefix, "
                                     "the token grid",

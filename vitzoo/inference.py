@@ -23,16 +23,18 @@ standardization computed once in eval mode). Two things remain:
   faster in our runs).
 
 Compilation happens at the first call (tens of seconds on a small CPU); `example` triggers it at once.
-Whether it pays is measured once per machine, model, precision and input shape, and kept in
-$VITZOO_CACHE/compile_gain.json; `VITZOO_COMPILE=0` keeps `compile="auto"` eager without measuring
-(the test suite sets it: its tests do not wait for compilations they are not about).
+Whether it pays is measured (eager and compiled in turns, repeated: `vitzoo.compile_gain`) and kept in
+$VITZOO_CACHE/compile_gain.json per machine, model, precision and input shape, only where the repeats
+agree and the gain is plausible for the model's FLOPs; a kept gain is checked at each use (the compiled
+model timed against eager once more) and measured again where compiled turns out slower.
+`VITZOO_COMPILE=0` keeps `compile="auto"` eager without measuring (the test suite sets it: its tests do
+not wait for compilations they are not about).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import time
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -40,9 +42,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from vitzoo import precision
+from vitzoo import compile_gain, measurements, precision
 from vitzoo.envvars import env_choice
-from vitzoo.fastest import fastest_precision, measured_on, remembered
+from vitzoo.fastest import fastest_precision
+from vitzoo.measurements import measured_on
 from vitzoo.precision import INFERENCE_DTYPES, Choice
 
 
@@ -88,6 +91,11 @@ class Inference(nn.Module):
         self.compile_reason = "not asked for" if not compile else "decided at the first call"
         self.pending_compile = compile  # True or "auto" until the first call settles it, then False
         self.mode = mode
+        # compile="auto" watches the calls on the batch shape it settled on (`watched_call`)
+        self.watch: tuple[tuple[int, ...], float] | None = None  # (shape, compiled's seconds per call then)
+        self.eager_now = False  # compiled, but eager for now: it ran slower than eager at the last check
+        self.calls = self.checked_at = 0
+        self.switches = ""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # only floats are cast: anything else goes to the model as it is, whose input check refuses it
@@ -96,8 +104,33 @@ class Inference(nn.Module):
             x = x.to(self.dtype)
             if self.pending_compile:
                 self.settle_compilation(x)
+            if self.watch is not None and tuple(x.shape) == self.watch[0]:
+                return self.watched_call(x)
         with torch.inference_mode():
             return self.model(x)
+
+    def watched_call(self, x: torch.Tensor) -> torch.Tensor:
+        """A call of the path that is faster now, compiled or eager. The compiled model's threads wait
+        for each other at every kernel; beside a busy process on a small machine that can make it slower
+        than eager (0.37x on 2 cores in issue 33), and load comes and goes after compilation settled. So
+        a compiled call `WATCH_SLOWER` x slower than compiled ran when settled is followed by one eager
+        call on the same batch, and the faster path taken; while eager, one compiled call is tried again.
+        At most one call in `RECHECK_EVERY` is such a check."""
+        self.calls += 1
+        out: list[torch.Tensor] = []
+        name, run = ("eager", self.eager_call) if self.eager_now else ("compiled", self.model)
+        with torch.inference_mode():
+            took = compile_gain.timed(name, lambda batch: out.append(run(batch)), x, calls=1)
+        if self.calls - self.checked_at >= RECHECK_EVERY and (self.eager_now or took > WATCH_SLOWER * self.watch[1]):
+            self.checked_at = self.calls
+            other_name, other = ("compiled", self.model) if self.eager_now else ("eager", self.eager_call)
+            with torch.inference_mode():
+                other_s = compile_gain.timed(other_name, other, x, calls=1)
+            if other_s < took:
+                self.eager_now = not self.eager_now
+                self.switches = (f"; eager since call {self.calls}, where compiled ran at {other_s / took:.2f}x eager"
+                                 if self.eager_now else f"; compiled again since call {self.calls}")
+        return out[-1]
 
     def settle_compilation(self, example: torch.Tensor) -> None:
         """Compile on `example` (the first batch), or for "auto" keep whichever of eager and compiled
@@ -117,26 +150,53 @@ class Inference(nn.Module):
             raise
 
     def settle_by_measurement(self, example: torch.Tensor) -> None:
-        measured_here = False
+        """Compile where a trusted earlier measurement says it pays, checking at this use that the compiled
+        model is not slower than eager (measured again where it is); measure where nothing is known."""
+        key, batch = compile_key(self, example), list(example.shape)
+        known = measurements.read(COMPILE_CACHE, key, valid=lambda entry: isinstance(entry, dict) and "gain" in entry)
+        if known is not None and known["gain"] == 0.0:
+            self.compile_reason = f"it failed to compile here before ({COMPILE_CACHE})"
+        elif known is not None and known["gain"] < COMPILE_MUST_BE:
+            self.compile_reason = f"compiled ran at {known['gain']:.2f}x eager on a batch of {batch} (measured before)"
+        elif not self.try_compile_on(example):  # try_compile_on said why
+            measurements.store(COMPILE_CACHE, key, {"gain": 0.0})
+        elif known is None:
+            self.decide(self.measure_gain(example, compile_gain.REPEATS), key, batch)
+        else:
+            check = self.measure_gain(example, compile_gain.CHECK_REPEATS)
+            if check.gain >= 1.0:
+                self.compiled, self.watch = True, (tuple(batch), check.compiled_s)
+                self.compile_reason = (f"{known['gain']:.2f}x eager on a batch of {batch} (measured before; "
+                                       f"{check.gain:.2f}x at this use)")
+            else:  # slower than eager at this use: measured again, in full
+                self.decide(self.measure_gain(example, compile_gain.REPEATS), key, batch,
+                            f"measured again, as it ran at {check.gain:.2f}x eager at this use: ")
 
-        def measure() -> float:  # eager's seconds per call over compiled's; 0.0: it does not compile here
-            nonlocal measured_here
-            measured_here = True
-            eager_s = _seconds_per_call(self, example)
-            if not self.try_compile_on(example):
-                return 0.0
-            return round(eager_s / _seconds_per_call(self, example), 3)
+    def measure_gain(self, example: torch.Tensor, repeats: int) -> compile_gain.Gain:
+        """The compiled model (compiled already) and eager timed in turns on `example`."""
+        least_s = compile_gain.least_seconds(self.model, example, self.eager_call) if repeats > 1 else 0.0
+        return compile_gain.measure(self.eager_call, self.model, example, repeats, least_s)
 
-        gain = remembered(COMPILE_CACHE, compile_key(self, example), measure, valid=lambda g: isinstance(g, float))
-        batch = list(example.shape)
-        if gain == 0.0:  # try_compile_on said why, if it was tried here
-            self.compile_reason = self.compile_reason if measured_here else f"it failed to compile here before ({COMPILE_CACHE})"
-        elif gain < COMPILE_MUST_BE:
+    def eager_call(self, x: torch.Tensor) -> torch.Tensor:
+        """The model called eagerly although compiled (what `nn.Module.compile` keeps, set aside)."""
+        compiled, self.model._compiled_call_impl = self.model._compiled_call_impl, None
+        try:
+            with torch.inference_mode():
+                return self.model(x)
+        finally:
+            self.model._compiled_call_impl = compiled
+
+    def decide(self, gain: compile_gain.Gain, key: str, batch: list[int], prefix: str = "") -> None:
+        """Keep the compiled model where `gain` is plausible and `COMPILE_MUST_BE` x; keep the gain for the
+        next process where it is trusted (and forget an earlier one where it is not)."""
+        measurements.store(COMPILE_CACHE, key, gain.entry() if gain.trusted() else None)
+        doubt = f"; {gain.doubt()}" if gain.doubt() else ""
+        if gain.plausible() and gain.gain >= COMPILE_MUST_BE:
+            self.compiled, self.watch = True, (tuple(batch), gain.compiled_s)
+            self.compile_reason = f"{prefix}{gain.gain:.2f}x eager on a batch of {batch}{doubt}"
+        else:
             self.uncompile()
-            self.compile_reason = f"compiled ran at {gain:.2f}x eager on a batch of {batch}"
-        elif measured_here or self.try_compile_on(example):
-            self.compiled = True
-            self.compile_reason = f"{gain:.2f}x eager on a batch of {batch}" + ("" if measured_here else " (measured before)")
+            self.compile_reason = f"{prefix}compiled ran at {gain.gain:.2f}x eager on a batch of {batch}{doubt}"
 
     def compile_on(self, example: torch.Tensor) -> None:
         """Compile the model in place (`nn.Module.compile`: the state dict keeps its keys) with frozen
@@ -160,12 +220,12 @@ class Inference(nn.Module):
     def uncompile(self) -> None:
         # nn.Module.compile keeps the compiled call here, and nothing else
         self.model._compiled_call_impl = None
-        self.compiled = False
+        self.compiled, self.watch, self.eager_now = False, None, False
 
     def describe(self) -> str:
         """What this fast path computes in and why, e.g. "bfloat16: measured 206 GFLOP/s against
         float32's 42 on this CPU; compiled: 1.10x eager on a batch of [8, 3, 224, 224]"."""
-        return f"{self.choice}; {'compiled' if self.compiled else 'eager'}: {self.compile_reason}"
+        return f"{self.choice}; {'compiled' if self.compiled else 'eager'}: {self.compile_reason}{self.switches}"
 
 
 def compile_key(fast: Inference, example: torch.Tensor) -> str:
@@ -180,21 +240,9 @@ def compile_key(fast: Inference, example: torch.Tensor) -> str:
 
 
 COMPILE_MUST_BE = 1.05  # x eager's speed on the example, for compile="auto" to keep the compiled model
+WATCH_SLOWER = 1.5  # x compiled's settled seconds per call: a call this slow is checked against eager
+RECHECK_EVERY = 16  # calls between two such checks (each costs one call of the other path)
 COMPILE_CACHE = "compile_gain.json"
-
-
-def _seconds_per_call(fast: Inference, example: torch.Tensor, calls: int = 3) -> float:
-    fast(example)  # warm-up (and the compilation, for a compiled model)
-    best = float("inf")
-    for _ in range(calls):
-        if example.device.type == "cuda":
-            torch.cuda.synchronize(example.device)
-        start = time.perf_counter()
-        fast(example)
-        if example.device.type == "cuda":
-            torch.cuda.synchronize(example.device)
-        best = min(best, time.perf_counter() - start)
-    return best
 
 
 def for_inference(model: nn.Module, dtype: torch.dtype | str | None = None, compile: bool | str = "auto",
@@ -214,10 +262,11 @@ def for_inference(model: nn.Module, dtype: torch.dtype | str | None = None, comp
     would stay in float32, so bf16 outputs differ from autocast's within bf16's rounding.
 
     `compile="auto"` (the default) times the eager and the compiled model (Inductor with frozen weights,
-    see `compile_for_inference`) on the first batch and keeps the compiled one only where it is
-    `COMPILE_MUST_BE` x faster; the gain is kept per machine, model, precision and batch shape, so the
-    next process compiles only where it paid (the compilation takes tens of seconds on a small CPU, once
-    per process; other batch shapes are compiled again when they come). `compile=True` always compiles,
+    see `compile_for_inference`) on the first batch, in turns and repeated, and keeps the compiled one
+    only where it is `COMPILE_MUST_BE` x faster and the gain plausible; a trusted gain (its repeats agree)
+    is kept per machine, model, precision and batch shape, so the next process compiles only where it
+    paid, and checks there that compiled is still not slower than eager (the compilation takes tens of
+    seconds on a small CPU, once per process; other batch shapes are compiled again when they come). `compile=True` always compiles,
     `False` never. `example`, a batch of the shape that will be used, settles this at once instead of at
     the first call.
     """

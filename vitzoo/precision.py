@@ -96,9 +96,16 @@ class Choice:
         return f"{NAMES[self.dtype]}: {self.reason}"
 
 
+def candidates(training: bool) -> tuple[torch.dtype, ...]:
+    """The precisions a CPU may compute in: every one in inference, float32 and bf16 in training
+    (autocast has no fp16 on the CPU)."""
+    return (torch.float32, torch.bfloat16) if training else INFERENCE_DTYPES
+
+
 def pick(gflops: dict[str, float], candidates: tuple[torch.dtype, ...]) -> Choice:
     """The precision of `candidates` to compute in on a CPU, by the rule above, from measured speeds
-    (GFLOP/s by long name)."""
+    (GFLOP/s by long name; other keys are left out of the Choice)."""
+    gflops = {name: gflops[name] for name in NAMES.values()}
     base = gflops["float32"]
     halves = sorted((d for d in candidates if d is not torch.float32), key=lambda d: -gflops[NAMES[d]])
     if torch.bfloat16 in halves and torch.float16 in halves and gflops["float16"] < NEAR_TIE * gflops["bfloat16"]:
@@ -124,12 +131,11 @@ def choose(device: torch.device | str, training: bool, measure_cpu: Callable[[],
         return Choice(torch.float16, f"{torch.cuda.get_device_name(device)} only emulates bf16: fp16 is its half precision")
     if device.type != "cpu":
         return Choice(torch.bfloat16, f"not measured on {device.type}: bf16")
-    candidates = (torch.float32, torch.bfloat16) if training else INFERENCE_DTYPES
     fixed = os.environ.get(CPU_PRECISION_VARIABLE)
     if fixed:
         dtype = dtype_named(fixed, CPU_PRECISION_VARIABLE)
-        return Choice(dtype if dtype in candidates else torch.float32, f"{CPU_PRECISION_VARIABLE}={fixed} (not measured)")
-    return pick(measure_cpu(), candidates)
+        return Choice(dtype if dtype in candidates(training) else torch.float32, f"{CPU_PRECISION_VARIABLE}={fixed} (not measured)")
+    return pick(measure_cpu(), candidates(training))
 
 
 def training_dtype(precision: str, device: torch.device, measured: Callable[[], torch.dtype] | None = None) -> torch.dtype | None:
@@ -152,5 +158,5 @@ def training_dtype(precision: str, device: torch.device, measured: Callable[[], 
     return FIXED[precision]
 
 
-__all__ = ["FIXED", "INFERENCE_DTYPES", "NAMES", "PRECISIONS", "RULES", "Choice", "autocast", "choose", "dtype_named", "flag",
+__all__ = ["FIXED", "INFERENCE_DTYPES", "NAMES", "PRECISIONS", "RULES", "Choice", "autocast", "candidates", "choose", "dtype_named", "flag",
            "gpu_half", "half_of", "native_bf16", "pick", "sum_dtype", "training_dtype"]
