@@ -36,6 +36,16 @@ def test_info_reports_params_flops_and_sequence_length(capsys):
     assert info["config"]["embed_dim"] == 768
 
 
+def test_info_of_a_hybrid_counts_its_resnets_flops_and_shows_its_stems_options(capsys):
+    """The hybrid's weight standardisation asks whether autocast is on, which the meta device (where
+    FLOPs are counted) cannot answer: `vitzoo info vit_b16_hybrid` failed on it."""
+    assert main(["info", "vit_b16_hybrid", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["params"] == 98_659_112  # the official R50+ViT-B/16
+    assert info["gflops"] > 35.5  # more than ViT-B/16's: the ResNet's convolutions are counted
+    assert info["config"]["stem_options"] == {"layers": [3, 4, 9], "width": 1, "numerics": "official"}
+
+
 def test_info_of_an_unknown_model_is_a_short_error(capsys):
     assert main(["info", "vit_b61"]) == 2
     assert "Did you mean 'vit_b16'" in capsys.readouterr().err

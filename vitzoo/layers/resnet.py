@@ -93,7 +93,9 @@ class StdConv2d(nn.Conv2d):
         # In eval mode without autograd the weight does not change between calls: compute it once, in
         # the dtype the convolution will run in (under autocast its cast of the weight at every call is
         # then a no-op)
-        dtype = torch.get_autocast_dtype(w.device.type) if torch.is_autocast_enabled(w.device.type) else w.dtype
+        # (the meta device, where FLOPs are counted, has no autocast: asking about it raises)
+        autocast = w.device.type != "meta" and torch.is_autocast_enabled(w.device.type)
+        dtype = torch.get_autocast_dtype(w.device.type) if autocast else w.dtype
         key = (w.data_ptr(), w._version, dtype)  # a new tensor (param.data = ...) or an in-place change
         if self._standardized is not None and self._standardized[0] == key:
             cached = self._standardized[1]
