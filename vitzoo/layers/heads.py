@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -66,7 +66,8 @@ class MLPHeadOptions(Options):
 
     KIND = "head 'mlp'"
 
-    representation_size: int | None = None  # the width of the pre-logits layer; required
+    representation_size: int | None = field(default=None, metadata={"help": "the width of the pre-logits Dense + "
+                                                                            "tanh layer (required)"})
 
     def __post_init__(self) -> None:
         check_fields(self, {"representation_size": "> 0"})

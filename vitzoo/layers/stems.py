@@ -7,7 +7,7 @@ from a ResNet feature map (patch size 1 by default, so "/16" is the total downsa
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -50,11 +50,13 @@ class ResNetOptions(Options):
     KIND = "stem 'resnet'"
     SHAPE = ("layers", "width")  # numerics change the numbers, not the architecture
 
-    layers: tuple[int, ...] = ()  # blocks per stage (R50's three stages: 3, 4, 9); () = the root alone
-    width: int = 1  # width factor: the root has 64 * width channels
+    layers: tuple[int, ...] = field(default=(), metadata={"help": "blocks per stage (R50's three stages: 3,4,9); "
+                                                                   "() is the root alone"})
+    width: int = field(default=1, metadata={"help": "width factor: the root has 64 x width channels"})
     # weight standardisation and GroupNorm eps: "official" (w - mean) / (std + 1e-5) and eps 1e-6, or
     # "timm" (w - mean) / sqrt(var + 1e-8) and eps 1e-5 (what timm's hybrid weights need)
-    numerics: str = "official"
+    numerics: str = field(default="official", metadata={"help": "weight standardisation and GroupNorm eps: the "
+                                                                "official model's, or timm's (its hybrid weights need it)"})
 
     def __post_init__(self) -> None:
         check_fields(self, {"width": "> 0"})

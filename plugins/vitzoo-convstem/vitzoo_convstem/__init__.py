@@ -28,7 +28,7 @@ final 1x1 projection is LeCun-normal with a zero bias, like vitzoo's patch proje
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -69,7 +69,9 @@ class ConvStemOptions(Options):
 
     KIND = "stem 'convstem'"
 
-    extra_layers: int = 0  # stride-1 3x3 conv + BN + ReLU after the 2nd, 3rd, ... stride-2 one (not the last)
+    extra_layers: int = field(default=0, metadata={"help": "stride-1 3x3 conv + BN + ReLU layers, one after each "
+                                                          "of the 2nd, 3rd, ... stride-2 ones (not the last), as "
+                                                          "the paper's larger stems"})
 
     def __post_init__(self) -> None:
         check_fields(self, {"extra_layers": ">= 0"})
