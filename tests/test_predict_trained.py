@@ -28,6 +28,7 @@ def vitzoo_cli(*args):
     return subprocess.run([sys.executable, "-m", "vitzoo", *args], capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_a_model_trained_on_a_folder_predicts_with_the_folder_s_class_names(tmp_path):
     data = write_folder(tmp_path / "animals")
     trained = vitzoo_cli("train", "vit_ti16", "--data", str(data), "--recipe", "small", "--steps", "3", "--batch-size", "12",
