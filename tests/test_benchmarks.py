@@ -150,6 +150,7 @@ def test_unknown_ablation_is_refused(capsys):
     assert "unknown ablation 'posembed'" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_speed_benchmark_measures_every_contestant_on_the_same_weights(tmp_path):
     """`speed --quick`: vitzoo and both peers, converted weights giving the peers' logits, images/s with
     a spread, the matrix-product ceiling at the model's shapes, peak memory of a training step, the
@@ -212,6 +213,7 @@ def test_speed_repetitions_rotate_so_that_no_contestant_always_follows_the_same_
     assert speeds["c"]["page_faults_per_call"] >= 4096 > 100 > speeds["a"]["page_faults_per_call"]
 
 
+@pytest.mark.slow
 def test_memory_probe_of_a_compiled_step_counts_the_compiler_apart():
     """The compiled contestant's probe (a fresh process) compiles in a warm-up pass before measuring: the
     compiler's memory is reported beside the training step's, not inside it."""
@@ -238,6 +240,7 @@ def test_ten_minute_benchmark_records_accuracy_settings_and_target(tmp_path):
     assert "| vit |" in readme and ("missed (90%)" in readme or "met (90%)" in readme)
 
 
+@pytest.mark.slow
 def test_ten_minute_benchmark_trains_data_parallel_in_one_thread_processes(tmp_path):
     """`--processes 2` relaunches under torchrun: two ranks of one thread share the budget and the global
     batch, both models train one after the other in the same processes (one process group for both),
@@ -356,6 +359,7 @@ def test_a_plan_with_a_recorded_probe_names_a_model_nobody_probed():
         plan.plan_ablation(ABLATIONS["pos_embed"], SCALES["main"], set(), assign("cpu", workers=2), recorded={})
 
 
+@pytest.mark.slow
 def test_dry_run_prints_the_plan_of_both_scales_and_trains_nothing(capsys, monkeypatch):
     monkeypatch.setattr("benchmarks.execute._measured", lambda *a, **k: pytest.fail("a dry run trained"))
     assert bench.main(["pos_embed", "data", "--scale", "cpu", "--dry-run", "--workers", "2"]) == 0

@@ -77,22 +77,40 @@ def test_every_command_is_found_by_the_help_test():
     assert {"list", "info", "train", "eval", "push", "pull", "convert", "predict", "bench"} <= set(_commands())
 
 
+def help_of(argv: list[str], capsys) -> str:
+    """What `vitzoo ARGV` prints, run in this process (the parser and commands are the command's own;
+    a process per case would import torch again, seconds each): it must end as help does, exit code 0."""
+    try:
+        code = main(argv)  # bench returns the exit code of the benchmarks it relays to
+    except SystemExit as exc:  # argparse's help
+        code = exc.code
+    printed = capsys.readouterr()
+    assert code in (0, None), printed.err[-2000:]
+    assert "Traceback" not in printed.err
+    return printed.out
+
+
 @pytest.mark.parametrize("flag", ["--help", "-h"])
 @pytest.mark.parametrize("command", [None, *_commands()])
-def test_every_command_answers_help_as_a_user_types_it(command, flag):
+def test_every_command_answers_help_as_a_user_types_it(command, flag, capsys):
     # a `%` in a help text once crashed `vitzoo train --help` inside argparse; `bench --help` was refused
-    argv = [sys.executable, "-m", "vitzoo", *([command] if command else []), flag]
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.startswith("usage:"), result.stdout[:500]
+    # (bench relays to `python -m benchmarks`: that child process is real here too)
+    out = help_of([*([command] if command else []), flag], capsys)
+    assert out.startswith("usage:"), out[:500]
+
+
+def test_the_help_as_a_command_of_its_own():
+    """The entry point as a user types it, in a process of its own: `python -m vitzoo train --help`."""
+    result = subprocess.run([sys.executable, "-m", "vitzoo", "train", "--help"], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0 and result.stdout.startswith("usage: vitzoo train"), result.stderr[-2000:]
     assert "Traceback" not in result.stderr
 
 
-def test_the_top_level_help_describes_vitzoo_to_a_user():
+def test_the_top_level_help_describes_vitzoo_to_a_user(capsys):
     """`vitzoo --help` says what vitzoo is and does, in whole sentences, then every command; not the
     developer's docstring of the module that builds the parser, cut at its first line."""
-    out = subprocess.run([sys.executable, "-m", "vitzoo", "--help"], capture_output=True, text=True,
-                         timeout=120, check=True).stdout
+    out = help_of(["--help"], capsys)
     description = out.split("\n\n")[1]
     assert "Vision Transformer" in description and description.rstrip().endswith(".")
     assert "vitzoo/commands" not in out and "exposes" not in out
@@ -102,11 +120,10 @@ def test_the_top_level_help_describes_vitzoo_to_a_user():
     assert "vitzoo predict" in out and "vitzoo COMMAND --help" in out  # examples, and where the options are
 
 
-def test_the_training_help_lists_every_training_option():
+def test_the_training_help_lists_every_training_option(capsys):
     from vitzoo.train.config import TrainConfig
 
-    out = subprocess.run([sys.executable, "-m", "vitzoo", "train", "--help"], capture_output=True, text=True,
-                         timeout=120, check=True).stdout
+    out = help_of(["train", "--help"], capsys)
     for f in dataclasses.fields(TrainConfig):
         if f.name not in ("model", "model_options", "resume", "out"):
             assert "--" + f.name.replace("_", "-") in out, f.name

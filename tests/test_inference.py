@@ -22,6 +22,7 @@ def perturbed(options):
     return model
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("extra", [{}, HYBRID], ids=["vit", "hybrid"])
 def test_inference_compiled_with_frozen_weights_equals_the_plain_model(tiny, extra):
     model = perturbed({**tiny, **extra}).eval()
@@ -38,6 +39,7 @@ def test_inference_compiled_with_frozen_weights_equals_the_plain_model(tiny, ext
     assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]
 
 
+@pytest.mark.slow
 def test_training_compiled_gives_the_same_loss_and_gradients(tiny):
     model = perturbed(tiny).train()
     twin = copy.deepcopy(model)
@@ -52,6 +54,7 @@ def test_training_compiled_gives_the_same_loss_and_gradients(tiny):
         assert torch.allclose(p.grad, q.grad, atol=1e-4), name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stored", [False, True], ids=["recomputed", "stored"])
 def test_training_compiled_in_bf16_gives_the_loss_and_gradients_of_eager_bf16(tiny, stored):
     """Under bf16 autocast the compiled step writes the attention out, its probabilities recomputed in
@@ -79,7 +82,8 @@ def features_and_logits(model, x):
         return torch.cat([tokens.flatten(1), model.forward_head(tokens)], dim=1).float()
 
 
-@pytest.mark.parametrize("compile", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("compile", [pytest.param(False, id="eager"),
+                                     pytest.param(True, id="compiled", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("extra", [{}, HYBRID], ids=["vit", "hybrid"])
 def test_inference_in_float32_equals_the_plain_model(tiny, extra, compile):
     model = perturbed({**tiny, **extra}).eval()
@@ -92,7 +96,8 @@ def test_inference_in_float32_equals_the_plain_model(tiny, extra, compile):
     assert torch.allclose(features_and_logits(fast.model, x), tokens, atol=1e-4)
 
 
-@pytest.mark.parametrize("compile", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("compile", [pytest.param(False, id="eager"),
+                                     pytest.param(True, id="compiled", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("extra", [{}, HYBRID], ids=["vit", "hybrid"])
 def test_inference_in_bf16_equals_the_autocast_model_within_bf16_rounding(tiny, extra, compile):
     """Weights cast to bf16 once: what the plain model computes under bf16 autocast (and in float32),

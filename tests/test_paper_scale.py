@@ -172,6 +172,7 @@ def _report_gpus(run, device, out):
             "world": int(os.environ["WORLD_SIZE"])}
 
 
+@pytest.mark.slow
 def test_runs_at_once_see_only_their_own_gpu_set_and_the_plan_counts_the_same(monkeypatch, tmp_path):
     """A suite under a parent CUDA_VISIBLE_DEVICES (fake GPUs): each run's processes see their set's ids."""
     fake_gpus(monkeypatch, 4)
@@ -275,6 +276,7 @@ def test_the_rehearsal_shrinks_every_dimension_and_keeps_cells_apart(tmp_path):
         assert len(set(configs)) == len(configs), spec.name
 
 
+@pytest.mark.slow
 def test_the_gpu_scale_is_planned_on_one_8_gpu_node_with_its_loaders_and_its_start():
     """The plan states its hours at the recorded loader rates and start-up (benchmarks/results/loader/):
     the small models' runs wait for the loaders (8 workers a GPU decode far fewer images than a GPU trains

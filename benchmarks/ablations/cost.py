@@ -4,13 +4,14 @@ fits, against input size, for the named models on the current device.
 On CUDA the largest batch is found by trying (doubling, then bisecting on out-of-memory). On a CPU
 nothing runs out of memory gracefully, so each point runs in a child process that reports its peak
 resident memory for two batch sizes; the largest batch is extrapolated from the per-image slope
-within a memory budget (stated in the table).
+within a memory budget (stated in the table). The children fork from a server that imported torch
+and vitzoo once (an interpreter and its imports per child: 3 CPU seconds each, 28 in the rehearsal).
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
+import multiprocessing
 import sys
 import time
 from pathlib import Path
@@ -114,13 +115,38 @@ def probe(name: str, options: dict, batch: int) -> dict:
 MEMORY_RESOLUTION_GB = 32 / 1024
 
 
+def _probe_into(connection, name: str, options: dict, batch: int) -> None:  # the child of `probed`
+    connection.send(probe(name, options, batch))
+    connection.close()
+
+
+def probed(name: str, options: dict, batch: int) -> dict:
+    """`probe` in a process of its own, forked from a fork server (the one the launcher uses, or one
+    started here with the same imports): a fresh process for the memory it measures, without a fresh
+    interpreter importing torch."""
+    from benchmarks.launchers.local import PRELOAD
+
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        multiprocessing.set_forkserver_preload([*PRELOAD, __name__])  # read only if no server runs yet
+        context = multiprocessing.get_context("forkserver")
+    else:
+        context = multiprocessing.get_context("spawn")
+    receive, send = context.Pipe(duplex=False)
+    child = context.Process(target=_probe_into, args=(send, name, options, batch))
+    child.start()
+    send.close()
+    try:
+        return receive.recv()
+    except EOFError:
+        child.join()
+        raise RuntimeError(f"the memory probe of {name} at batch {batch} ended without a result (exit code "
+                           f"{child.exitcode}; its error is above)") from None
+    finally:
+        child.join()
+
+
 def cpu_largest_batch(name: str, options: dict, batch: int) -> dict:
-    points = []
-    for b in (max(1, batch // 4), batch):
-        out = subprocess.run([sys.executable, "-m", "benchmarks.ablations.cost", name, json.dumps(options), str(b)],
-                             capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parents[2])
-        points.append((b, json.loads(out.stdout.strip().splitlines()[-1])))
-    return extrapolated(*points)
+    return extrapolated(*[(b, probed(name, options, b)) for b in (max(1, batch // 4), batch)])
 
 
 def extrapolated(small: tuple[int, dict], large: tuple[int, dict], budget_gb: float = CPU_MEMORY_BUDGET_GB) -> dict:
@@ -205,5 +231,5 @@ SPEC = Ablation(
 )
 
 
-if __name__ == "__main__":  # the child process of `cpu_largest_batch`
+if __name__ == "__main__":  # one probe by hand: python -m benchmarks.ablations.cost MODEL OPTIONS_JSON BATCH
     print(json.dumps(probe(sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]))))

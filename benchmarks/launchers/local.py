@@ -34,6 +34,13 @@ def rank_main(measure: Callable[..., dict], run: Any, device: str, out: str, thr
     # loader). Under torchrun's command line they fork, Linux's default: the same here.
     if "fork" in multiprocessing.get_all_start_methods():
         multiprocessing.set_start_method("fork", force=True)
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        # The loader workers of a group's process start from a fork server on Python < 3.12: forked here,
+        # before the group's threads exist, it costs no interpreter start and no second import of torch
+        # (about 5 CPU seconds a process: a rehearsal run's two ranks spent more on that than on training).
+        from vitzoo.data.workers import fork_server_now
+
+        fork_server_now()
     torch.set_num_threads(threads)
     outcome = measure(run, device=device, out=Path(out))
     return outcome if int(os.environ.get("RANK", "0")) == 0 else None

@@ -93,6 +93,10 @@ class RunJob:
 
         restrict_gpus(self.device, self.visible)  # before anything touches CUDA
         environment = export_rendezvous()
+        if environment.world_size > 1:  # the loader workers' fork server, before the group's threads (vitzoo.data.workers)
+            from vitzoo.data.workers import fork_server_now
+
+            fork_server_now()
         threads = task_threads(self.threads, self.run)
         torch.set_num_threads(threads)
         print(f"rank {environment.rank} of {environment.world_size}, rendezvous {environment.master_addr}:"

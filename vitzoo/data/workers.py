@@ -9,11 +9,18 @@ processes that start a 2-worker loader after each all-gather hang within 200 loa
 rehearsal hung in its few-shot evaluation). There the workers start from a fork server instead: one
 process per rank that has imported torch, torchvision and vitzoo once (seconds, once per process) and has
 no threads, from which each worker forks.
+
+Multiprocessing starts that server as a fresh interpreter, which imports torch again: about 5 CPU
+seconds per process (more than a small run's training). A process that knows it will join a group can
+fork its server at its start instead, while it has a single thread (`fork_server_now`): the same
+thread-free server, with what the process has imported already in it.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import os
+import socket
 import sys
 from multiprocessing.context import BaseContext
 
@@ -40,3 +47,49 @@ def worker_start(num_workers: int) -> BaseContext | None:
         return multiprocessing.get_context("spawn")
     multiprocessing.set_forkserver_preload(SERVER_PRELOAD)  # read when the server starts, at the first loader
     return multiprocessing.get_context("forkserver")
+
+
+def fork_server_now() -> bool:
+    """Fork this process's loader fork server now, if `worker_start` would use one, none runs yet, no
+    process group exists and no other Python thread runs (the threads that enter the interpreter: those
+    whose fork can hang); the server then holds what the process imported (no interpreter start, no
+    second import of torch). Call it before the process group starts; returns whether it started one.
+    Otherwise the first loader starts the server as before."""
+    import threading
+    from multiprocessing import connection, forkserver, resource_tracker, util
+
+    if not fork_hangs_in_threads() or "forkserver" not in multiprocessing.get_all_start_methods():
+        return False
+    if threading.active_count() > 1 or (dist.is_available() and dist.is_initialized()):
+        return False
+    for name in SERVER_PRELOAD[1:]:  # what a worker unpickles its dataset with, imported once, here
+        __import__(name)
+    server = forkserver._forkserver
+    # one Python thread: no other can be starting a server meanwhile (nor hold its lock as the child is forked)
+    resource_tracker.ensure_running()
+    if server._forkserver_pid is not None:
+        return False
+    address = connection.arbitrary_address("AF_UNIX")
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(address)
+        if not util.is_abstract_socket_namespace(address):
+            os.chmod(address, 0o600)
+        listener.listen()
+        alive_r, alive_w = os.pipe()  # the server ends when every holder of alive_w has (this process, its workers)
+        pid = os.fork()
+        if pid == 0:  # the server: keeps its socket and pipe only, never runs this process's exit handlers
+            try:
+                keep = {0, 1, 2, listener.fileno(), alive_r}
+                for fd in map(int, os.listdir("/proc/self/fd")):
+                    if fd not in keep:
+                        try:
+                            os.close(fd)
+                        except OSError:
+                            pass
+                forkserver.main(listener.fileno(), alive_r, [])
+            finally:
+                os._exit(0)
+        os.close(alive_r)
+    server._forkserver_address, server._forkserver_alive_fd, server._forkserver_pid = address, alive_w, pid
+    multiprocessing.set_forkserver_preload(SERVER_PRELOAD)
+    return True
