@@ -61,14 +61,15 @@ NOT_ABLATIONS = ("speed", "loader")  # benchmarks of LIST that are not ablations
 def build_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
     parser.add_argument("names", nargs="+", help="ablations to run: " + ", ".join(ABLATIONS) + ", all, speed, or loader")
-    parser.add_argument("--scale", choices=tuple(SCALES), default="cpu")
+    parser.add_argument("--scale", choices=tuple(SCALES), default="cpu",
+                        help="how big the runs are (benchmarks/scales.py; default cpu)")
     parser.add_argument("--quick", action="store_true", help="the same as --scale quick (seconds per run; for tests)")
     parser.add_argument("--seeds", type=int, default=None,
                         help="seeds per cell instead of the scale's (a run's key does not change: more seeds add runs)")
     parser.add_argument("--data", default=None,
                         help="dataset for --scale paper or gpu: an ImageFolder directory (ImageNet's layout), its shards "
                         "(vitzoo shard: their folder or DIR/train-{000000..000127}.tar), cifar10, cifar100")
-    parser.add_argument("--data-dir", default=None)
+    parser.add_argument("--data-dir", default=None, help="where the named dataset's files are (default $VITZOO_CACHE/datasets)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda (each run its own GPUs), or auto")
     parser.add_argument("--out", type=Path, default=None,
                         help=f"results root (default {RESULTS}; the rehearsal's: {REHEARSAL_OUT})")
@@ -88,7 +89,7 @@ def build_parser() -> ArgumentParser:
     slurm.add_argument("--gpus-per-node", type=int, default=None,
                        help="GPUs (= tasks) per node of each job (default 8; the plan assumes --gpu-tflops each)")
     slurm.add_argument("--partition", default=None, help="default: the cluster's default partition")
-    slurm.add_argument("--account", default=None)
+    slurm.add_argument("--account", default=None, help="the SLURM account to charge (default: yours)")
     slurm.add_argument("--time-limit-min", type=float, default=None,
                        help="each job's time limit (default: its planned time x 1.5, at least 10 minutes; at most the "
                             "partition's MaxTime; a run that reaches it is requeued and resumes)")
@@ -111,7 +112,7 @@ def build_parser() -> ArgumentParser:
                         help="with --dry-run for GPUs that are not here: training TFLOP/s per GPU")
     parser.add_argument("--report-only", action="store_true",
                         help="write the tables, figures and verdicts from the results measured so far; train nothing")
-    parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
     return parser
 
 
