@@ -5,6 +5,7 @@ usage; `vitzoo bench --help` names `vitzoo bench`."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pytest
 
@@ -35,10 +36,9 @@ def test_an_unknown_or_abbreviated_option_is_refused_with_the_subcommands_usage(
 
 
 def test_vitzoo_bench_help_names_vitzoo_bench(capsys):
-    with pytest.raises(SystemExit) as exited:
-        main(["bench", "--help"])
+    assert main(["bench", "--help"]) == 0
     out = capsys.readouterr().out
-    assert exited.value.code in (0, None) and "usage: vitzoo bench" in out and "python -m benchmarks [" not in out
+    assert "usage: vitzoo bench" in out and "python -m benchmarks [" not in out
     assert "runs/bench" in out  # where its results go by default
 
 
@@ -52,3 +52,19 @@ def test_a_directory_that_is_not_empty_is_refused_in_plain_words(tmp_path, capsy
     assert str(refused.value).endswith("choose another directory") and "another the" not in str(refused.value)
     with pytest.raises(ValueError, match="choose another --out$"):
         check_new_directory(tmp_path, "--out", writer="a new run needs")
+
+
+def test_vitzoo_bench_writes_to_runs_bench_unless_asked_for_the_committed_results():
+    """Issue 35 item 10: `vitzoo bench` had written into the checkout's committed benchmarks/results."""
+    from benchmarks.__main__ import BENCH_OUT, REHEARSAL_OUT, parse
+    from benchmarks.suite import RESULTS
+
+    def out(*argv: str, prog: str = "vitzoo bench"):
+        return parse(["pos_embed", "--dry-run", *argv], prog).out
+
+    assert out() == BENCH_OUT == Path("runs") / "bench"
+    assert out("--committed") == RESULTS and out("--out", "mine") == Path("mine")
+    assert out("--scale", "rehearsal") == REHEARSAL_OUT
+    assert out(prog="python -m benchmarks") == RESULTS  # the maintainers' command, as documented
+    with pytest.raises(SystemExit):
+        out("--committed", "--out", "mine")
