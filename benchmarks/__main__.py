@@ -18,7 +18,8 @@ from a login node without GPUs (planned at `--gpu-tflops` per GPU, as `--dry-run
 unless `--no-wait` (a later invocation collects); what a job asks for is in docs/gpus.md. `--dry-run`
 prints the plan for that same assignment (runs, FLOPs, minutes, device-hours) and trains nothing.
 
-Results go to benchmarks/results/<ablation>/ (the rehearsal's to runs/rehearsal/): results.json (every
+Results go to benchmarks/results/<ablation>/ (the rehearsal's to runs/rehearsal/; `vitzoo bench`'s to runs/bench/
+unless --committed): results.json (every
 run, its settings and environment), findings.json (the verdicts), README.md (the table beside the
 paper's numbers, each finding judged by one rule), PNG figures; each run's folder (checkpoints, final
 weights, logs) under <ablation>/runs/, ignored by git. Runs whose results exist are skipped, so an
@@ -55,23 +56,34 @@ from vitzoo.argvalues import ArgumentParser
 from vitzoo.io import write_text
 
 REHEARSAL_OUT = Path("runs") / "rehearsal"  # the rehearsal's results never mix with the committed ones
+# `vitzoo bench` (a user's command, from any directory) writes here unless --out or --committed says otherwise:
+# the checkout's committed results change only when asked
+BENCH_OUT = Path("runs") / "bench"
+PROG = "python -m benchmarks"
 NOT_ABLATIONS = ("speed", "loader")  # benchmarks of LIST that are not ablations
 
 
-def build_parser() -> ArgumentParser:
-    parser = ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
+def build_parser(prog: str = PROG) -> ArgumentParser:
+    """The command line of `python -m benchmarks`, or, with `prog` "vitzoo bench", of `vitzoo bench`, whose
+    results go to runs/bench by default."""
+    parser = ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     parser.add_argument("names", nargs="+", help="ablations to run: " + ", ".join(ABLATIONS) + ", all, speed, or loader")
-    parser.add_argument("--scale", choices=tuple(SCALES), default="cpu")
+    parser.add_argument("--scale", choices=tuple(SCALES), default="cpu",
+                        help="how big the runs are (benchmarks/scales.py; default cpu)")
     parser.add_argument("--quick", action="store_true", help="the same as --scale quick (seconds per run; for tests)")
     parser.add_argument("--seeds", type=int, default=None,
                         help="seeds per cell instead of the scale's (a run's key does not change: more seeds add runs)")
     parser.add_argument("--data", default=None,
                         help="dataset for --scale paper or gpu: an ImageFolder directory (ImageNet's layout), its shards "
                         "(vitzoo shard: their folder or DIR/train-{000000..000127}.tar), cifar10, cifar100")
-    parser.add_argument("--data-dir", default=None)
+    parser.add_argument("--data-dir", default=None, help="where the named dataset's files are (default $VITZOO_CACHE/datasets)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda (each run its own GPUs), or auto")
+    default_out = RESULTS.relative_to(RESULTS.parents[1]) if prog == PROG else BENCH_OUT
     parser.add_argument("--out", type=Path, default=None,
-                        help=f"results root (default {RESULTS}; the rehearsal's: {REHEARSAL_OUT})")
+                        help=f"results root (default {default_out}; the rehearsal's: {REHEARSAL_OUT})")
+    parser.add_argument("--committed", action="store_true",
+                        help=f"write into the checkout's committed results, {RESULTS.relative_to(RESULTS.parents[1])}/ "
+                        f"(the default of {PROG}; `vitzoo bench` writes to {BENCH_OUT} unless asked)")
     parser.add_argument("--workers", type=int, default=1,
                         help="CPU: training runs measured at once, in separate processes sharing the CPU threads "
                              "(2 on a 2-core CPU: small models gain about 1.5x); timing ablations always use one")
@@ -88,7 +100,7 @@ def build_parser() -> ArgumentParser:
     slurm.add_argument("--gpus-per-node", type=int, default=None,
                        help="GPUs (= tasks) per node of each job (default 8; the plan assumes --gpu-tflops each)")
     slurm.add_argument("--partition", default=None, help="default: the cluster's default partition")
-    slurm.add_argument("--account", default=None)
+    slurm.add_argument("--account", default=None, help="the SLURM account to charge (default: yours)")
     slurm.add_argument("--time-limit-min", type=float, default=None,
                        help="each job's time limit (default: its planned time x 1.5, at least 10 minutes; at most the "
                             "partition's MaxTime; a run that reaches it is requeued and resumes)")
@@ -111,12 +123,12 @@ def build_parser() -> ArgumentParser:
                         help="with --dry-run for GPUs that are not here: training TFLOP/s per GPU")
     parser.add_argument("--report-only", action="store_true",
                         help="write the tables, figures and verdicts from the results measured so far; train nothing")
-    parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
     return parser
 
 
-def parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = build_parser()
+def parse(argv: list[str] | None, prog: str = PROG) -> argparse.Namespace:
+    parser = build_parser(prog)
     args = parser.parse_args(argv)
     if args.quick:
         args.scale = "quick"
@@ -138,8 +150,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                      "compute nodes' GPUs; say --device cuda or --device cpu")
     if not args.dry_run and importlib.util.find_spec("matplotlib") is None:  # said before the training, not after
         parser.error(MATPLOTLIB_MISSING)
+    if args.committed and args.out is not None:
+        parser.error(f"--committed writes into {RESULTS}; --out {args.out} names another folder: give one of the two")
     if args.out is None:
-        args.out = REHEARSAL_OUT if args.scale == "rehearsal" else RESULTS
+        args.out = (REHEARSAL_OUT if args.scale == "rehearsal" and not args.committed
+                    else RESULTS if args.committed or prog == PROG else BENCH_OUT)
     try:
         # a dry run of the paper's scales needs no data: ImageNet-1k's size is assumed (benchmarks/plan.py);
         # the rehearsal writes its own, beside its results
@@ -251,16 +266,17 @@ def run_ablation(spec: Ablation, scale: Scale, store: ResultStore, args: argpars
     return body
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
+    """The benchmarks, as `prog` (`python -m benchmarks`, or `vitzoo bench`: vitzoo/commands/bench.py) says."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["gpu-check"]:
         from benchmarks import gpu_check
 
         return gpu_check.main(argv[1:])
-    args = parse(argv)
+    args = parse(argv, prog)
     no_slurm = launcher_flags.slurm_missing(args)
     if no_slurm:  # before the plan and anything written: submitit's own refusal came as a traceback after them
-        print(f"python -m benchmarks: error: {no_slurm}", file=sys.stderr)
+        print(f"{prog}: error: {no_slurm}", file=sys.stderr)
         return 2
     scale = args.scale_settings
     start = time.perf_counter()

@@ -17,6 +17,7 @@ from tqdm import tqdm
 from benchmarks import claims
 from benchmarks.launchers import local, slurm
 from benchmarks.launchers.assign import Assignment
+from benchmarks.progress import InRunProgress
 from benchmarks.suite import ResultStore, Run, make_record, run_folder
 
 CLAIM_POLL_S = 10.0  # how often a suite waiting for another invocation's runs looks for their results
@@ -77,8 +78,9 @@ def execute(
         if mine:
             folders = [run_folder(store, run) for run in mine]
             try:
-                with claims.heartbeat(folders):
-                    _measure_local(mine, measure, store, assignment, bar)
+                in_flight = {run.key: (f"{run.label} seed {run.seed}", folder) for run, folder in zip(mine, folders)}
+                with claims.heartbeat(folders), InRunProgress(bar, in_flight) as progress:
+                    _measure_local(mine, measure, store, assignment, bar, progress)
             finally:
                 for folder in folders:
                     claims.release(folder)
@@ -93,8 +95,9 @@ def execute(
 
 
 def _measure_local(todo: list[Run], measure: Callable[..., dict[str, Any]], store: ResultStore, assignment: Assignment,
-                   bar: tqdm) -> None:
-    """Measure `todo` (runs this process has claimed) on this machine, storing each result as it arrives."""
+                   bar: tqdm, progress: InRunProgress | None = None) -> None:
+    """Measure `todo` (runs this process has claimed) on this machine, storing each result as it arrives;
+    `progress` moves the bar inside the runs (benchmarks/progress.py)."""
     launch = {"launcher": "local", "processes": assignment.processes_per_run}
 
     def done(run: Run, result: dict[str, Any]) -> None:
@@ -102,7 +105,10 @@ def _measure_local(todo: list[Run], measure: Callable[..., dict[str, Any]], stor
                               threads=result.get("threads", assignment.threads_per_process), started=round(result["started"], 3),
                               **({"gpus": result["slot"]} if result.get("slot") else {})))
         bar.set_postfix_str(f"{run.label} seed {run.seed}")
-        bar.update(1)
+        if progress is not None:
+            progress.finish(run.key)
+        else:
+            bar.update(1)
 
     def pending() -> list[Run]:  # what no other process has measured meanwhile
         store.refresh()

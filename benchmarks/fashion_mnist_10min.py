@@ -132,11 +132,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--processes", type=int, default=1,
                         help="data-parallel processes (torchrun on this machine, gloo on CPU), one thread each")
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or mps (default cpu)")
     parser.add_argument("--data-dir", default=None, help="Fashion-MNIST files (default: the Debian package)")
     parser.add_argument("--out", type=Path, default=OUT, help=f"results directory (default {OUT.relative_to(ROOT)})")
     parser.add_argument("--keep-runs", action="store_true", help="keep the run directories (weights) under OUT/runs")
-    parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar and no messages")
     return parser
 
 

@@ -303,7 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
     from vitzoo.argvalues import ArgumentParser
 
     parser = ArgumentParser(prog="python -m benchmarks.loader", description=__doc__.split("\n")[0])
-    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--out", type=Path, default=OUT, help="where the results go (default: the committed ones)")
     parser.add_argument("--work", type=Path, default=WORK, help="where the measured files are written (once)")
     parser.add_argument("--quick", action="store_true", help="a few files, one pass (a check, not a measurement)")
     return parser

@@ -351,8 +351,8 @@ def build_parser():
     from vitzoo.argvalues import ArgumentParser
 
     parser = ArgumentParser(prog="python -m benchmarks.plan", description="record the throughput probe the budget test plans with")
-    parser.add_argument("--record", action="store_true", required=True)
-    parser.add_argument("--scales", nargs="+", default=["main", "cpu"])
+    parser.add_argument("--record", action="store_true", required=True, help="measure and record the probe (on a quiet machine)")
+    parser.add_argument("--scales", nargs="+", default=["main", "cpu"], help="the scales to probe (default main cpu)")
     return parser
 
 

@@ -86,10 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
     from vitzoo.argvalues import ArgumentParser
 
     parser = ArgumentParser(prog="python -m benchmarks.trials", description=__doc__.split("\n")[0])
-    parser.add_argument("set", choices=sorted(TRIALS))
+    parser.add_argument("set", choices=sorted(TRIALS), help="the set of trials to run")
     parser.add_argument("--only", action="append", help="run only this trial (repeatable)")
-    parser.add_argument("--workers", type=int, default=1)
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--workers", type=int, default=1, help="trials trained at once, one process each")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     return parser
 
 

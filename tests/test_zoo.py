@@ -79,3 +79,21 @@ def test_hybrids_without_an_official_config_count_as_the_official_code_would_bui
 
     expected = official_param_count(224, patch_size=1, num_classes=1000, classifier="token", **fields)
     assert vitzoo.count_params(vitzoo.create(name, device="meta")) == expected
+
+
+# timm's names of the paper's models (issue 35 item 9): its users reach for these first
+@pytest.mark.parametrize("timm_name, name, img_size", [
+    ("vit_tiny_patch16_224", "vit_ti16", 224),
+    ("vit_base_patch16_384", "vit_b16", 384),
+    ("vit_large_patch32_224", "vit_l32", 224),
+    ("vit_base_r50_s16_224", "vit_b16_hybrid", 224),
+    ("vit_small_r26_s32_224", "vit_s32_r26_hybrid", 224),
+])
+def test_timms_name_of_a_paper_model_builds_that_model(timm_name, name, img_size):
+    model = vitzoo.create(timm_name, device="meta")
+    assert model.config == vitzoo.get_config(name, img_size=img_size) == vitzoo.get_config(timm_name)
+
+
+def test_a_name_near_timms_points_to_vitzoos_name():
+    with pytest.raises(vitzoo.ConfigError, match=r"Did you mean vit_ti16 \(timm: vit_tiny_patch16_224\)"):
+        vitzoo.create("vit_tiny_patch_16_224", device="meta")

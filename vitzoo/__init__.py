@@ -76,7 +76,8 @@ def list_weight_formats() -> list[str]:
 def get_config(name: str, **options) -> ViTConfig:
     """The config of a named model with options changed (timm's names of the same options taken too:
     drop_rate, global_pool, class_token, ...); unknown option names fail at once."""
-    options = from_timm_names(options)
+    name, implied = catalog.from_timm_name(name)  # vit_tiny_patch16_224: vit_ti16 at 224 px
+    options = {**implied, **from_timm_names(options)}
     ViTConfig.check_option_names(options)
     return resolve_config(get_registry().get("model", name).replace(**options))
 
@@ -111,7 +112,8 @@ def resolve(name: str, pretrained: bool | str | os.PathLike | None = None, *, st
     """What `create` would build, worked out once without building it: the resolved config (`.config`)
     and the weights it would hold; `.build(config)` builds it, of that config or a changed copy."""
     _check_arguments(name=name, pretrained=pretrained, strict=strict)
-    options = from_timm_names(options)
+    name, implied = catalog.from_timm_name(name)  # timm's names of the paper's models: vit_tiny_patch16_224
+    options = {**implied, **from_timm_names(options)}
     if name.startswith(HUB_PREFIX):  # timm's habit: a Hub repo as the name, its weights with pretrained=True
         if pretrained is True:
             return resolve_source(name, strict=strict, **options)

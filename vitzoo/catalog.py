@@ -15,13 +15,16 @@ classes, preprocessing) with fresh weights, as timm does. Downloading and loadin
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
+import re
 
 from vitzoo.errors import ConfigError, PluginError
 from vitzoo.hub.transport import check_revision
 from vitzoo.options import closest
 from vitzoo.registry import get_registry
 from vitzoo.tags import REVISION_SEPARATOR, SEPARATOR, PretrainedTag
+from vitzoo.zoo import TIMM_ARCHITECTURES
 
 KIND = "pretrained_tag"  # the registry's kind (vitzoo.registry.KINDS)
 
@@ -85,6 +88,33 @@ def get_tag(model: str, tag: str) -> PretrainedTag:
     return found
 
 
+def from_timm_name(name: str) -> tuple[str, dict]:
+    """timm's name of one of the paper's models as vitzoo's, with the resolution it names:
+    `vit_tiny_patch16_224` -> ("vit_ti16", {}), `vit_base_patch16_384` -> ("vit_b16", {"img_size": 384}),
+    `vit_base_patch16_384.TAG@REV` -> ("vit_b16.TAG@REV", {}) (a tag decides its own resolution). Any other
+    name is returned unchanged."""
+    model, rest = re.match(r"([^.@]*)(.*)", name).groups()
+    found = re.fullmatch(r"(.+?)(?:_(\d+))?", model)
+    architecture, size = found.groups()
+    if architecture not in TIMM_ARCHITECTURES or model in get_registry().tables()["model"]:
+        return name, {}
+    vitzoo_name = TIMM_ARCHITECTURES[architecture]
+    # a resolution other than the model's is an option (a default tag's weights are then resampled to it)
+    other_size = size and not rest and (int(size),) * 2 != tuple(get_registry().get("model", vitzoo_name).img_size)
+    return vitzoo_name + rest, ({"img_size": int(size)} if other_size else {})
+
+
+def _unknown_model(model: str) -> ConfigError | None:
+    """The refusal of a model name nothing registers, pointing from a near timm name to vitzoo's."""
+    timm_names = {f"{arch}_224": name for arch, name in TIMM_ARCHITECTURES.items()}
+    near = difflib.get_close_matches(model, list(timm_names), n=1, cutoff=0.75)
+    if not near:
+        return None
+    models = sorted(get_registry().tables()["model"])
+    return ConfigError(f"unknown model name {model!r}. Did you mean {timm_names[near[0]]} (timm: {near[0]})? "
+                       f"Available: {', '.join(models)}; timm's names of them are taken too (vit_tiny_patch16_224)")
+
+
 def lookup(name: str, pretrained: bool) -> tuple[str, PretrainedTag | None, str | None]:
     """`MODEL[.TAG][@REVISION]` -> (model name, the tag or None, revision or None). With `pretrained`
     and no tag, the model's default tag."""
@@ -92,6 +122,8 @@ def lookup(name: str, pretrained: bool) -> tuple[str, PretrainedTag | None, str 
     if _ and not revision:
         raise ConfigError(f"{name!r}: write MODEL.TAG@REVISION (a branch, tag or commit of the tag's Hub repo)")
     model, _, tag_name = text.partition(SEPARATOR)
+    if model not in get_registry().tables()["model"] and (refusal := _unknown_model(model)) is not None:
+        raise refusal
     get_registry().get("model", model)  # unknown model names fail here, with suggestions
     if revision:
         if not pretrained:

@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(prog="vitzoo", description=DESCRIPTION, epilog=EXAMPLES,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"vitzoo {__import__('vitzoo').__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help="one of these:")
     names = [m.name for m in pkgutil.iter_modules(vitzoo.commands.__path__)]
     for name in sorted(names, key=lambda n: (ORDER.index(n) if n in ORDER else len(ORDER), n)):
         importlib.import_module(f"vitzoo.commands.{name}").add_parser(sub)

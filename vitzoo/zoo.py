@@ -51,6 +51,24 @@ MODELS: dict[str, ViTConfig] = {
     "vit_b32_r26_hybrid": hybrid("b", R26_S32),
 }
 
+# timm's architecture names of the same models (its name ends in the resolution: `vit_tiny_patch16_224`,
+# `vit_base_patch16_384`), so that a timm user's name builds the model it means (vitzoo.catalog.from_timm_name)
+TIMM_ARCHITECTURES = {
+    "vit_tiny_patch16": "vit_ti16",
+    "vit_small_patch16": "vit_s16",
+    "vit_small_patch32": "vit_s32",
+    "vit_base_patch8": "vit_b8",
+    "vit_base_patch16": "vit_b16",
+    "vit_base_patch32": "vit_b32",
+    "vit_large_patch16": "vit_l16",
+    "vit_large_patch32": "vit_l32",
+    "vit_huge_patch14": "vit_h14",
+    "vit_base_r50_s16": "vit_b16_hybrid",
+    "vit_large_r50_s32": "vit_l32_hybrid",
+    "vit_small_r26_s32": "vit_s32_r26_hybrid",
+    "vit_base_r26_s32": "vit_b32_r26_hybrid",
+}
+
 
 # ------------------------------------------------------------------------------- released weights
 # The paper's ImageNet-21k checkpoints (`orig_in21k`, 224 px) and their ImageNet fine-tunes at 384 px

@@ -53,11 +53,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(prog="python -m benchmarks.speed.profile", description=__doc__.split("\n\n")[0])
     parser.add_argument("model", help="a speed-benchmark case: vit_b16 or vit_b16_hybrid")
     parser.add_argument("--peer", default="timm", help="timm or torchvision (where the case has it)")
-    parser.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
-    parser.add_argument("--batch", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--calls", type=int, default=3)
-    parser.add_argument("--rows", type=int, default=20)
+    parser.add_argument("--dtype", default="bf16", choices=sorted(DTYPES), help="the precision to profile in")
+    parser.add_argument("--batch", type=int, default=2, help="images per call")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--calls", type=int, default=3, help="profiled calls, after a warm-up")
+    parser.add_argument("--rows", type=int, default=20, help="rows of the profile table to print")
     return parser
 
 

@@ -38,6 +38,7 @@ import vitzoo
 from benchmarks.machine import environment
 from benchmarks.suite import RESULTS, markdown_table
 from vitzoo import measurements, precision
+from vitzoo.argvalues import ArgumentParser
 from vitzoo.fastest import fastest_precision
 from vitzoo.inference import COMPILE_CACHE, compile_key, for_inference
 from vitzoo.io import write_text
@@ -113,13 +114,17 @@ def report(record: dict) -> str:
     ]) + "\n"
 
 
-def main(argv: list[str] | None = None) -> Path:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.speed.under_load", description=__doc__.splitlines()[0])
+def build_parser() -> argparse.ArgumentParser:
+    parser = ArgumentParser(prog="python -m benchmarks.speed.under_load", description=__doc__.splitlines()[0])
     parser.add_argument("--depth", type=int, default=4, help="ViT-S/16's layers (12: the paper's)")
     parser.add_argument("--batch", type=int, default=4, help="images per call")
     parser.add_argument("--reps", type=int, default=5, help="interleaved repetitions per phase")
     parser.add_argument("--out", type=Path, default=OUT, help="where under_load.json and under_load.md go")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> Path:
+    args = build_parser().parse_args(argv)
     torch.manual_seed(0)
     model = vitzoo.create("vit_s16", depth=args.depth).eval()
     x = torch.randn(args.batch, 3, 224, 224)

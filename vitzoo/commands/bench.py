@@ -1,4 +1,5 @@
-"""`vitzoo bench LIST ...`: the ablation benchmarks of a checkout (same as `python -m benchmarks`).
+"""`vitzoo bench LIST ...`: the ablation benchmarks of a checkout (`python -m benchmarks`), whose results go
+to runs/bench in the caller's directory unless `--out` or `--committed` (the checkout's benchmarks/results/).
 
 The benchmarks are no part of the installed package: they live beside it in the repository, with their
 committed results. The command runs them as `python -m benchmarks LIST ...` with this interpreter, in a
@@ -16,6 +17,9 @@ import sys
 import threading
 from pathlib import Path
 from typing import IO
+
+
+BENCHMARKS_AS_VITZOO_BENCH = "import sys; from benchmarks.__main__ import main; sys.exit(main(prog='vitzoo bench'))"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -44,7 +48,9 @@ def run(args) -> int:
     # another `benchmarks` could stand
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
     safe_path = ["-P"] if sys.version_info >= (3, 11) else []
-    code = relayed([sys.executable, *safe_path, "-m", "benchmarks", *(args.args or ["--help"])], env)
+    # `python -m benchmarks` as `vitzoo bench`: its usage says so, and its results go to runs/bench unless asked
+    # (benchmarks/__main__.py)
+    code = relayed([sys.executable, *safe_path, "-c", BENCHMARKS_AS_VITZOO_BENCH, *(args.args or ["--help"])], env)
     if code != 0:  # the benchmarks have said why (argparse's usage error: 2); their status is the command's
         raise SystemExit(code if code > 0 else 128 - code)
     return 0

@@ -10,13 +10,13 @@ import vitzoo
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("list", help="list the named models (fnmatch PATTERN), the components and the weight formats")
-    p.add_argument("pattern", nargs="?", default="*")
+    p.add_argument("pattern", nargs="?", default="*", help="shell-style pattern of the names to list, e.g. 'vit_b*' (default: all)")
     p.add_argument("--pretrained", action="store_true",
                    help="list the pretrained tags (MODEL.TAG) instead: their Hub repo, resolution and accuracy")
     p.add_argument("--markdown", action="store_true", help="with --pretrained: as a Markdown table (the one in docs/pretrained.md)")
     p.set_defaults(func=run_list)
     p = sub.add_parser("info", help="config, parameter count, GFLOPs and sequence length of a model")
-    p.add_argument("name")
+    p.add_argument("name", help="a model name or pretrained tag (vitzoo list)")
     p.add_argument("--img-size", type=int, default=None, help="resolution (default: the model's)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run_info)

@@ -20,7 +20,7 @@ from vitzoo.weights.layout import CONFIG_NAME, HUB_PREFIX
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("push", help="upload a directory written by save_pretrained to a Hugging Face Hub repo")
-    p.add_argument("directory")
+    p.add_argument("directory", help="the model's directory, as save_pretrained (or vitzoo convert, pull DIR) writes it")
     p.add_argument("repo_id", help="ORG/NAME (created when it does not exist)")
     p.add_argument("--revision", default=None, help="branch to commit to (created when missing; default main)")
     p.add_argument("--private", action="store_true", help="create the repo private")
@@ -31,13 +31,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("pull", help="download a model from the Hub into the Hugging Face cache (and DIR)")
     p.add_argument("repo_id", help=f"ORG/NAME[@REVISION] or {HUB_PREFIX}ORG/NAME[@REVISION]")
     p.add_argument("directory", nargs="?", default=None, help="also write the model here as a vitzoo directory")
-    p.add_argument("--revision", default=None)
-    p.add_argument("--token", default=None)
+    p.add_argument("--revision", default=None, help="branch, tag or commit (default main; or ORG/NAME@REVISION)")
+    p.add_argument("--token", default=None, help="Hub token (default: HF_TOKEN or the stored login)")
     p.set_defaults(func=run_pull)
 
     p = sub.add_parser("convert", help="read weights in any supported format, write a vitzoo directory")
     p.add_argument("source", help=f"file, directory or {HUB_PREFIX}ORG/NAME[@REVISION]")
-    p.add_argument("destination")
+    p.add_argument("destination", help="a new or empty directory to write the vitzoo directory into")
     p.add_argument("--model", default=None, help="named model to load into (default: inferred from the weights)")
     p.add_argument("--num-heads", type=int, default=None, help="attention heads, when the weights cannot say")
     p.add_argument("--img-size", type=int, default=None, help="resolution (position embeddings are resampled)")

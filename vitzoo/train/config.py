@@ -51,7 +51,7 @@ PATH_OPTIONS = ("pretrained", "data", "data_dir", "out")
 # Fields that may differ between a run and its resumption (they do not change what is computed);
 # `out` too: a run directory moved or copied elsewhere is the same run.
 RESUMABLE_CHANGES = {"resume", "stop_at", "quiet", "num_workers", "log_every", "eval_every", "checkpoint_every",
-                     "keep_checkpoints", "device", "compile", "tensorboard", "out", "download", "decode"}
+                     "checkpoint_every_min", "keep_checkpoints", "device", "compile", "tensorboard", "out", "download", "decode"}
 
 # the range of every number option (`vitzoo.options.check_fields` checks them all, and every type, as
 # one ConfigError before any data loads); options not named take any int or finite number
@@ -59,7 +59,8 @@ NUMBER_RANGES = {
     **dict.fromkeys(("lr", "batch_size", "micro_batch", "epochs", "steps", "time_budget_min", "stop_at",
                      "train_limit", "test_limit", "log_every", "keep_checkpoints"), "> 0"),
     **dict.fromkeys(("val_size", "num_workers", "crop_padding", "randaugment", "mixup", "cutmix", "weight_decay",
-                     "momentum", "warmup", "clip_grad", "checkpoint_every", "eval_every", "seed"), ">= 0"),
+                     "momentum", "warmup", "clip_grad", "checkpoint_every", "checkpoint_every_min", "eval_every",
+                     "seed"), ">= 0"),
     "random_resized_crop": "in [0, 1]",
     "label_smoothing": "in [0, 1)",
 }
@@ -141,8 +142,13 @@ class TrainConfig(Options):
     seed: int = _help("random seed (model init, data order, augmentation)", default=0)
     # output
     out: str | None = _help("run directory (None: write nothing)", default=None)
-    resume: bool = _help("continue the run in --out from its last checkpoint", default=False)
-    checkpoint_every: int = _help("checkpoint every this many steps (and at the end; 0: end only)", default=1000)
+    resume: bool = _help("continue the run in --out from its last checkpoint (a run stopped before its first "
+                         "checkpoint starts again from step 0, and says so)", default=False)
+    checkpoint_every: int = _help("checkpoint every this many steps, at each epoch's end and every "
+                                  "--checkpoint-every-min minutes of training, whichever comes first, and at the end "
+                                  "(0: at the end only)", default=1000)
+    checkpoint_every_min: float = _help("checkpoint after this many minutes of training since the last checkpoint "
+                                        "(with --checkpoint-every; 0: not by time)", default=10.0)
     keep_checkpoints: int = _help("how many checkpoints to keep", default=1)
     eval_every: int = _help("evaluate on the test set (the validation set with --val-size) every this many steps "
                             "(0: at the end only)", default=0)

@@ -121,6 +121,8 @@ class Trainer:
         self.best: dict[str, Any] = {"step": None, "val_top1": None, "weights": None}
         self.resume_from = None
         if not resume_points:
+            if cfg.resume and env.is_main:  # a run stopped before its first checkpoint: said, quiet or not
+                print(f"no checkpoint in {self.run_dir}: starting from step 0", file=sys.stderr, flush=True)
             torch.manual_seed(cfg.seed + 1 + env.rank)  # dropout / drop-path / mixing differ across processes
             return
         self.resume_from, saved = state.load_first(resume_points, self.model, device)
@@ -178,7 +180,7 @@ class Trainer:
                     logging = self.step % cfg.log_every == 0 or self.finished()
                     evaluating = bool(cfg.eval_every) and self.step % cfg.eval_every == 0 and not self.finished()
                     stop = stop_requested or (cfg.stop_at is not None and self.step >= cfg.stop_at)
-                    checkpointing = bool(cfg.checkpoint_every) and self.step % cfg.checkpoint_every == 0 or stop
+                    checkpointing = self.checkpoint_due() or stop
                     if logging or evaluating or checkpointing or len(self.unread) >= MAX_UNREAD_STEPS:
                         self.read_steps()
                     if logging:
@@ -187,7 +189,7 @@ class Trainer:
                         self.evaluate_during_training()
                     if checkpointing:
                         self.save_checkpoint()
-                        self.last_checkpoint = self.step
+                        self.last_checkpoint, self.last_checkpoint_s = self.step, self.train_seconds
                         self.log_time = time.perf_counter()
                     if stop:
                         self.status = "interrupted" if stop_requested else "stopped"
@@ -208,6 +210,7 @@ class Trainer:
         self.flag: dict[str, Any] = {}  # "signal": set by stop_signals
         self.status = "finished"
         self.last_checkpoint = self.step if self.resume_from is not None else None
+        self.last_checkpoint_s = self.train_seconds
         self.last_eval: dict[str, float] = {}
         self.loss_value, self.grad_norm = None, None
         # each step's (step, mean loss, gradient norm, count of non-finite inputs), kept on the device until
@@ -215,6 +218,17 @@ class Trainer:
         # needed, not every step
         self.unread: list[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]] = []
         self.log_images, self.log_time = 0, time.perf_counter()
+
+    def checkpoint_due(self) -> bool:
+        """Every `checkpoint_every` steps, at each epoch's end, or `checkpoint_every_min` minutes of training
+        after the last checkpoint, whichever comes first (none of them with checkpoint_every 0): an
+        interrupted first epoch, or an hour of a long one, leaves something to resume. Training time is
+        agreed across processes, so every process decides alike."""
+        cfg = self.cfg
+        if not cfg.checkpoint_every:
+            return False
+        return (self.step % cfg.checkpoint_every == 0 or self.step % self.steps_per_epoch == 0
+                or bool(cfg.checkpoint_every_min) and self.train_seconds - self.last_checkpoint_s >= 60 * cfg.checkpoint_every_min)
 
     def finished(self) -> bool:
         if self.total_steps is not None:

@@ -43,13 +43,15 @@ def check_new_directory(directory: Path, option: str, *, writer: str, source: st
     directory): it does not exist or is empty. Anything already there (a saved model, the source being
     read, a run, a user's README) would be overwritten or mixed in. `writer` says who needs it ("a new
     run needs"); `run_hint` is added when the directory holds a run."""
+    # "choose another --out", but "choose another directory" for "the directory", "the destination"
+    another = f"choose another {option if option.startswith('-') else 'directory'}"
     if directory.exists() and not directory.is_dir():
-        raise ValueError(f"{option} {directory} is a file, not a directory; choose another {option}")
+        raise ValueError(f"{option} {directory} is a file, not a directory; {another}")
     entries = sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []
     if entries:
         held = _describe(directory, entries, source, source_name)
         raise ValueError(f"{option} {directory} already holds {held}{run_hint if held == 'a run' else ''}; {writer} "
-                         f"an empty or new directory: choose another {option}")
+                         f"an empty or new directory: {another}")
 
 
 def _check_new_run_dir(run: Path, pretrained: str | None) -> None:
