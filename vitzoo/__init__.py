@@ -14,11 +14,13 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import os
+from collections.abc import Mapping
 
 import torch
 
 from vitzoo import catalog, inference  # noqa: F401  (`vitzoo.inference.for_inference` after `import vitzoo`)
 from vitzoo.catalog import list_pretrained
+from vitzoo.options import described as in_words  # a value in an error, never its tensors
 from vitzoo.config import FLAT_NAMES, PART_OPTIONS, ViTConfig, fold_flat_names, from_timm_names
 from vitzoo.errors import (
     CheckpointError,
@@ -133,10 +135,12 @@ def resolve(name: str, pretrained: bool | str | os.PathLike | None = None, *, st
 
 
 def from_pretrained(
-    source: str | os.PathLike, *, strict: bool = True, device: str | torch.device | None = None, **options
+    source: str | os.PathLike | Mapping[str, torch.Tensor] | torch.nn.Module, *, strict: bool = True,
+    device: str | torch.device | None = None, **options
 ) -> VisionTransformer:
     """Load a model saved with `model.save_pretrained(dir)`, pushed to the Hub ("hf-hub:ORG/NAME[@REV]")
-    or in any format `create(..., pretrained=...)` reads, the model inferred from the weights; options
+    or in any format `create(..., pretrained=...)` reads, the model inferred from the weights; a state
+    dict or a module (a timm or transformers ViT, a vitzoo model) is converted in memory; options
     change its config (a new `num_classes` replaces the head, a new `img_size` resamples the position
     embeddings, `num_heads` when the weights cannot say)."""
     resolved = resolve_source(source, strict=strict, **options)
@@ -144,7 +148,7 @@ def from_pretrained(
         return resolved.build()
 
 
-def resolve_source(source: str | os.PathLike, *, strict: bool = True, **options) -> Resolved:
+def resolve_source(source: str | os.PathLike | Mapping[str, torch.Tensor] | torch.nn.Module, *, strict: bool = True, **options) -> Resolved:
     """What `from_pretrained` would build, worked out once without building it (see `resolve`)."""
     _check_arguments(source=source, strict=strict)
     options = from_timm_names(options)
@@ -164,15 +168,16 @@ def _check_arguments(**given) -> None:
     """The arguments of `create` and `from_pretrained` that are no model options, checked as options
     are: a ConfigError naming the argument, what it must be and what it got."""
     wanted = {"name": ((str,), "a model or tag name (a str; vitzoo list)"),
-              "pretrained": ((type(None), bool, str, os.PathLike),
-                             "True (the tag's weights), False or None (none), or weights to load: a path or "
-                             "'hf-hub:ORG/NAME'"),
-              "source": ((str, os.PathLike), "a path or 'hf-hub:ORG/NAME'"),
+              "pretrained": ((type(None), bool, str, os.PathLike, Mapping, torch.nn.Module),
+                             "True (the tag's weights), False or None (none), or weights to load: a path, "
+                             "'hf-hub:ORG/NAME', a state dict or a model holding one"),
+              "source": ((str, os.PathLike, Mapping, torch.nn.Module),
+                         "a path, 'hf-hub:ORG/NAME', a state dict or a model holding one"),
               "strict": ((bool,), "True or False")}
     for argument, value in given.items():
         types, words = wanted[argument]
         if not isinstance(value, types):
-            raise ConfigError(f"{argument} must be {words}, got {value!r} ({type(value).__name__})")
+            raise ConfigError(f"{argument} must be {words}, got {in_words(value)} ({type(value).__name__})")
 
 
 def count_params(model: torch.nn.Module) -> int:

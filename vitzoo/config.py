@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vitzoo.errors import ConfigError
-from vitzoo.options import Options, check_fields, check_number, closest
+from vitzoo.options import Options, check_fields, check_number, closest, described
 
 # The parts a model is built from: the field naming each, and the field holding its own options.
 PART_OPTIONS = {"stem": "stem_options", "pos_embed": "pos_embed_options", "pool": "pool_options", "head": "head_options"}
@@ -202,14 +202,14 @@ class ViTConfig(Options):
         for name in positive:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(f"{name} must be a positive int, got {value!r}")
+                raise ConfigError(f"{name} must be a positive int, got {described(value)}")
         # depth 0 is a stem with the final norm and head only (e.g. the ResNet baseline of Figure 5)
         if not isinstance(self.depth, int) or isinstance(self.depth, bool) or self.depth < 0:
-            raise ConfigError(f"depth must be an int >= 0, got {self.depth!r}")
+            raise ConfigError(f"depth must be an int >= 0, got {described(self.depth)}")
         if min(self.img_size) < 1:
             raise ConfigError(f"img_size must be positive, got {self.img_size}")
         if not isinstance(self.num_classes, int) or self.num_classes < 0:
-            raise ConfigError(f"num_classes must be an int >= 0 (0 = features only), got {self.num_classes!r}")
+            raise ConfigError(f"num_classes must be an int >= 0 (0 = features only), got {described(self.num_classes)}")
         if self.embed_dim % self.num_heads:
             raise ConfigError(
                 f"embed_dim={self.embed_dim} is not divisible by num_heads={self.num_heads}; "
@@ -218,14 +218,14 @@ class ViTConfig(Options):
         if self.crop_pct > 1:
             raise ConfigError(f"crop_pct must be in (0, 1] (the centre crop's share of the resized image), got {self.crop_pct!r}")
         if self.interpolation not in INTERPOLATIONS:
-            raise ConfigError(f"interpolation={self.interpolation!r} is not one of {INTERPOLATIONS}."
+            raise ConfigError(f"interpolation={described(self.interpolation)} is not one of {INTERPOLATIONS}."
                               + closest(str(self.interpolation), INTERPOLATIONS))
         if self.act not in ACTIVATIONS:
-            raise ConfigError(f"act={self.act!r} is not one of {tuple(ACTIVATIONS)}." + closest(self.act, ACTIVATIONS))
+            raise ConfigError(f"act={described(self.act)} is not one of {tuple(ACTIVATIONS)}." + closest(self.act, ACTIVATIONS))
         for name in ("dropout", "attn_dropout", "drop_path", "norm_eps"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool):
-                raise ConfigError(f"{name} must be a number, got {value!r} ({type(value).__name__})")
+                raise ConfigError(f"{name} must be a number, got {described(value)} ({type(value).__name__})")
         for name in ("dropout", "attn_dropout", "drop_path"):
             value = getattr(self, name)
             if not 0.0 <= value < 1.0:

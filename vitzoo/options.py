@@ -14,6 +14,7 @@ import json
 import math
 import numbers
 import typing
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from vitzoo.errors import ConfigError
@@ -22,6 +23,23 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
 
+
+
+def described(value: Any) -> str:
+    """A value in words for an error: a short repr of a plain value, else its type (with an array's or a
+    tensor's shape, a mapping's size), never the numbers of a tensor or a state dict (megabytes of them)."""
+    if isinstance(value, (str, bool, int, float, type(None))) or type(value).__name__ in ("PosixPath", "WindowsPath"):
+        return f"{value!r:.200}"
+    shape = getattr(value, "shape", None)
+    if shape is not None:
+        return f"a {type(value).__name__} of shape {tuple(shape)}"
+    if isinstance(value, Mapping):
+        return f"a {type(value).__name__} of {len(value)} entries"
+    if callable(getattr(value, "state_dict", None)):
+        return f"a {type(value).__name__} module"
+    if isinstance(value, (tuple, list)) and all(isinstance(v, (str, bool, int, float, type(None))) for v in value):
+        return f"{value!r:.200}"
+    return f"a {type(value).__name__}"
 
 
 def closest(name: str, choices) -> str:
@@ -53,7 +71,7 @@ def check_number(name: str, value, kind: type, rule: str | None = None) -> None:
     the range `rule` (a key of RANGES); a ConfigError names the option otherwise."""
     wanted = numbers.Integral if kind is int else numbers.Real
     if isinstance(value, bool) or not isinstance(value, wanted):
-        raise ConfigError(f"{name} must be {'an int' if kind is int else 'a number'}, got {value!r} ({type(value).__name__})")
+        raise ConfigError(f"{name} must be {'an int' if kind is int else 'a number'}, got {described(value)} ({type(value).__name__})")
     if not math.isfinite(value):
         raise ConfigError(f"{name} must be a finite number, got {value!r}")
     if rule is not None and not RANGES[rule](value):

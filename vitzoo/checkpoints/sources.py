@@ -210,8 +210,36 @@ def open_hub(source: str, **hub_options: Any) -> Source:
     return opened
 
 
-def open_source(source: str | os.PathLike, **hub_options: Any) -> Source:
-    """Read any supported source: a path, or `hf-hub:ORG/NAME[@REVISION]` (see `open_hub`)."""
+def open_in_memory(weights: Mapping[str, Any] | torch.nn.Module) -> Source:
+    """Weights in memory: a state dict (of any format vitzoo reads: timm's, torchvision's, transformers',
+    the official names, vitzoo's) or the module that holds one, converted as a file's would be. A vitzoo
+    model's own config decides its model, as a saved directory's does."""
+    location = f"the {type(weights).__name__} given"
+    saved_config = None
+    if isinstance(weights, torch.nn.Module):
+        config = getattr(weights, "config", None)
+        saved_config = config if isinstance(config, ViTConfig) else None
+        weights = weights.state_dict()
+    not_tensors = sorted(str(k) for k, v in weights.items() if not isinstance(v, (torch.Tensor, np.ndarray)))
+    if not weights or not_tensors:
+        raise CheckpointError(f"{location} is no state dict (tensor names to tensors): "
+                              + (f"{len(not_tensors)} entries are not tensors, e.g. {not_tensors[:3]}" if weights else "it is empty")
+                              + ". Pass model.state_dict(), the model, or a path")
+    state_dict = {str(k): torch.as_tensor(v) for k, v in weights.items()}
+    if all(k.startswith("module.") for k in state_dict):  # from DataParallel / DDP
+        state_dict = {k[len("module."):]: v for k, v in state_dict.items()}
+    if saved_config is not None:
+        checkpoint = ConvertedWeights(format=native.FORMAT, state_dict=state_dict, config={})
+        return Source(checkpoint, saved_config=saved_config, location=location)
+    checkpoint, fmt = recognise_and_convert(state_dict, {}, location)
+    return Source(checkpoint, hints=fmt.hints({}), location=location, labels=fmt.labels({}))
+
+
+def open_source(source: str | os.PathLike | Mapping[str, Any] | torch.nn.Module, **hub_options: Any) -> Source:
+    """Read any supported source: a path, `hf-hub:ORG/NAME[@REVISION]` (see `open_hub`), or weights in
+    memory (a state dict or a module: `open_in_memory`)."""
+    if isinstance(source, (Mapping, torch.nn.Module)):
+        return open_in_memory(source)
     text = os.fspath(source)
     if text.startswith(HUB_PREFIX):
         return open_hub(text, **hub_options)

@@ -28,6 +28,18 @@ def _status(exc: BaseException) -> int | None:
     return getattr(response, "status_code", None)
 
 
+def _not_implemented(exc: BaseException | None) -> BaseException | None:
+    """The error in `exc`'s chain whose response was 501 Not Implemented, if there is one (a retried
+    upload can end in a network error whose context is the server's refusal)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if _status(exc) == 501:
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 def explain(exc: Exception, repo_id: str, revision: str | None, endpoint: str, *, offline: bool, writing: bool,
             sent_token: bool = True) -> HubError:
     """A HubError for a huggingface_hub / network error."""
@@ -84,6 +96,18 @@ def explain(exc: Exception, repo_id: str, revision: str | None, endpoint: str, *
             f"pull it once online (`vitzoo pull {where}`), point HF_HOME at the cache that holds it, "
             "or unset HF_HUB_OFFLINE",
             not_cached=True,
+        )
+    refused = _not_implemented(exc)
+    if refused is not None:  # the server answered, and refused a feature: no waiting brings it back
+        request = getattr(refused.response, "request", None)
+        url = f" ({request.method} {request.url})" if request is not None else ""
+        xet = "xet" in str(getattr(request, "url", "")).lower() or "xet" in str(refused).lower()
+        return HubError(
+            f"the Hub at {endpoint} does not implement a request that {'uploading' if writing else 'downloading'} "
+            f"{where} made{url}: 501 Not Implemented. The server lacks a feature huggingface_hub used, so trying "
+            "again will not help: "
+            + ("upload without Xet storage (HF_HUB_DISABLE_XET=1, or uninstall hf_xet) or use a server that has it"
+               if xet else "use a server (or a huggingface_hub version) that has it")
         )
     network = _connection_error(exc)
     if network is not None and any("Timeout" in c.__name__ for c in type(network).__mro__):

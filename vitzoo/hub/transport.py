@@ -30,7 +30,7 @@ from vitzoo.errors import HubError
 from vitzoo.hub import cache, deadline, settings
 from vitzoo.hub.explain import explain
 from vitzoo.version import __version__
-from vitzoo.weights.layout import HUB_FILES, HUB_PREFIX, WEIGHT_FILES
+from vitzoo.weights.layout import CONFIG_NAME, HUB_FILES, HUB_PREFIX, WEIGHT_FILES
 
 log = logging.getLogger("vitzoo")
 
@@ -136,10 +136,15 @@ def download(
     with deadline.call(settings.timeout()):
         folder = _verified(fetch(), fetch, f"{repo_id}{'@' + revision if revision else ''}", offline, endpoint)
     if not any((folder / name).exists() for name in WEIGHT_FILES):
-        present = sorted(p.name for p in folder.iterdir())
+        # an empty repo (a push that failed half-way) leaves no snapshot folder at all
+        present = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+        where = f"{repo_id}{'@' + revision if revision else ''}"
         raise HubError(
-            f"{repo_id}{'@' + revision if revision else ''} on {endpoint} has no weights "
-            f"({' or '.join(WEIGHT_FILES)}); it has {present}"
+            f"{where} on {endpoint} has no weights ({' or '.join(WEIGHT_FILES)}); it has {present}"
+            if present else
+            f"{where} on {endpoint} holds no model files (no {CONFIG_NAME}, no {' or '.join(WEIGHT_FILES)}): an empty "
+            f"repo, as a push that failed before its files were committed leaves it; push the model again "
+            f"(vitzoo push DIR {repo_id}) or name a revision that holds one (@REVISION)"
         )
     return folder
 
