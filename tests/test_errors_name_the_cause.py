@@ -78,7 +78,8 @@ def test_a_full_disk_during_a_checkpoint_is_said_to_be_one(tmp_path, monkeypatch
 
     monkeypatch.setattr(state.torch, "save", full)
     monkeypatch.setattr(shutil, "disk_usage", lambda path: namedtuple("usage", "total used free")(10**9, 10**9, 4096))
-    with pytest.raises(OSError, match=r"cannot write .*step_00000002/state.pt.*0.0 MiB free \(a full disk"):
+    with pytest.raises(OSError, match=r"the disk is full: checkpoint step_00000002 \(model.safetensors and state.pt\).*"
+                                      r"0.0 MB are free there.*the last good checkpoint, step_00000001, is kept"):
         state.save(tmp_path / "checkpoints", 2, model, {"step": 2})
     assert state.latest(tmp_path / "checkpoints").name == "step_00000001"
 
