@@ -167,7 +167,7 @@ def _resolve(config: ViTConfig | None, src, location: str, requested: dict[str, 
     if config is None:
         overrides = {k: v for k, v in requested.items() if k not in HEAD_OPTIONS}
         try:
-            config = infer_config(checkpoint, overrides, src.hints)
+            config = infer_config(checkpoint, overrides, src.hints, location)
         except ConfigError as exc:
             raise CheckpointError(f"cannot build a model for the weights at {location}: {exc}") from exc
     return Resolved(resolve_config(resolve_head(config, checkpoint, requested)), checkpoint, location)
