@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shutil
 import time
 import warnings
@@ -167,3 +168,89 @@ def test_a_width_beyond_memory_is_refused_from_the_config_alone(saved):
     assert parameter_floor(config) <= vitzoo.count_params(vitzoo.from_pretrained(saved))
     with pytest.raises(CheckpointError, match=r"config\.json describes a model of at least 8e\+18 parameters"):
         check_size(config.replace(embed_dim=10**9), saved / "config.json")
+
+
+# ---------------------------------------------------------------------------- 6. a tag with a local copy
+SMALL = dict(depth=1)  # the tag's ViT-Ti, one block: what is checked is the head and the resolution
+
+
+def warnings_logged(caplog) -> str:
+    return "\n".join(r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING)
+
+
+@pytest.fixture(scope="module")
+def ti_copies(tmp_path_factory):
+    """Local copies of ViT-Ti weights (one block, a 1000-class head, 224 px, no class names of their own):
+    the tag's Hub files (timm's names) and a save_pretrained directory."""
+    import timm
+
+    root = tmp_path_factory.mktemp("copies")
+    weights = timm.create_model("vit_tiny_patch16_224", depth=1, num_classes=1000).state_dict()
+    save_file({k: v.contiguous() for k, v in weights.items()}, str(root / "model.safetensors"))
+    vitzoo.create("vit_ti16", **SMALL, num_classes=1000, img_size=224).save_pretrained(root / "saved")
+    return root
+
+
+@pytest.mark.parametrize("copy", ["model.safetensors", "saved"])
+def test_a_tag_with_a_local_copy_keeps_its_class_names(ti_copies, copy, caplog):
+    """create(TAG, pretrained=PATH), the offline route the Hub error recommends, had dropped the tag's
+    class names and the tag itself."""
+    from vitzoo.labels import LABEL_SETS
+
+    model = vitzoo.create("vit_ti16.augreg_in21k_ft_in1k", pretrained=ti_copies / copy, **SMALL)
+    assert model.pretrained_tag.name == "vit_ti16.augreg_in21k_ft_in1k"
+    assert model.labels == LABEL_SETS["imagenet-1k"]()
+    assert warnings_logged(caplog) == ""  # the copy is the tag's: nothing to say
+
+
+@pytest.mark.parametrize("copy", ["model.safetensors", "saved"])
+def test_a_local_copy_of_another_head_or_resolution_is_said_at_the_default_level(ti_copies, copy, caplog):
+    """A 1000-class file under the 21,843-class tag had loaded as 1000 classes without a word, and 224-px
+    weights under a 384 tag were resampled with a logging.info line (a saved model kept its 224 px in
+    silence): each is a warning now."""
+    model = vitzoo.create("vit_ti16.augreg_in21k", pretrained=ti_copies / copy, **SMALL)
+    assert model.config.num_classes == 1000 and model.labels is None
+    assert re.search(r"have a head of 1000 classes, not the 21843 of vit_ti16\.augreg_in21k.*num_classes=21843",
+                     warnings_logged(caplog))
+    caplog.clear()
+    model = vitzoo.create("vit_ti16.augreg_in21k_ft_in1k_384", pretrained=ti_copies / copy, **SMALL)
+    assert model.labels is not None  # 1000 classes: the tag's names
+    said = warnings_logged(caplog)
+    if copy == "saved":
+        assert model.config.img_size == (224, 224)
+        assert re.search(r"is at 224x224 px, not the 384 px of vit_ti16\.augreg_in21k_ft_in1k_384.*img_size=384", said)
+    else:
+        assert model.config.img_size == (384, 384)
+        assert re.search(r"trained at 224x224 px and the model is configured for 384x384 px: position embeddings "
+                         r"resampled from grid \(14, 14\) to \(24, 24\); pass img_size=224", said)
+    caplog.clear()
+    vitzoo.create("vit_ti16.augreg_in21k_ft_in1k_384", pretrained=ti_copies / copy, img_size=320, **SMALL)
+    assert warnings_logged(caplog) == ""  # a resolution asked for is no surprise
+
+
+# ---------------------------------------------------------------------------- 7. predict refuses from the tag
+def test_predict_refuses_a_head_without_class_names_before_downloading(hub_server, tmp_path, monkeypatch, capsys):
+    """`vitzoo predict --model vit_ti16.augreg_in21k` had downloaded the repo (38 MB; ~350 MB for B/16)
+    before refusing its 21,843 unnamed classes: refused from the tag, as orig_in21k's missing head is."""
+    from PIL import Image
+    from huggingface_hub import HfApi
+
+    from hub_testing import TOKEN
+    from vitzoo.catalog import registered
+    from vitzoo.hub import transport
+
+    tag = registered()["vit_ti16.augreg_in21k"]
+    api = HfApi(endpoint=hub_server.url, token=TOKEN)
+    api.create_repo(tag.hub_id)
+    (tmp_path / "repo").mkdir()
+    (tmp_path / "repo" / "config.json").write_text(json.dumps({"architecture": "vit_tiny_patch16_224"}))
+    api.upload_folder(folder_path=tmp_path / "repo", repo_id=tag.hub_id)
+    downloads = []
+    real = transport.download
+    monkeypatch.setattr(transport, "download", lambda *a, **k: downloads.append(a) or real(*a, **k))
+    Image.new("RGB", (32, 32)).save(tmp_path / "cat.png")
+    assert main(["predict", str(tmp_path / "cat.png"), "--model", "vit_ti16.augreg_in21k"]) == 2
+    assert downloads == [] and not list((tmp_path / "hf_home" / "hub").glob("models--timm--*"))  # the cache too
+    err = capsys.readouterr().err
+    assert "vit_ti16.augreg_in21k has a head of 21843 classes without names" in err
+    assert "vit_ti16.augreg_in21k_ft_in1k" in err  # a tag that names its classes
