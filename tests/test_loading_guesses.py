@@ -167,7 +167,22 @@ def test_a_width_beyond_memory_is_refused_from_the_config_alone(saved):
     config = read_config(saved / "config.json")
     assert parameter_floor(config) <= vitzoo.count_params(vitzoo.from_pretrained(saved))
     with pytest.raises(CheckpointError, match=r"config\.json describes a model of at least 8e\+18 parameters"):
-        check_size(config.replace(embed_dim=10**9), saved / "config.json")
+        check_size(config.replace(embed_dim=10**9), f"{saved / 'config.json'} describes", "fix it")
+
+
+def test_a_foreign_config_json_s_absurd_image_size_is_refused_before_allocating(tmp_path):
+    """transformers' config.json gives the image size: 1e6 px had failed in torch's allocator (2 TB of
+    position embeddings) instead of naming what is wrong."""
+    import transformers
+
+    hf = transformers.ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+                                image_size=32, patch_size=8, num_labels=3)
+    transformers.ViTForImageClassification(hf).save_pretrained(tmp_path)
+    document = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**document, "image_size": 10**6}))
+    with pytest.raises(CheckpointError, match=r"img_size=\(1000000, 1000000\)\), more than this machine's .* "
+                                              r"check the options given and the files' metadata \(config\.json\)"):
+        vitzoo.from_pretrained(tmp_path)
 
 
 # ---------------------------------------------------------------------------- 6. a tag with a local copy

@@ -22,6 +22,7 @@ from vitzoo.registry import resolve_config, shape_differences
 from vitzoo.tags import PretrainedTag
 from vitzoo.weights.converted import HEAD_KEYS, HEAD_OPTIONS, ConvertedWeights, check_state_dict, kind_fits, resolve_head
 from vitzoo.weights.infer import infer_config
+from vitzoo.checkpoints.native import check_size
 from vitzoo.checkpoints.sources import open_source
 
 log = logging.getLogger("vitzoo")
@@ -47,6 +48,9 @@ class Resolved:
         """The model of `config` (default: the resolved one) holding the weights. A head of another size
         or kind than the weights' is replaced by a zero-initialised one, saying so."""
         config = config if config is not None else self.config
+        if self.checkpoint is not None:  # what the files say (a config.json's image_size, say) may be absurd too
+            check_size(config, f"the weights at {self.location} with the options given make",
+                       "check the options given and the files' metadata (config.json)")
         if self.checkpoint is None:
             model = VisionTransformer(config)
         else:

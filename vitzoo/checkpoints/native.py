@@ -111,7 +111,7 @@ def read_config(path: str | os.PathLike) -> ViTConfig:
         config = ViTConfig.from_dict(document["model"])
     except (ConfigError, TypeError) as exc:  # TypeError: a value of a type no option takes (e.g. a list for an int)
         raise ConfigError(f"{path}: the saved model config is not valid: {exc}") from exc
-    check_size(config, path)
+    check_size(config, f"{path} describes", f"the file is damaged or was edited; save the model again, or fix {Path(path).name}")
     missing = [name for name in ViTConfig.field_names() if name not in document["model"]]
     if missing:  # save_pretrained writes every option: these were left out by hand, or by an older vitzoo
         warnings.warn(f"{path} does not give the model options {', '.join(missing)}; their defaults are used: "
@@ -142,16 +142,16 @@ def memory_bytes() -> int | None:
         return None
 
 
-def check_size(config: ViTConfig, path: str | os.PathLike) -> None:
-    """Refuse a saved config whose model cannot fit this machine's memory in float32, before anything is
-    built (a depth of a million had grown memory for minutes; a width of 1e9 failed in torch's allocator)."""
+def check_size(config: ViTConfig, what: str, fix: str) -> None:
+    """Refuse a config whose model cannot fit this machine's memory in float32, before anything is built
+    (a depth of a million had grown memory for minutes; a width of 1e9 failed in torch's allocator):
+    `what` describes the model ("PATH describes"), `fix` says what to do."""
     floor, memory = parameter_floor(config), memory_bytes()
     if memory is not None and 4 * floor > memory:
         raise CheckpointError(
-            f"{path} describes a model of at least {floor:.3g} parameters ({4 * floor / 2**30:.3g} GiB in float32; "
-            f"embed_dim={config.embed_dim}, depth={config.depth}, mlp_dim={config.mlp_dim}), more than this machine's "
-            f"{memory / 2**30:.3g} GiB of memory: the file is damaged or was edited; save the model again, or fix "
-            f"{Path(path).name}")
+            f"{what} a model of at least {floor:.3g} parameters ({4 * floor / 2**30:.3g} GiB in float32; "
+            f"embed_dim={config.embed_dim}, depth={config.depth}, mlp_dim={config.mlp_dim}, img_size={config.img_size}), "
+            f"more than this machine's {memory / 2**30:.3g} GiB of memory: {fix}")
 
 
 _BLOCK = re.compile(r"^encoder\.blocks\.(\d+)\.")
