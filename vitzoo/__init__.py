@@ -33,7 +33,7 @@ from vitzoo.errors import (
 )
 from vitzoo.hookspecs import hookimpl
 from vitzoo.model import VisionTransformer
-from vitzoo.pretrained import Resolved, resolve_pretrained, resolve_tag
+from vitzoo.pretrained import Resolved, resolve_pretrained, resolve_tag, resolve_tag_copy
 from vitzoo.registry import COMPONENT_KINDS, get_registry, resolve_config
 from vitzoo.tags import PretrainedTag
 from vitzoo.transforms import transforms_for
@@ -131,6 +131,8 @@ def resolve(name: str, pretrained: bool | str | os.PathLike | None = None, *, st
         return Resolved(config, requested=requested)
     if pretrained is True:
         return resolve_tag(tag, config, requested, revision, strict=strict)
+    if tag is not None:  # a local copy of the tag's files
+        return resolve_tag_copy(tag, config, pretrained, requested, strict=strict)
     return resolve_pretrained(config, pretrained, requested, strict=strict)
 
 

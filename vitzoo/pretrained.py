@@ -22,6 +22,7 @@ from vitzoo.registry import resolve_config, shape_differences
 from vitzoo.tags import PretrainedTag
 from vitzoo.weights.converted import HEAD_KEYS, HEAD_OPTIONS, ConvertedWeights, check_state_dict, kind_fits, resolve_head
 from vitzoo.weights.infer import infer_config
+from vitzoo.checkpoints.native import check_size
 from vitzoo.checkpoints.sources import open_source
 
 log = logging.getLogger("vitzoo")
@@ -47,10 +48,14 @@ class Resolved:
         """The model of `config` (default: the resolved one) holding the weights. A head of another size
         or kind than the weights' is replaced by a zero-initialised one, saying so."""
         config = config if config is not None else self.config
+        if self.checkpoint is not None:  # what the files say (a config.json's image_size, say) may be absurd too
+            check_size(config, f"the weights at {self.location} with the options given make",
+                       "check the options given and the files' metadata (config.json)")
         if self.checkpoint is None:
             model = VisionTransformer(config)
         else:
-            model = model_with_weights(config, self.checkpoint, self.location, self.strict, self.load_size)
+            model = model_with_weights(config, self.checkpoint, self.location, self.strict, self.load_size,
+                                       resample_asked="img_size" in self.requested)
         n = model.config.num_classes
         model.labels = self.labels if self.labels is not None and len(self.labels) == n else None
         if self.tag is not None:
@@ -61,9 +66,11 @@ class Resolved:
 
 
 def model_with_weights(config: ViTConfig, checkpoint: ConvertedWeights, source: str, strict: bool = True,
-                       load_size: tuple[int, int] | None = None) -> VisionTransformer:
+                       load_size: tuple[int, int] | None = None, resample_asked: bool = False) -> VisionTransformer:
     """A model of `config` holding the checkpoint's weights: built at the size the weights were trained
-    at (`load_size`, or their token grid), loaded, then resampled to `config.img_size`."""
+    at (`load_size`, or their token grid), loaded, then resampled to `config.img_size`: said in a
+    warning unless the caller asked for that size (`resample_asked`), since the model then computes
+    another function than the weights were trained as (until fine-tuned at that size)."""
     decided = checkpoint.config  # what the weights' head is: num_classes, head, head_options
     drop_head = any(getattr(config, k) != decided.get(k, getattr(config, k)) for k in HEAD_OPTIONS)
     state_dict = dict(checkpoint.state_dict)
@@ -97,9 +104,15 @@ def model_with_weights(config: ViTConfig, checkpoint: ConvertedWeights, source: 
         if result.missing_keys or skipped:
             log.warning("vitzoo: strict=False: not loaded %s; left at init %s", skipped, result.missing_keys)
     if model.config.img_size != target_size:
-        was = model.grid
+        was, trained = model.grid, model.config.img_size
         model.set_img_size(target_size)
-        log.info("vitzoo: position embeddings resampled from grid %s to %s", was, model.grid)
+        if resample_asked:
+            log.info("vitzoo: position embeddings resampled from grid %s to %s", was, model.grid)
+        else:
+            log.warning("vitzoo: the weights from %s were trained at %s px and the model is configured for %s px: "
+                        "position embeddings resampled from grid %s to %s; pass img_size=%s to keep the weights' "
+                        "resolution", source, "x".join(map(str, trained)), "x".join(map(str, target_size)),
+                        was, model.grid, trained[0] if trained[0] == trained[1] else trained)
     return model
 
 
@@ -167,7 +180,7 @@ def _resolve(config: ViTConfig | None, src, location: str, requested: dict[str, 
     if config is None:
         overrides = {k: v for k, v in requested.items() if k not in HEAD_OPTIONS}
         try:
-            config = infer_config(checkpoint, overrides, src.hints)
+            config = infer_config(checkpoint, overrides, src.hints, location)
         except ConfigError as exc:
             raise CheckpointError(f"cannot build a model for the weights at {location}: {exc}") from exc
     return Resolved(resolve_config(resolve_head(config, checkpoint, requested)), checkpoint, location)
@@ -189,6 +202,27 @@ def resolve_tag(tag: PretrainedTag, config: ViTConfig, requested: dict[str, Any]
             f"vitzoo.create({tag.name!r}, pretrained=PATH)", not_cached=True,
         ) from exc
     resolved.tag = tag
+    return resolved
+
+
+def resolve_tag_copy(tag: PretrainedTag, config: ViTConfig, source: str | os.PathLike, requested: dict[str, Any],
+                     strict: bool = True) -> Resolved:
+    """`create(TAG, pretrained=PATH)`: the tag's model with weights from a local copy of its files (the
+    offline route). The model remembers the tag and keeps its class names where the head's size is the
+    tag's; a head of another size is the file's, said in a warning."""
+    resolved = resolve_pretrained(config, source, requested, strict=strict)
+    resolved.tag = tag
+    size = resolved.config.img_size
+    if "img_size" not in requested and size != (tag.img_size, tag.img_size):  # a saved model keeps its own size
+        log.warning("vitzoo: the model saved at %s is at %s px, not the %d px of %s: kept at its own; pass "
+                    "img_size=%d to resample its position embeddings to the tag's", resolved.location,
+                    "x".join(map(str, size)), tag.img_size, tag.name, tag.img_size)
+    classes = resolved.config.num_classes
+    if "num_classes" not in requested and classes != tag.num_classes:
+        log.warning("vitzoo: the weights at %s have a head of %d classes, not the %d of %s: the model has theirs%s; "
+                    "pass num_classes=%d for a new zero-initialised head of the tag's size, or check that the file "
+                    "holds %s's weights", resolved.location, classes, tag.num_classes, tag.name,
+                    "" if resolved.labels is not None else f" (without the tag's class names)", tag.num_classes, tag.name)
     return resolved
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import warnings
 from pathlib import Path
 
@@ -110,6 +111,7 @@ def read_config(path: str | os.PathLike) -> ViTConfig:
         config = ViTConfig.from_dict(document["model"])
     except (ConfigError, TypeError) as exc:  # TypeError: a value of a type no option takes (e.g. a list for an int)
         raise ConfigError(f"{path}: the saved model config is not valid: {exc}") from exc
+    check_size(config, f"{path} describes", f"the file is damaged or was edited; save the model again, or fix {Path(path).name}")
     missing = [name for name in ViTConfig.field_names() if name not in document["model"]]
     if missing:  # save_pretrained writes every option: these were left out by hand, or by an older vitzoo
         warnings.warn(f"{path} does not give the model options {', '.join(missing)}; their defaults are used: "
@@ -120,3 +122,54 @@ def read_config(path: str | os.PathLike) -> ViTConfig:
 def is_saved(document: dict | None) -> bool:
     """Whether a config.json document is one save_pretrained wrote."""
     return document is not None and document.get("format") == FORMAT
+
+
+def parameter_floor(config: ViTConfig) -> int:
+    """A lower bound on the parameters of the model `config` describes, counted from its options without
+    building anything: the encoder blocks' attention and MLP matrices, a learned position embedding, the
+    head. Python's integers: no size overflows."""
+    d, tokens = config.embed_dim, (config.img_size[0] // config.patch_size) * (config.img_size[1] // config.patch_size)
+    blocks = config.depth * (4 * d * d + 2 * d * config.mlp_dim)
+    position = tokens * d if config.pos_embed.startswith("learned") else 0
+    return blocks + position + d * config.num_classes
+
+
+def memory_bytes() -> int | None:
+    """This machine's physical memory, or None where the system does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def check_size(config: ViTConfig, what: str, fix: str) -> None:
+    """Refuse a config whose model cannot fit this machine's memory in float32, before anything is built
+    (a depth of a million had grown memory for minutes; a width of 1e9 failed in torch's allocator):
+    `what` describes the model ("PATH describes"), `fix` says what to do."""
+    floor, memory = parameter_floor(config), memory_bytes()
+    if memory is not None and 4 * floor > memory:
+        raise CheckpointError(
+            f"{what} a model of at least {floor:.3g} parameters ({4 * floor / 2**30:.3g} GiB in float32; "
+            f"embed_dim={config.embed_dim}, depth={config.depth}, mlp_dim={config.mlp_dim}, img_size={config.img_size}), "
+            f"more than this machine's {memory / 2**30:.3g} GiB of memory: {fix}")
+
+
+_BLOCK = re.compile(r"^encoder\.blocks\.(\d+)\.")
+
+
+def check_describes(config: ViTConfig, state_dict: dict, config_path: str | os.PathLike,
+                    weights_path: str | os.PathLike) -> None:
+    """Refuse a saved config that does not describe the weights beside it, compared by the tensors'
+    names and shapes before a model is built: the number of encoder blocks, their width and MLP size
+    (any other difference is the strict loader's to list, on a model of a sane size)."""
+    blocks = 1 + max((int(m.group(1)) for k in state_dict if (m := _BLOCK.match(k))), default=-1)
+    held = {"depth": blocks}
+    if (norm := state_dict.get("encoder.blocks.0.norm1.weight")) is not None and norm.ndim == 1:
+        held["embed_dim"] = int(norm.shape[0])
+    if (fc1 := state_dict.get("encoder.blocks.0.mlp.fc1.weight")) is not None and fc1.ndim == 2:
+        held["mlp_dim"] = int(fc1.shape[0])
+    differ = [f"{k}={getattr(config, k)} where the weights have {v}" for k, v in held.items() if getattr(config, k) != v]
+    if differ:
+        raise CheckpointError(
+            f"{config_path} does not describe the weights in {weights_path}: it says {'; '.join(differ)}. The "
+            f"config was edited or belongs to other weights: fix {Path(config_path).name}, or save the model again")

@@ -185,6 +185,7 @@ def open_directory(directory: str | os.PathLike) -> Source:
         if not weights.exists():
             raise CheckpointError(f"{directory} has a {CONFIG_NAME} but no {WEIGHTS_NAME}")
         checkpoint = ConvertedWeights(format=native.FORMAT, state_dict=load_state_dict_file(weights), config={})
+        native.check_describes(saved_config, checkpoint.state_dict, directory / CONFIG_NAME, weights)
         return Source(checkpoint, saved_config=saved_config, location=str(directory),
                       labels=native.labels_of(metadata[CONFIG_NAME]))
     weights = next((directory / name for name in WEIGHT_FILES if (directory / name).exists()), None)

@@ -96,6 +96,19 @@ def check_labelled(labels: list[str] | None, num_classes: int, name: str) -> lis
                      f"has labels: {', '.join(labelled)}")
 
 
+def names_come_with(tag) -> bool:
+    """Whether a tag's head will have class names, known before its weights are downloaded: the tag's
+    own label set, or a weight format whose files may name the classes (transformers' id2label); a
+    format that never reads names (timm's) leaves an ImageNet-21k head unnamed whatever the repo holds."""
+    from vitzoo.checkpoints.sources import registered_formats
+    from vitzoo.weights.formats import WeightFormat
+
+    if tag.labels is not None:
+        return True
+    fmt = registered_formats().get(tag.format)
+    return fmt is None or type(fmt).labels is not WeightFormat.labels
+
+
 def predict(model, labels: list[str], images: list[str], top: int) -> list[dict]:
     from vitzoo.transforms import transforms_for
 
@@ -123,8 +136,8 @@ def run_predict(args) -> int:
         name, model = args.model, vitzoo.from_pretrained(args.model)
     else:
         _, tag, _ = lookup(args.model, pretrained=True)
-        if tag.num_classes == 0:
-            check_labelled(None, 0, tag.name)
+        if tag.num_classes == 0 or not names_come_with(tag):
+            check_labelled(None, tag.num_classes, tag.name)
         name, model = tag.name, vitzoo.create(args.model, pretrained=True)
     labels = check_labelled(model.labels, model.config.num_classes, name)
     results = predict(model, labels, args.images, args.top)

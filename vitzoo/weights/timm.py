@@ -25,8 +25,12 @@ from vitzoo.errors import CheckpointError
 from vitzoo.weights.converted import ConvertedWeights, take_head
 from vitzoo.weights.formats import Metadata, WeightFormat
 from vitzoo.weights.layout import CONFIG_NAME, square_grid, square_side
+from vitzoo.zoo import SIZES
 
 FORMAT = "timm"
+# timm's ViT sizes in its architecture names (vit_base_patch16_224, vit_large_r50_s32_384, ...): the zoo's
+TIMM_SIZES = {"tiny": "ti", "small": "s", "base": "b", "large": "l", "huge": "h"}
+_ARCHITECTURE = re.compile(r"^vit_(tiny|small|base|large|huge)_(?:patch|r\d)")
 
 _BLOCK = re.compile(r"^blocks\.(\d+)\.(norm1|attn\.qkv|attn\.proj|norm2|mlp\.fc1|mlp\.fc2)\.(weight|bias)$")
 _RESNET = re.compile(
@@ -34,6 +38,18 @@ _RESNET = re.compile(
 )
 _RESNET_NAMES = {"conv1": "conv1", "conv2": "conv2", "conv3": "conv3", "norm1": "gn1", "norm2": "gn2",
                  "norm3": "gn3", "downsample.conv": "conv_proj", "downsample.norm": "gn_proj"}
+
+
+def stated_heads(metadata: Metadata, embed_dim: int) -> dict[str, int]:
+    """The number of heads a timm Hub repo's config.json states: its `model_args`, else the ViT size its
+    architecture names (when that size's width is the weights'); {} when it states none."""
+    document = metadata.get(CONFIG_NAME) or {}
+    heads = (document.get("model_args") or {}).get("num_heads") if isinstance(document.get("model_args"), dict) else None
+    if isinstance(heads, int) and not isinstance(heads, bool):
+        return {"num_heads": heads}
+    match = _ARCHITECTURE.match(str(document.get("architecture", "")))
+    size = SIZES[TIMM_SIZES[match.group(1)]] if match else None
+    return {"num_heads": size["num_heads"]} if size is not None and size["embed_dim"] == embed_dim else {}
 
 
 def _check_paper_form(params: dict[str, torch.Tensor], has_class_token: bool) -> None:
@@ -76,6 +92,7 @@ class TimmFormat(WeightFormat):
                 out[f"stem.backbone.stages.{stage}.{unit}.{_RESNET_NAMES[layer]}.{kind}"] = params.pop(key)
             config.update(HYBRID_NUMERICS)
         out["stem.proj.weight"] = params.pop("patch_embed.proj.weight")
+        config.update(stated_heads(metadata, int(out["stem.proj.weight"].shape[0])))
         if "patch_embed.proj.bias" in params:
             out["stem.proj.bias"] = params.pop("patch_embed.proj.bias")
 

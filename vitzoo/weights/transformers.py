@@ -28,6 +28,7 @@ from vitzoo.weights.layout import CONFIG_NAME, PREPROCESSOR_NAME, square_grid
 
 FORMAT = "transformers"
 DEFAULT_EPS = 1e-12
+TRANSFORMERS_HEADS = 12  # transformers.ViTConfig's num_attention_heads
 # transformers' hidden_act names -> keys of vitzoo's activation table (vitzoo/layers/activations.py)
 HIDDEN_ACT = {"gelu": "gelu", "gelu_python": "gelu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh",
                "gelu_fast": "gelu_tanh"}
@@ -64,8 +65,8 @@ def config_options(document: dict) -> dict[str, Any]:
         raise CheckpointError(f"the transformers config has hidden_act={act!r}; vitzoo supports {sorted(HIDDEN_ACT)}")
     options["act"] = HIDDEN_ACT[act]
     options["norm_eps"] = float(document.get("layer_norm_eps", DEFAULT_EPS))
-    if "num_attention_heads" in document:
-        options["num_heads"] = int(document["num_attention_heads"])
+    # transformers' own default where its config.json leaves it out (as transformers would build it)
+    options["num_heads"] = int(document.get("num_attention_heads", TRANSFORMERS_HEADS))
     return options
 
 
