@@ -166,7 +166,8 @@ class Finding:
                 return judge(self.expect, [])
             evidence.append(Comparison(name, d, within))
         judged = judge(self.expect, evidence)
-        reason = self.untestable(table) if self.untestable is not None and evidence else ""
+        # a table that holds the cells but cannot compare them (e.g. no ViT at a hybrid's compute) is not testable
+        reason = self.untestable(table) if self.untestable is not None and (evidence or table.rows) else ""
         return Judgement(NOT_TESTABLE, evidence, reason=reason) if reason else judged
 
 

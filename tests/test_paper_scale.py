@@ -224,9 +224,10 @@ def test_a_failed_run_cancels_the_runs_not_started_and_keeps_those_running(tmp_p
         execute(runs, _fail_or_sleep, store, assign("cpu", workers=2), quiet=True)
     started = len(list((tmp_path / "runs").glob("started-*")))
     store.refresh()
-    # the run beside the failed one, and those the pool had already handed to a worker (its call queue holds
-    # workers + 1), not all twelve
-    assert 1 <= started <= 4
+    # the runs already going and those the pool had handed on before the failure was seen (the workers, 2, and
+    # their call queue, workers + 1 = 3, which cannot be cancelled; on a busy machine the queue refills before
+    # the failure is read): at most 5, not all twelve
+    assert 1 <= started <= 5
     assert len(store.keys()) == started  # every run that ran is stored
 
 

@@ -86,6 +86,30 @@ def _gap_shrinks(t: Table):
     return [(f"hybrid lead at {small['label']}'s compute - at {large['label']}'s", combine((1.0, lead_small), (-1.0, lead_large)))]
 
 
+def _outside_vit(t: Table, rows: list[dict], every: bool = False) -> str:
+    """Why no ViT at matched compute exists for these cells (each, or with `every` all of them, outside the
+    ViT cells' compute range at this scale, where interpolation cannot reach), '' where one does."""
+    vit = sorted(r["flops"] for r in t.where(family="ViT"))
+    if not vit or not rows:
+        return ""
+    outside = [r for r in rows if not vit[0] <= r["flops"] <= vit[-1]]
+    if not outside or (every and len(outside) < len(rows)):
+        return ""
+    labels = ", ".join(r["label"] for r in outside)
+    flops = ", ".join(f"{r['flops']:.3g}" for r in outside)
+    return (f"{labels} trained with {flops} FLOPs, outside the ViT cells' {vit[0]:.3g}-{vit[-1]:.3g} at this "
+            "scale: no ViT at matched compute")
+
+
+def _small_hybrid_unmatched(t: Table) -> str:
+    hybrids = t.where(family="hybrid")
+    return _outside_vit(t, smallest_and_largest(t, "hybrid")[:1]) if hybrids else ""
+
+
+def _resnets_unmatched(t: Table) -> str:
+    return _outside_vit(t, t.where(family="ResNet"), every=True)
+
+
 # How far apart in compute the hybrids must be for "the gap vanishes for larger models" to be testable: two
 # doublings (a judgement). Figure 5's hybrids span about an order of magnitude of pre-training compute, from
 # R50x1+B/32 to R50x1+L/16; a lead that changes within a factor of 1.6 says nothing of larger models.
@@ -93,7 +117,12 @@ GAP_SPAN = 4.0
 
 
 def _gap_span_too_narrow(t: Table) -> str:
+    if not t.where(family="hybrid"):
+        return ""
     small, large = smallest_and_largest(t, "hybrid")
+    unmatched = _outside_vit(t, [small, large])
+    if unmatched:
+        return unmatched
     span = large["flops"] / small["flops"]
     return "" if span >= GAP_SPAN else (
         f"the hybrids here span {span:.1f}x in training compute ({small['label']} to {large['label']}), under the "
@@ -111,10 +140,12 @@ def _vit_beats_resnet(t: Table):
 
 
 FINDINGS = (
-    Finding("Hybrids beat ViT at small compute", "R50x1+B/16 85.58 vs B/16 84.15", POSITIVE, _hybrids_win_small),
+    Finding("Hybrids beat ViT at small compute", "R50x1+B/16 85.58 vs B/16 84.15", POSITIVE, _hybrids_win_small,
+            untestable=_small_hybrid_unmatched),
     Finding("The gap vanishes for larger models", "87.12 both at L/16", POSITIVE, _gap_shrinks,
             untestable=_gap_span_too_narrow),
     Finding("ViT needs less compute than ResNets for the same accuracy", "2-4x", POSITIVE, _vit_beats_resnet,
+            untestable=_resnets_unmatched,
             regime="Figure 5 compares models pre-trained on JFT-300M; section 4.3 has the ResNet's inductive biases "
                    "win on small data, and the models here train on orders of magnitude fewer images"),
 )
