@@ -34,7 +34,7 @@ from benchmarks import plan_inputs, rehearsal_data
 from benchmarks.launchers.assign import Assignment
 from benchmarks.machine import environment
 from benchmarks.spec import Ablation, Scale
-from benchmarks.suite import RESULTS, Run, with_threads
+from benchmarks.suite import RESULTS, Run, key_form, with_threads
 from benchmarks.training import dataset_images, train_images
 from vitzoo.io import write_text
 
@@ -119,7 +119,8 @@ def model_options(run: Run) -> dict:
 
 def _model_key(run: Run) -> str:
     train = run.config["train"]  # the images of one forward pass: a micro-batch where accumulation is used
-    return json.dumps({"model": run.config["model"], "options": model_options(run),
+    # the options in their key form (suite.key_form), as the recorded probes were keyed
+    return json.dumps({"model": run.config["model"], "options": key_form(model_options(run)),
                        "batch": train.get("micro_batch") or train["batch_size"]}, sort_keys=True)
 
 
