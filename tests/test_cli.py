@@ -114,7 +114,8 @@ def test_the_top_level_help_describes_vitzoo_to_a_user(capsys):
     description = out.split("\n\n")[1]
     assert "Vision Transformer" in description and description.rstrip().endswith(".")
     assert "vitzoo/commands" not in out and "exposes" not in out
-    listed = [line.split()[0] for line in out.split("COMMAND\n", 1)[1].split("\n\n")[0].splitlines() if line.startswith("    ")
+    commands = out.split("positional arguments:\n", 1)[1].split("\n", 1)[1]  # after the COMMAND line
+    listed = [line.split()[0] for line in commands.split("\n\n")[0].splitlines() if line.startswith("    ")
               and not line.startswith("      ")]
     assert listed[:3] == ["list", "info", "predict"] and sorted(listed) == _commands()
     assert "vitzoo predict" in out and "vitzoo COMMAND --help" in out  # examples, and where the options are
