@@ -431,11 +431,11 @@ def test_vitzoo_loaded_from_the_reference_checkpoint_gives_the_reference_logits(
         fields["hidden_size"], fields["num_layers"], fields["mlp_dim"], fields["num_heads"])
     assert config.num_classes == fields["num_classes"]
     assert config.pool == fields.get("classifier", "token")
-    assert config.representation_size == fields.get("representation_size")
+    assert config.head_options.get("representation_size") == fields.get("representation_size")  # the MLP head's own
     hybrid = fields.get("resnet_layers") is not None
     assert config.stem == ("resnet" if hybrid else "patch")
-    if hybrid:
-        assert tuple(config.resnet_layers) == tuple(fields["resnet_layers"])
+    if hybrid:  # the ResNet's blocks per stage are the stem's own option
+        assert tuple(config.stem_options["layers"]) == tuple(fields["resnet_layers"])
 
     expected = official_logits(flat, images, **fields)
     with torch.no_grad():
