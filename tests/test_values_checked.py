@@ -53,7 +53,7 @@ def test_a_model_option_of_the_wrong_type_is_one_config_error(options, fragment)
     (lambda: vitzoo.create("vit_ti16", pretrained=[1]), "pretrained must be .* got \\[1\\] \\(list\\)"),
     (lambda: vitzoo.create("vit_ti16", strict="no"), "strict must be True or False, got 'no'"),
     (lambda: vitzoo.create(None), "name must be a model or tag name"),
-    (lambda: vitzoo.from_pretrained(5), "source must be a path or 'hf-hub:ORG/NAME', got 5"),
+    (lambda: vitzoo.from_pretrained(5), "source must be a path, 'hf-hub:ORG/NAME', a state dict or a model holding one, got 5 \\(int\\)"),
 ])
 def test_the_arguments_of_create_and_from_pretrained_are_checked_as_options_are(call, fragment):
     with pytest.raises(ConfigError, match=fragment):
