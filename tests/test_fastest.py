@@ -169,6 +169,7 @@ def compiling(monkeypatch, tmp_path):
     return Compiled()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compiled_faster", [True, False])
 def test_compile_auto_keeps_the_compiled_model_only_where_it_measured_faster(compiling, monkeypatch, tiny, compiled_faster):
     model = vitzoo.create("vit_ti16", **tiny).eval()
@@ -279,6 +280,7 @@ def test_benchmark_runs_compute_in_a_fixed_precision_whatever_the_cpu_measures(m
 
 
 # ---------------------------------------------------------------------------- fp16 on the CPU
+@pytest.mark.slow
 def test_fp16_inference_gives_the_float32_predictions_of_a_trained_model(tiny):
     from vitzoo.train import TrainConfig, Trainer
 
