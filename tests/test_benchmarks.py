@@ -27,6 +27,7 @@ def results(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ablation", list(ABLATIONS))
 def test_each_ablation_writes_results_table_and_the_figures_its_readme_shows(results, ablation):
     folder = results / ablation
@@ -43,6 +44,7 @@ def test_each_ablation_writes_results_table_and_the_figures_its_readme_shows(res
         assert (folder / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ablation", [name for name, spec in ABLATIONS.items() if spec.findings])
 def test_every_finding_is_stated_with_the_verdict_of_the_one_rule(results, ablation):
     """README lines and findings.json agree, finding by finding; the wording is one of four, and
@@ -60,6 +62,7 @@ def test_every_finding_is_stated_with_the_verdict_of_the_one_rule(results, ablat
     assert set(stated) <= {"not testable"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ablation", ["pos_embed", "head", "hybrid", "shape", "data"])
 def test_training_ablations_record_accuracy_fewshot_and_compute(results, ablation):
     runs = json.loads((results / ablation / "results.json").read_text())["runs"]
@@ -68,11 +71,13 @@ def test_training_ablations_record_accuracy_fewshot_and_compute(results, ablatio
         assert r["flops"] > 0 and r["config"]["options"] and r["config"]["train"]["data"] == "fashion-mnist"
 
 
+@pytest.mark.slow
 def test_the_position_embedding_table_stands_beside_the_papers_numbers(results):
     readme = (results / "pos_embed" / "README.md").read_text()
     assert "paper (5-shot, ImageNet)" in readme and "0.6421" in readme and "0.6138" in readme
 
 
+@pytest.mark.slow
 def test_the_data_ablation_trains_nested_subsets_for_the_same_steps_and_stops_on_validation(results):
     """Section 4.3: the same number of steps for every subset size, the best point judged on a
     validation split held out of the training set; test accuracy is that of the best weights."""
@@ -88,6 +93,7 @@ def test_the_data_ablation_trains_nested_subsets_for_the_same_steps_and_stops_on
     assert "validation" in readme and "training images" in readme
 
 
+@pytest.mark.slow
 def test_a_second_run_reuses_every_result(results, monkeypatch):
     before = {a: (results / a / "results.json").read_text() for a in ABLATIONS}
 
@@ -329,6 +335,7 @@ def test_every_ablation_is_registered_once_and_builds_its_runs_from_its_spec():
 
 
 # ---------------------------------------------------------------------------- plans and budgets
+@pytest.mark.slow
 def test_the_main_job_and_every_cpu_ablation_plan_within_their_budgets():
     """A benchmark figure, not a timed test: each plan's minutes come from the runs' training images and
     evaluations at the throughput of the recorded probe (benchmarks/results/plan/throughput.json, one
@@ -469,6 +476,7 @@ def test_every_committed_trial_and_speed_key_is_still_the_key_of_its_run():
 
 
 # ---------------------------------------------------------------------------- `vitzoo bench`
+@pytest.mark.slow
 def test_vitzoo_bench_runs_the_checkouts_benchmarks_in_a_child_process_from_the_callers_directory(
         tmp_path, monkeypatch, capsys):
     """`vitzoo bench` is `python -m benchmarks` with this interpreter, in a child process: this process's
@@ -559,6 +567,7 @@ def test_the_operator_profile_sets_each_operator_of_vitzoo_beside_the_peer_s():
     assert tied.index("aten::bmm") < tied.index("aten::gelu")
 
 
+@pytest.mark.slow
 def test_runs_measured_side_by_side_record_the_threads_each_trained_with(tmp_path):
     """With --workers 2 each run trains in a worker process with its share of the cores: the record says
     that share, not the launching process's threads (the last bits of a float32 sum depend on it)."""

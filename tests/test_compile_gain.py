@@ -67,6 +67,7 @@ def fast_tiny(tiny, **kwargs):
 X = torch.randn(2, 3, 32, 32)
 
 
+@pytest.mark.slow
 def test_compile_auto_keeps_the_really_compiled_model_where_it_measured_faster(compiling, tiny):
     """With a real compilation: eager and compiled timed in turns (the compiled call set aside for eager's
     turns), the compiled model kept and computing what the plain model computes."""

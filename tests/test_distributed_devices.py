@@ -44,6 +44,7 @@ def _setup_in_callers_group(rank: int, world: int, store_path: str, results) -> 
         dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_a_group_the_caller_made_puts_each_rank_on_its_own_gpu(tmp_path):
     """Under `mp.spawn` with the caller's own init_process_group (no LOCAL_RANK), rank r works on GPU r
     and makes it its current device: not every rank on GPU 0, which NCCL refuses at the first collective."""

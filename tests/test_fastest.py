@@ -233,6 +233,7 @@ def test_benchmark_runs_compute_in_a_fixed_precision_whatever_the_cpu_measures(m
 
 
 # ---------------------------------------------------------------------------- fp16 on the CPU
+@pytest.mark.slow
 def test_fp16_inference_gives_the_float32_predictions_of_a_trained_model(tiny):
     from vitzoo.train import TrainConfig, Trainer
 

@@ -134,6 +134,7 @@ def start_server_process(root: Path) -> tuple[subprocess.Popen, str]:
     return process, url
 
 
+@pytest.mark.slow
 def test_the_server_stopped_mid_session(tmp_path, monkeypatch):
     process, url = start_server_process(tmp_path / "hub")
     try:
@@ -187,6 +188,7 @@ def test_a_config_that_does_not_fit_the_weights(hub_server, tmp_path):
     assert_cache_clean()
 
 
+@pytest.mark.slow
 def test_cli_push_and_pull_with_the_usual_environment(hub_server, tmp_path, monkeypatch, capsys):
     """`vitzoo push` / `vitzoo pull` configured only by HF_* variables; then an offline pull in a fresh
     process, where huggingface_hub reads HF_HOME and HF_HUB_OFFLINE at import as it does for users."""

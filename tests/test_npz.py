@@ -27,6 +27,7 @@ def logits_close(model, params, fields, img_size, atol=1e-4):
     assert np.abs(actual - expected).max() < atol, np.abs(actual - expected).max()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "fields, options",
     [

@@ -430,6 +430,7 @@ def image_folder(root: Path, classes: int = 3, per_class: int = 6) -> Path:
     return root
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("source", [FINE_TUNED, f"hf-hub:{registered()[FINE_TUNED].hub_id}"])
 def test_fine_tuning_released_weights_on_an_image_folder_is_one_command(server, tmp_path, source):
     import subprocess

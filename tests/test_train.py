@@ -74,6 +74,7 @@ def test_every_line_of_metrics_jsonl_is_written_by_metrics(tmp_path, monkeypatch
     assert [(r["step"], sorted(r)[0]) for r in lines] == [(2, "epoch"), (2, "eval_loss"), (4, "epoch"), (4, "eval_loss")]
 
 
+@pytest.mark.slow
 def test_fit_learns_synthetic_data():
     summary = fit(tiny_config(steps=40, train_limit=512))
     assert summary["test_top1"] > 0.8

@@ -81,6 +81,7 @@ def test_paper_cells_carry_the_recipe_and_table_5():
         assert transfer.PAPER[f"{model}.orig_in21k imagenet"] == pytest.approx(tag.accuracy / 100)
 
 
+@pytest.mark.slow
 def test_paper_dry_run_plans_every_fine_tuning(capsys):
     assert main(["transfer", "--scale", "paper", "--device", "cuda", "--dry-run"]) == 0
     out = capsys.readouterr().out
@@ -89,6 +90,7 @@ def test_paper_dry_run_plans_every_fine_tuning(capsys):
     assert float(row.split("|")[4]) > 1e20  # five fine-tunings per run, of ViT-B to ViT-H at 384 px
 
 
+@pytest.mark.slow
 def test_quick_run_end_to_end(tmp_path):
     assert main(["transfer", "--quick", "--quiet", "--out", str(tmp_path)]) == 0
     records = json.loads((tmp_path / "transfer" / "results.json").read_text())["runs"]
@@ -105,6 +107,7 @@ def test_quick_run_end_to_end(tmp_path):
     assert "downstream fine-tuned" in readme and "pre-training images" in readme
 
 
+@pytest.mark.slow
 def test_rehearsal_fine_tunes_weights_from_the_loopback_hub(tmp_path, monkeypatch):
     hermetic_hub_environment(monkeypatch, tmp_path)
     scale = get_scale("rehearsal", str(tmp_path / "data" / "imagenet"))

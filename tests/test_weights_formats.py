@@ -46,6 +46,7 @@ def assert_same_logits(ours: torch.nn.Module, theirs, x: torch.Tensor, take=lamb
 import timm  # noqa: E402  (test dependency: a missing one is an error, not a skip)
 
 
+@pytest.mark.slow
 def test_timm_vit_base_patch16_224_from_safetensors(tmp_path):
     reference = randomize(timm.create_model("vit_base_patch16_224", pretrained=False))
     path = save_safetensors(reference.state_dict(), tmp_path / "timm_b16.safetensors")
@@ -56,6 +57,7 @@ def test_timm_vit_base_patch16_224_from_safetensors(tmp_path):
     assert_same_logits(model, reference, torch.randn(2, 3, 224, 224))
 
 
+@pytest.mark.slow
 def test_timm_vit_small_global_average_pool_without_class_token(tmp_path):
     reference = randomize(timm.create_model("vit_small_patch16_224", pretrained=False, global_pool="avg", class_token=False))
     path = tmp_path / "timm_s16_gap.pth"
@@ -65,6 +67,7 @@ def test_timm_vit_small_global_average_pool_without_class_token(tmp_path):
     assert_same_logits(model, reference, torch.randn(2, 3, 224, 224))
 
 
+@pytest.mark.slow
 def test_timm_hybrid_vit_base_r50_s16_224(tmp_path):
     reference = randomize(timm.create_model("vit_base_r50_s16_224", pretrained=False, num_classes=10))
     path = save_safetensors(reference.state_dict(), tmp_path / "timm_r50_b16.safetensors")
@@ -73,6 +76,7 @@ def test_timm_hybrid_vit_base_r50_s16_224(tmp_path):
     assert_same_logits(model, reference, torch.randn(2, 3, 224, 224))
 
 
+@pytest.mark.slow
 def test_timm_hybrid_weights_bring_timms_resnet_numerics(tmp_path):
     reference = timm.create_model("vit_base_r50_s16_224", pretrained=False, depth=1, num_classes=3)
     path = save_safetensors(reference.state_dict(), tmp_path / "hybrid.safetensors")
@@ -84,6 +88,7 @@ def test_timm_hybrid_weights_bring_timms_resnet_numerics(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------- torchvision
+@pytest.mark.slow
 def test_torchvision_vit_b_16_from_pth(tmp_path):
     import torchvision
     reference = randomize(torchvision.models.vit_b_16())
