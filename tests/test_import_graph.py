@@ -61,6 +61,8 @@ LAYERS: tuple[Layer, ...] = (
         "vitzoo/flags.py": "command-line flags from an options dataclass's fields",
         "vitzoo/weights/layout.py": "the names of the files a model directory or Hub repo holds, the Hub prefix, "
                                     "the token grid",
+        "vitzoo/tracing.py": "whether torch.fx or torch.export is tracing the model, which then takes one path "
+                             "and checks no Proxy's shape",
     }),
     Layer("Types a plugin provides", "the contracts every component and weight format is written to", {
         "vitzoo/hookspecs.py": "one typed hook per extension point, the docstring is the contract",
@@ -82,6 +84,7 @@ LAYERS: tuple[Layer, ...] = (
     Layer("The model, the checkpoints, the Hub", "what is built from the registry, and files in and out", {
         "vitzoo/model.py": "`VisionTransformer`, built from a config by looking each part up by name",
         "vitzoo/timm_surface.py": "the model's base: what a timm user reaches for, by timm's names",
+        "vitzoo/features.py": "`FeatureExtractor` and `FeatureInfo`: the feature maps of `create(..., features_only=True)`",
         "vitzoo/checkpoints/": "files: `sources` (a file, directory or Hub repo read into converted weights), "
                                "`native` (save_pretrained's directory), `card` (its model card), `publish` (pushing it)",
         "vitzoo/hub/": "transport only: `transport`, `settings`, `explain` for its errors, `cache` for its "
@@ -95,6 +98,7 @@ LAYERS: tuple[Layer, ...] = (
         "vitzoo/inference.py": "`for_inference`: the model in its fastest precision, compiled where that pays (it reads "
                                "only leaves, so the package's face imports it)",
         "vitzoo/fast.py": "the deprecated old name of `inference`",
+        "vitzoo/export.py": "`export_onnx`: a model as an ONNX file through torch's exporter, checked with onnxruntime",
     }),
     Layer("Training and evaluation", "what is done with a model", {
         "vitzoo/data/": "sources, `decode` (file bytes to images), augmentation, normalisation; `encoded` and "

@@ -7,6 +7,8 @@
     vitzoo.transforms_for(model)                                          # the preprocessing they expect
     vitzoo.list_models("vit_*"), vitzoo.list_pretrained("vit_b16*"), vitzoo.list_components()
     fast = vitzoo.inference.for_inference(model)                          # fastest precision, compiled where faster
+    vitzoo.create("vit_b16", features_only=True, out_indices=(3, 7, 11))   # feature maps, as timm's
+    vitzoo.export_onnx(model, "vit.onnx")                                 # ONNX, checked with onnxruntime
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import torch
 
@@ -26,11 +28,14 @@ from vitzoo.errors import (
     CheckpointError,
     ConfigError,
     DataError,
+    ExportError,
     HubError,
     InputError,
     PluginError,
     TrainingDiverged,
 )
+from vitzoo.export import export_onnx
+from vitzoo.features import DEFAULT_OUT_INDICES, FeatureExtractor, FeatureInfo
 from vitzoo.hookspecs import hookimpl
 from vitzoo.model import VisionTransformer
 from vitzoo.pretrained import Resolved, resolve_pretrained, resolve_tag, resolve_tag_copy
@@ -90,8 +95,10 @@ def create(
     *,
     strict: bool = True,
     device: str | torch.device | None = None,
+    features_only: bool = False,
+    out_indices: int | Sequence[int] | None = None,
     **options,
-) -> VisionTransformer:
+) -> VisionTransformer | FeatureExtractor:
     """Build a named model, with any config option changed (`img_size=384`, `pool="gap"`, ...).
 
     `name` is a model or a pretrained tag, MODEL.TAG (`vit_b16.orig_in21k`; `vitzoo.list_pretrained()`).
@@ -103,10 +110,21 @@ def create(
     Options the weights decide (GELU variant, pooling, head) follow the weights unless given here; a
     part's options are a dict (`stem="resnet", stem_options={"layers": (3, 4, 6)}`).
     `device="meta"` builds without allocating memory.
+    `features_only=True` returns, as timm's, a `vitzoo.features.FeatureExtractor`: the model cut after
+    the blocks `out_indices` (timm's meaning: n the last n, default 3; a list those), whose forward
+    gives their tokens as (B, D, h, w) feature maps, described by its `feature_info`.
     """
+    if out_indices is not None and not features_only:
+        raise ConfigError(f"out_indices={out_indices!r} chooses the feature maps of features_only=True; pass "
+                          "features_only=True too, or use model.forward_intermediates(x, indices=...)")
+    if not isinstance(features_only, bool):
+        raise ConfigError(f"features_only must be True or False, got {in_words(features_only)}")
     resolved = resolve(name, pretrained, strict=strict, **options)
     with torch.device(device) if device is not None else contextlib.nullcontext():
-        return resolved.build()
+        model = resolved.build()
+    if features_only:
+        return FeatureExtractor(model, DEFAULT_OUT_INDICES if out_indices is None else out_indices)
+    return model
 
 
 def resolve(name: str, pretrained: bool | str | os.PathLike | None = None, *, strict: bool = True,
@@ -212,6 +230,9 @@ __all__ = [
     "CheckpointError",
     "ConfigError",
     "DataError",
+    "ExportError",
+    "FeatureExtractor",
+    "FeatureInfo",
     "HubError",
     "InputError",
     "PluginError",
@@ -223,6 +244,7 @@ __all__ = [
     "count_flops",
     "count_params",
     "create",
+    "export_onnx",
     "from_pretrained",
     "get_config",
     "hookimpl",

@@ -33,6 +33,11 @@ class HubError(RuntimeError):
         self.not_cached = not_cached
 
 
+class ExportError(RuntimeError):
+    """A model that a graph format cannot hold (TorchScript, an ONNX export that failed or disagrees with
+    PyTorch), or an export that cannot be written: the message says why and what works instead."""
+
+
 class DiskFull(OSError):
     """A write found its disk (or quota) full. The message names the file, the space it needs and what
     is kept; errno is ENOSPC, so it is caught as any OSError is."""

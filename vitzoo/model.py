@@ -23,6 +23,7 @@ from vitzoo.errors import ConfigError, InputError, PluginError
 from vitzoo.layers.encoder import Encoder
 from vitzoo.registry import COMPONENT_KINDS, get_registry, resolve_config
 from vitzoo.timm_surface import TimmSurface
+from vitzoo.tracing import fx_tracing
 
 
 class VisionTransformer(TimmSurface, nn.Module):
@@ -77,7 +78,11 @@ class VisionTransformer(TimmSurface, nn.Module):
         self.config = config
 
     def _check_input(self, x: torch.Tensor) -> tuple[int, int]:
-        """Validate an input batch at the boundary; return its token grid."""
+        """Validate an input batch at the boundary; return its token grid. While torch.fx traces the
+        model (torchvision's `create_feature_extractor`) the input is a Proxy with no shape to check:
+        the graph is then that of the configured img_size, whose grid this returns."""
+        if fx_tracing():
+            return self.grid
         if not isinstance(x, torch.Tensor):
             raise InputError(f"expected a torch.Tensor of images (B, C, H, W), got {type(x).__name__}")
         if x.ndim != 4:
@@ -116,7 +121,7 @@ class VisionTransformer(TimmSurface, nn.Module):
         """Image -> [x_class; x_p E] (eq. 1 before E_pos), and the token grid."""
         grid = self._check_input(x)
         tokens = self.stem(x)
-        if tokens.shape[1:] != (grid[0] * grid[1], self.config.embed_dim):
+        if not fx_tracing() and tokens.shape[1:] != (grid[0] * grid[1], self.config.embed_dim):
             raise PluginError(
                 f"stem {self.config.stem!r} returned tokens of shape {tuple(tokens.shape)} for a {grid[0]}x{grid[1]} grid "
                 f"(its stride {self.stride}); a stem must return (B, h * w, embed_dim={self.config.embed_dim})"
@@ -139,7 +144,9 @@ class VisionTransformer(TimmSurface, nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         tokens, grid = self.embed(x)
-        return self.forward_head(self.encoder(tokens, grid, outputs=getattr(self.pool, "tokens_read", None)))
+        # a torch.fx graph is traced for feature extraction: its last block gives every token
+        read = None if fx_tracing() else getattr(self.pool, "tokens_read", None)
+        return self.forward_head(self.encoder(tokens, grid, outputs=read))
 
     @torch.no_grad()
     def get_attention_maps(self, x: torch.Tensor) -> list[torch.Tensor]:
@@ -177,12 +184,14 @@ class VisionTransformer(TimmSurface, nn.Module):
     def save_pretrained(self, directory, card: dict | None = None) -> None:
         """Write config.json, model.safetensors and a README.md model card into `directory`,
         atomically; `card` may give dataset, metrics, license, tags (see vitzoo.checkpoints.card)."""
+        self.check_describable("save")
         native.save_pretrained(self, directory, card=card)
 
     def push_to_hub(self, repo_id: str, token: str | None = None, private: bool = False, revision: str | None = None,
                     commit_message: str = "Upload vitzoo model", **kwargs) -> str:
         """Upload what `save_pretrained` writes to the Hugging Face Hub repo `repo_id` (created when
         missing) as one commit; returns the commit URL. See `vitzoo.checkpoints.publish.push_to_hub`."""
+        self.check_describable("push")
         return publish.push_to_hub(self, repo_id, token=token, private=private, revision=revision,
                            commit_message=commit_message, **kwargs)
 

@@ -11,6 +11,8 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
+from vitzoo.errors import ExportError
+
 OUTPUT_FORMATS = ("NCHW", "NLC")
 
 
@@ -63,6 +65,54 @@ class TimmSurface:
         return intermediates if intermediates_only else (final, intermediates)
 
     @property
+    def feature_info(self) -> list[dict[str, Any]]:
+        """Per encoder block, as timm's ViT lists them: the module, its channels (D) and its reduction
+        (input pixels per token: the stem's stride, an int, or (height, width) when they differ)."""
+        sh, sw = self.stride
+        return [{"module": f"encoder.blocks.{i}", "num_chs": self.config.embed_dim, "reduction": sh if sh == sw else (sh, sw)}
+                for i in range(len(self.encoder.blocks))]
+
+    def prune_intermediate_layers(self, indices: int | Sequence[int] = 1, prune_norm: bool = False,
+                                  prune_head: bool = True) -> list[int]:
+        """Drop what the blocks `indices` (timm's meaning) do not need, in place, as timm's ViT does: the
+        blocks after the last one taken; the final LayerNorm (`prune_norm`); the pooling's fc_norm and
+        the head (`prune_head`: no classes, a linear head). Returns the indices, counted from the first
+        block. The config follows (depth, num_classes, head); a model whose final norm or fc_norm was
+        pruned holds less than any config describes, and `save_pretrained` refuses it."""
+        taken = take_indices(len(self.encoder.blocks), indices)
+        kept = max(taken) + 1
+        self.encoder.blocks = self.encoder.blocks[:kept]
+        if isinstance(self.encoder.pos_embed, nn.ModuleList):  # one embedding per layer
+            self.encoder.pos_embed = self.encoder.pos_embed[:kept]
+        pruned = list(getattr(self, "pruned_parts", []))
+        if prune_norm and not isinstance(self.encoder.norm, nn.Identity):
+            self.encoder.norm = nn.Identity()
+            pruned.append("the final LayerNorm (prune_norm=True)")
+        if prune_head:
+            if self.fc_norm is not None:
+                self.fc_norm = None
+                pruned.append("fc_norm (prune_head=True)")
+            self.reset_classifier(0, head="linear")
+        self.config = self.config.replace(depth=kept)
+        self.pruned_parts = pruned
+        return taken
+
+    def check_describable(self, action: str) -> None:
+        """An ExportError for `action` (saving, pushing) when pruning left the model holding less than its config."""
+        pruned = getattr(self, "pruned_parts", None)
+        if pruned:
+            raise ExportError(f"cannot {action} this model: prune_intermediate_layers removed {' and '.join(pruned)}, "
+                              "which no config can describe; save the model before pruning it, or prune without them")
+
+    def __prepare_scriptable__(self):
+        """torch.jit.script's first call on a module: refused here with the reason, not a compiler dump."""
+        raise ExportError(
+            "torch.jit.script cannot compile a vitzoo model: its parts are looked up by name at run time and "
+            "their forward methods take Python options (token grids, optional outputs) TorchScript does not type. "
+            "Use torch.jit.trace(model, example) for a fixed input size, torch.export.export or torch.compile, "
+            "or vitzoo.export_onnx(model, 'model.onnx') for ONNX")
+
+    @property
     def num_features(self) -> int:
         """The width of the features the head reads (timm's name)."""
         return self.config.embed_dim
@@ -105,4 +155,4 @@ class TimmSurface:
                                                                      (r"^encoder\.norm", (99999,))]}
 
 
-__all__ = ["TimmSurface", "take_indices"]
+__all__ = ["OUTPUT_FORMATS", "TimmSurface", "take_indices"]

@@ -21,6 +21,7 @@ from torch.utils.checkpoint import checkpoint
 from vitzoo.config import ViTConfig
 from vitzoo.errors import PluginError
 from vitzoo.layers.init import xavier_uniform_blocks_
+from vitzoo.tracing import fx_tracing, traced
 
 
 def explicit_is_faster(q: torch.Tensor) -> bool:
@@ -77,7 +78,14 @@ class Attention(nn.Module):
         attending to every token): (B, T or queries, D)."""
         batch = x.shape[0]
         q, k, v = self.project(x, queries)
-        if attn_maps is None and not explicit_is_faster(q):
+        if traced():
+            # a graph for any batch and device (torch.fx, torch.export): no choice made on q's dtype or
+            # size; a relative bias written out, as the exporter's SDPA-with-mask decomposition fails
+            if self.relative is None and attn_maps is None:
+                out = F.scaled_dot_product_attention(q, k, v, dropout_p=self.attn_dropout if self.training else 0.0)
+            else:
+                out = self.softmax_attention(q, k, v, grid, attn_maps)
+        elif attn_maps is None and not explicit_is_faster(q):
             bias = self.position_bias(q, grid)
             dropout = self.attn_dropout if self.training else 0.0
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout)
@@ -99,7 +107,7 @@ class Attention(nn.Module):
         if self.relative is None:
             return None
         bias = self.relative(q, grid)
-        if bias.shape[-2] != q.shape[2]:
+        if not fx_tracing() and bias.shape[-2] != q.shape[2]:
             raise PluginError(
                 f"the position embedding {type(self.relative).__name__} returned an attention bias of shape "
                 f"{tuple(bias.shape)} for queries of shape {tuple(q.shape)}; an in-attention position embedding "

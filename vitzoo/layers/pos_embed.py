@@ -107,8 +107,10 @@ class LearnedPosEmbed2d(nn.Module):
         self.prefix = nn.Parameter(torch.randn(1, num_prefix_tokens, config.embed_dim) * POS_STD) if num_prefix_tokens else None
 
     def forward(self, x: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
-        row, col = resample_line(self.row, grid[0]), resample_line(self.col, grid[1])
         h, w = grid
+        # resampled only for another grid: decided by the grid, not the tables' shapes (which torch.fx cannot read)
+        row = self.row if h == self.grid[0] else resample_line(self.row, h)
+        col = self.col if w == self.grid[1] else resample_line(self.col, w)
         patches = torch.cat([row[:, None, :].expand(h, w, -1), col[None, :, :].expand(h, w, -1)], dim=-1)
         embedding = patches.reshape(1, h * w, -1)
         if self.prefix is not None:
@@ -162,7 +164,9 @@ class RelativePositionBias(nn.Module):
             table, index = self._table(grid), self._offset_index(grid).to(q.device)
         logits = torch.einsum("bhtd,rhd->bhtr", q, table.to(q.dtype)) * self.scale  # (B, H, queries, offsets)
         # the queries may be those of the first tokens only (the class token's, in the last block)
-        return logits.gather(-1, index[: q.shape[2]].expand(*q.shape[:3], -1))
+        # (torch.narrow rather than a slice: torch.fx records it with a traced query count)
+        rows = torch.narrow(index, 0, 0, q.shape[2])
+        return logits.gather(-1, rows.expand(q.shape[0], q.shape[1], q.shape[2], -1))
 
     @torch.no_grad()
     def resample(self, grid: tuple[int, int]) -> None:

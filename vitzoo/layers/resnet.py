@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vitzoo.layers.init import lecun_normal_
+from vitzoo.tracing import fx_tracing
 
 GROUPS = 32
 GN_EPS = 1e-6
@@ -56,6 +57,20 @@ def pad_same(x: torch.Tensor, kernel: int, stride: int, value: float = 0.0) -> t
     return F.pad(x, pads, value=value) if any(pads) else x
 
 
+def conv2d_same(x: torch.Tensor, weight: torch.Tensor, stride: int) -> torch.Tensor:
+    """A convolution with TensorFlow "SAME" padding, which depends on the input's size: torch.fx records
+    it as one call (`torch.fx.wrap` below), since a traced input's size is not known until it runs."""
+    left, right, top, bottom = same_pads(x, weight.shape[-1], stride)
+    if left == right and top == bottom:  # symmetric: the convolution pads by itself, no copy
+        return F.conv2d(x, weight, None, stride, padding=(top, left))
+    return F.conv2d(F.pad(x, [left, right, top, bottom]), weight, None, stride)
+
+
+# size-dependent padding: one node each in a torch.fx graph (torchvision's create_feature_extractor)
+torch.fx.wrap("conv2d_same")
+torch.fx.wrap("pad_same")
+
+
 class StdConv2d(nn.Conv2d):
     """Weight-standardized convolution: w = (w - mean(w)) / (std(w) + 1e-5) per output filter (the
     official numbers; `numerics` may say otherwise, see NUMERICS)."""
@@ -87,7 +102,7 @@ class StdConv2d(nn.Conv2d):
             # traced as a formula: with frozen weights Inductor folds it into a constant (a cache
             # mutated inside the graph would instead force a recompilation at every call)
             return self.standardize(w)
-        if torch.is_grad_enabled() or self.training:
+        if torch.is_grad_enabled() or self.training or fx_tracing():  # a traced weight has no storage to key on
             self._standardized = None
             return self.standardize(w)
         # In eval mode without autograd the weight does not change between calls: compute it once, in
@@ -105,10 +120,7 @@ class StdConv2d(nn.Conv2d):
         return self._standardized[1]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        left, right, top, bottom = same_pads(x, self.kernel_size[0], self.stride[0])
-        if left == right and top == bottom:  # symmetric: the convolution pads by itself, no copy
-            return F.conv2d(x, self.standardized_weight(), None, self.stride, padding=(top, left))
-        return F.conv2d(F.pad(x, [left, right, top, bottom]), self.standardized_weight(), None, self.stride)
+        return conv2d_same(x, self.standardized_weight(), self.stride[0])
 
 
 def group_norm(channels: int, numerics: Numerics = NUMERICS["official"]) -> nn.GroupNorm:

@@ -1,0 +1,98 @@
+"""Feature maps of chosen blocks, as timm's `features_only=True` gives them: `create(name, features_only=True,
+out_indices=...)` returns a `FeatureExtractor`, whose forward is the list of the chosen blocks' outputs as
+(B, D, h, w) maps (timm's ViT features' layout: a dense-prediction neck reads them as a CNN's), and whose
+`feature_info` answers what timm's FeatureInfo answers (channels, reduction, module per map).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+from torch import nn
+
+from vitzoo.timm_surface import OUTPUT_FORMATS
+
+# timm's default for a ViT's features_only: the last three blocks
+DEFAULT_OUT_INDICES = 3
+
+
+class FeatureInfo:
+    """Per block (the model's `feature_info`: module, num_chs, reduction), read at the chosen `out_indices`
+    as timm's FeatureInfo reads it: `idx=None` gives one value per returned map, an int that block's, a
+    list those blocks'."""
+
+    def __init__(self, info: list[dict[str, Any]], out_indices: Sequence[int]) -> None:
+        self.info = [dict(entry, index=i) for i, entry in enumerate(info)]
+        self.out_indices = tuple(out_indices)
+
+    def get(self, key: str, idx: int | Sequence[int] | None = None):
+        if idx is None:
+            return [self.info[i][key] for i in self.out_indices]
+        if isinstance(idx, (list, tuple)):
+            return [self.info[i][key] for i in idx]
+        return self.info[idx][key]
+
+    def get_dicts(self, keys: Sequence[str] | None = None, idx: int | Sequence[int] | None = None):
+        chosen = self.out_indices if idx is None else idx
+        pick = (lambda d: d) if keys is None else (lambda d: {k: d[k] for k in keys})
+        if isinstance(chosen, (list, tuple)):
+            return [pick(self.info[i]) for i in chosen]
+        return pick(self.info[chosen])
+
+    def channels(self, idx: int | Sequence[int] | None = None):
+        """The channels (D) of each map."""
+        return self.get("num_chs", idx)
+
+    def reduction(self, idx: int | Sequence[int] | None = None):
+        """Input pixels per map cell (the stem's stride)."""
+        return self.get("reduction", idx)
+
+    def module_name(self, idx: int | Sequence[int] | None = None):
+        """The module whose output each map is (`encoder.blocks.N`)."""
+        return self.get("module", idx)
+
+    def __getitem__(self, item: int) -> dict[str, Any]:
+        return self.info[item]
+
+    def __len__(self) -> int:
+        return len(self.info)
+
+
+class FeatureExtractor(nn.Module):
+    """A model cut after its last chosen block, returning the chosen blocks' tokens as feature maps.
+
+    `out_indices` as timm's (an int n: the last n blocks, a list: those, negative from the end);
+    `norm` applies the final LayerNorm to each map (without it the norm is pruned, as timm's);
+    `output_fmt` "NCHW" (B, D, h, w) or "NLC" (B, h * w, D); the class token is dropped. The blocks
+    after the last chosen one and the head are pruned (`prune_intermediate_layers`), so `self.model`
+    no longer classifies. The maps are computed at any input size the model takes (its img_size, or
+    any with dynamic_img_size=True); h, w = the input's size / `feature_info.reduction()`.
+    """
+
+    def __init__(self, model: nn.Module, out_indices: int | Sequence[int] = DEFAULT_OUT_INDICES, norm: bool = False,
+                 output_fmt: str = "NCHW") -> None:
+        super().__init__()
+        if output_fmt not in OUTPUT_FORMATS:
+            raise ValueError(f"output_fmt={output_fmt!r} is not one of {OUTPUT_FORMATS}")
+        self.out_indices = tuple(model.prune_intermediate_layers(out_indices, prune_norm=not norm))
+        self.model = model
+        self.norm = norm
+        self.output_fmt = output_fmt
+        self.feature_info = FeatureInfo(model.feature_info, self.out_indices)
+
+    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
+        return self.model.forward_intermediates(x, indices=list(self.out_indices), norm=self.norm,
+                                                output_fmt=self.output_fmt, intermediates_only=True)
+
+    @property
+    def pretrained_cfg(self) -> dict[str, Any]:
+        """The preprocessing the weights expect (timm's data helpers read it from a features model too)."""
+        return self.model.pretrained_cfg
+
+    @property
+    def default_cfg(self) -> dict[str, Any]:
+        return self.pretrained_cfg
+
+
+__all__ = ["DEFAULT_OUT_INDICES", "FeatureExtractor", "FeatureInfo"]
