@@ -115,7 +115,7 @@ LAYERS: tuple[Layer, ...] = (
     Layer("The command line", "the `vitzoo` command", {
         "vitzoo/cli.py": "the parser, one subcommand a module",
         "vitzoo/__main__.py": "`python -m vitzoo`",
-        "vitzoo/commands/": "`train` and `eval`, `predict`, `list` and `info`, `push`, `pull` and `convert`, `shard`, `bench`",
+        "vitzoo/commands/": "`train` and `eval`, `predict`, `list` and `info`, `push`, `pull` and `convert`, `export`, `shard`, `bench`",
     }),
     Layer("The test Hub", "beside the package: nothing of vitzoo imports it", {
         "vitzoo/testing/": "a Hub-compatible HTTP server for hermetic tests and air-gapped rehearsals; it imports "

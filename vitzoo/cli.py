@@ -29,7 +29,7 @@ examples:
 `vitzoo COMMAND --help` lists a command's options."""
 
 # the commands in the order a user meets them; a module not named here is listed after them
-ORDER = ("listing", "predict", "train", "evaluate", "shard", "weights", "bench")
+ORDER = ("listing", "predict", "train", "evaluate", "shard", "weights", "export", "bench")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -61,7 +61,8 @@ def _outputs(result) -> list[torch.Tensor]:
     return list(result) if isinstance(result, (list, tuple)) else [result]
 
 
-def _check_destination(path: Path, force: bool) -> None:
+def check_destination(path: Path, force: bool) -> None:
+    """An error for a path export_onnx will not write: a directory, or an existing file without `force`."""
     if path.is_dir():
         raise IsADirectoryError(errno.EISDIR, f"{path} is a directory; name the .onnx file to write", str(path))
     if path.exists() and not force:
@@ -140,7 +141,7 @@ def export_onnx(model: nn.Module, path: str | os.PathLike, *, batch_size: int = 
     in a file NAME.data beside it; None does so only above ONNX's 2 GiB limit. Returns the path."""
     vit = _parts(model)
     path = Path(path)
-    _check_destination(path, force)
+    check_destination(path, force)
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive int (the traced example's batch), got {batch_size!r}")
     weight = next(vit.parameters())
@@ -152,8 +153,8 @@ def export_onnx(model: nn.Module, path: str | os.PathLike, *, batch_size: int = 
     was_training = model.training
     model.eval()
     try:
-        program = _trace(model, vit, batch_size, opset_version)
-        with _staged(path) as stage:
+        with _staged(path) as stage:  # made first: an unwritable path fails before the tracing (seconds to minutes)
+            program = _trace(model, vit, batch_size, opset_version)
             program.save(stage / path.name, external_data=external_data)
             if check:
                 check_with_onnxruntime(model, stage / path.name)
@@ -162,4 +163,4 @@ def export_onnx(model: nn.Module, path: str | os.PathLike, *, batch_size: int = 
     return path
 
 
-__all__ = ["ATOL", "check_with_onnxruntime", "export_onnx", "output_names"]
+__all__ = ["ATOL", "check_destination", "check_with_onnxruntime", "export_onnx", "output_names"]

@@ -20,7 +20,7 @@ DEFAULT_OUT_INDICES = 3
 class FeatureInfo:
     """Per block (the model's `feature_info`: module, num_chs, reduction), read at the chosen `out_indices`
     as timm's FeatureInfo reads it: `idx=None` gives one value per returned map, an int that block's, a
-    list those blocks'."""
+    list those blocks'. It lists the blocks the pruned model still has (timm's lists the ones pruned too)."""
 
     def __init__(self, info: list[dict[str, Any]], out_indices: Sequence[int]) -> None:
         self.info = [dict(entry, index=i) for i, entry in enumerate(info)]
