@@ -48,6 +48,8 @@ TRANSFORMERS_ACTS = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh"}  # -> tra
 PIL_RESAMPLE = {"nearest": 0, "bilinear": 2, "bicubic": 3}  # vitzoo's interpolation -> PIL's filter number
 # the hybrids' ResNet stages -> timm's architecture building that ResNetV2 (the shapes come from model_args)
 TIMM_HYBRIDS = {(3, 4, 9): "vit_base_r50_s16", (3, 4, 6, 3): "vit_large_r50_s32", (2, 2, 2, 2): "vit_base_r26_s32"}
+TIMM_HYBRID_ARCHITECTURES = frozenset({"vit_base_r50_s16_224", "vit_base_r50_s16_384", "vit_large_r50_s32_224",
+                                       "vit_large_r50_s32_384", "vit_base_r26_s32_224"})
 TIMM_SIZE_NAMES = {"ti": "tiny", "s": "small", "b": "base", "l": "large", "h": "huge"}
 # timm's registered patch ViTs (timm 0.9 onwards): a model of one of these shapes is named by it, any other
 # by vit_base_patch16_224 with its shape in model_args (they override the architecture's)
@@ -76,10 +78,9 @@ def _common_obstacles(config: ViTConfig, library: str) -> list[str]:
         found.append(f"a pre-logits layer (head={config.head!r}), which {library}'s ViT does not have")
     if config.act not in TIMM_ACTS:
         found.append(f"the activation act={config.act!r}")
-    grid = [size // config.patch_size for size in config.img_size]
-    if config.stem == "patch" and grid[0] != grid[1]:  # the hybrid's grid is checked by its ResNet's stride
-        found.append(f"a {grid[0]} x {grid[1]} token grid: vitzoo reads {library}'s position embeddings back "
-                     "for square grids only")
+    if config.img_size[0] != config.img_size[1]:
+        found.append(f"a {config.img_size[0]} x {config.img_size[1]} image: vitzoo reads {library}'s position "
+                     "embeddings back for square token grids only")
     return found
 
 
@@ -156,7 +157,8 @@ def timm_architecture(config: ViTConfig) -> str:
     """The registered timm model whose function builds `config`'s model, given model_args."""
     resolution = 384 if config.img_size == (384, 384) else 224
     if config.stem == "resnet":
-        return f"{TIMM_HYBRIDS[tuple(config.stem_options['layers'])]}_{resolution}"
+        name = TIMM_HYBRIDS[tuple(config.stem_options["layers"])]
+        return f"{name}_{resolution}" if f"{name}_{resolution}" in TIMM_HYBRID_ARCHITECTURES else f"{name}_224"
     size = next((name for name, shape in SIZES.items()
                  if all(getattr(config, k) == v for k, v in shape.items())), None)
     name = f"vit_{TIMM_SIZE_NAMES.get(size, 'base')}_patch{config.patch_size}_{resolution}"
