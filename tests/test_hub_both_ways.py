@@ -155,3 +155,24 @@ def test_the_timm_architectures_written_are_registered_in_timm():
     assert written <= registered, written - registered
     assert layouts.timm_architecture(MODELS["vit_l16"]) == "vit_large_patch16_224"
     assert layouts.timm_architecture(MODELS["vit_b16_hybrid"].replace(img_size=384)) == "vit_base_r50_s16_384"
+
+
+def test_a_saved_layout_whose_names_do_not_match_its_weights_is_refused_naming_it(tmp_path):
+    from vitzoo.errors import CheckpointError
+
+    model = random_model("vit_b16", **VIT_B16)
+    model.save_pretrained(tmp_path / "timm", format="timm")
+    x = torch.randn(1, 3, 32, 32)
+    with torch.no_grad():
+        assert torch.equal(vitzoo.from_pretrained(tmp_path / "timm")(x), model(x))
+    model.save_pretrained(tmp_path / "mislabelled")  # vitzoo's names under a config.json that says timm's
+    config = tmp_path / "mislabelled" / "config.json"
+    document = json.loads(config.read_text())
+    for names, fragment in (("timm", "says the weights are in timm's names, but they are not"),
+                            ("keras", "weight_names must be one of timm, transformers, vitzoo")):
+        config.write_text(json.dumps({**document, "weight_names": names, "format_version": 2}))
+        with pytest.raises(CheckpointError, match=fragment):
+            vitzoo.from_pretrained(tmp_path / "mislabelled")
+    config.write_text(json.dumps({**document, "format_version": 3}))
+    with pytest.raises(CheckpointError, match="newer than this vitzoo reads"):
+        vitzoo.from_pretrained(tmp_path / "mislabelled")
