@@ -86,7 +86,8 @@ LAYERS: tuple[Layer, ...] = (
         "vitzoo/timm_surface.py": "the model's base: what a timm user reaches for, by timm's names",
         "vitzoo/features.py": "`FeatureExtractor` and `FeatureInfo`: the feature maps of `create(..., features_only=True)`",
         "vitzoo/checkpoints/": "files: `sources` (a file, directory or Hub repo read into converted weights), "
-                               "`native` (save_pretrained's directory), `card` (its model card), `publish` (pushing it)",
+                               "`native` (save_pretrained's directory), `card` (its model card), `publish` (pushing it), "
+                               "`layouts` (timm's, transformers' or vitzoo's config keys and names, as the library that builds the model reads them)",
         "vitzoo/hub/": "transport only: `transport`, `settings`, `explain` for its errors, `cache` for its "
                        "verification and repair, `deadline` for how long a call may wait",
     }),

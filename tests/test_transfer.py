@@ -111,14 +111,14 @@ def test_quick_run_end_to_end(tmp_path):
 def test_rehearsal_fine_tunes_weights_from_the_loopback_hub(tmp_path, monkeypatch):
     hermetic_hub_environment(monkeypatch, tmp_path)
     scale = get_scale("rehearsal", str(tmp_path / "data" / "imagenet"))
-    run = next(r for r in SPEC.runs(scale) if r.label == "vit_b16.orig_in21k oxford-pets")
-    assert run.config["train"]["pretrained"] == "hf-hub:rehearsal/vit_b16.orig_in21k"
+    run = next(r for r in SPEC.runs(scale) if r.label == "vit_l16.orig_in21k oxford-pets")
+    assert run.config["train"]["pretrained"] == "hf-hub:rehearsal/vit_l16.orig_in21k"
     run = dataclasses.replace(run, config={**run.config, "sweep": {**run.config["sweep"], "lrs": [0.003, 0.03]},
                                            "train": {**run.config["train"], "micro_batch": None, "num_workers": 0}})
     transfer.write_rehearsal_data(scale)
     with HubServer(tmp_path / "hub") as server:
         monkeypatch.setenv("HF_ENDPOINT", server.url)
-        publish_rehearsal_weights(["vit_b16.orig_in21k"], server.url)
+        publish_rehearsal_weights(["vit_l16.orig_in21k"], server.url)
         outcome = measure(run, device="cpu", out=tmp_path / "run")
     assert outcome["metrics"]["lr"] in (0.003, 0.03)
     assert set(outcome["metrics"]["development"]) == {"0.003", "0.03"}

@@ -181,16 +181,23 @@ class VisionTransformer(TimmSurface, nn.Module):
         skip |= {name for name, p in self.named_parameters() if id(p) in embeddings}
         return skip
 
-    def save_pretrained(self, directory, card: dict | None = None) -> None:
+    def save_pretrained(self, directory, card: dict | None = None, format: str = "vitzoo") -> None:
         """Write config.json, model.safetensors and a README.md model card into `directory`,
-        atomically; `card` may give dataset, metrics, license, tags (see vitzoo.checkpoints.card)."""
+        atomically; `card` may give dataset, metrics, license, tags (see vitzoo.checkpoints.card).
+        `format`: "vitzoo" (vitzoo's own layout), "timm" or "transformers" (that library's config keys and
+        tensor names, refused for a model it cannot build), "auto" (timm's, else transformers', else
+        vitzoo's); vitzoo loads each exactly (see vitzoo.checkpoints.layouts)."""
         self.check_describable("save")
-        native.save_pretrained(self, directory, card=card)
+        native.save_pretrained(self, directory, card=card, layout=format)
 
     def push_to_hub(self, repo_id: str, token: str | None = None, private: bool = False, revision: str | None = None,
                     commit_message: str = "Upload vitzoo model", **kwargs) -> str:
         """Upload what `save_pretrained` writes to the Hugging Face Hub repo `repo_id` (created when
-        missing) as one commit; returns the commit URL. See `vitzoo.checkpoints.publish.push_to_hub`."""
+        missing) as one commit; returns the commit URL. `format="auto"` (the default) writes timm's layout
+        where timm builds the model (`timm.create_model("hf-hub:REPO", pretrained=True)` loads it), else
+        transformers', else vitzoo's; `format="transformers"` writes one `ViTForImageClassification.
+        from_pretrained` loads (refused, saying why, for a model it cannot build). See
+        `vitzoo.checkpoints.publish.push_to_hub`."""
         self.check_describable("push")
         return publish.push_to_hub(self, repo_id, token=token, private=private, revision=revision,
                            commit_message=commit_message, **kwargs)

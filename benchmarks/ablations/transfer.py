@@ -173,11 +173,22 @@ def finetune_run(scale: Scale, model: str, dataset: str, data: str, seed: int) -
     return Run("transfer", label(model, dataset), config, seed, coords)
 
 
+def paper_cells(scale: Scale) -> list[tuple[str, str]]:
+    """(model, dataset) of the paper's scales: every tag on every dataset (Table 5). The rehearsal takes
+    each tag once and each dataset once (B/16 on CIFAR-10, B/32 on CIFAR-100, ..., H/14 on ImageNet): the
+    code path of a tag or a dataset does not depend on what it is paired with, and the other twenty pairs
+    (each five two-process trainings, its sweep's and the final one) would only repeat it."""
+    datasets = list(paper_datasets(scale))
+    if scale.name == "rehearsal":
+        return list(zip(MODELS, datasets))
+    return [(m, d) for m in MODELS for d in datasets]
+
+
 # ------------------------------------------------------------------------- the spec
 def cells(scale: Scale) -> list[Cell]:
     """The upstream cells at the small scales (the paper's runs are built by `TransferAblation.runs`)."""
     if scale.cells == "paper":
-        return [Cell(label(m, d), {"model": PAPER_NAMES[m], "dataset": d}) for m in MODELS for d in paper_datasets(scale)]
+        return [Cell(label(m, d), {"model": PAPER_NAMES[m], "dataset": d}) for m, d in paper_cells(scale)]
     return upstream_cells(scale)
 
 
@@ -191,7 +202,7 @@ class TransferAblation(Ablation):
         if scale.name == "gpu":  # fine-tuning the released weights is the paper scale's (3,400 GPU-hours at
             return []            # 125 TFLOP/s): the gpu scale's day on one node is the ablations'
         if scale.cells == "paper":
-            return [finetune_run(scale, m, d, data, seed) for m in MODELS for d, data in paper_datasets(scale).items()
+            return [finetune_run(scale, m, d, paper_datasets(scale)[d], seed) for m, d in paper_cells(scale)
                     for seed in range(seeds)]
         finetune = downstream_finetune(scale)
         transfer = {"classes": list(DOWNSTREAM), "shots": SHOTS, "finetune": finetune}

@@ -7,6 +7,8 @@ move through `vitzoo.hub`.
     native       save_pretrained's directory (config.json, model.safetensors, README.md), written and read
     card         the model card README.md that save_pretrained writes
     publish      pushing save_pretrained's directory (or a model, saved first) to the Hub
+    layouts      the layout a model is written in: timm's or transformers' config keys and tensor names
+                 where that library builds the model (so that it loads the push), else vitzoo's own
 
 Nothing here imports the model (`vitzoo.model` imports `native` and `publish` for its save and push).
 """

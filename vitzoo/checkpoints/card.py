@@ -14,10 +14,16 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from vitzoo.checkpoints import layouts
+from vitzoo.checkpoints.layouts import NATIVE
 from vitzoo.errors import ConfigError
 from vitzoo.weights.layout import CONFIG_NAME, HUB_PREFIX, WEIGHTS_NAME
 
 OPTIONS = ("repo_id", "license", "tags", "dataset", "metrics", "description", "model_name")
+USAGE_HEADING = "## How to use"
+LAYOUT_WORDS = {"timm": "timm's layout (its config.json keys and tensor names)",
+                "transformers": "transformers' layout (its ViTConfig keys and tensor names)",
+                "vitzoo": "vitzoo's own layout (its config and tensor names)"}
 DEFAULT_TAGS = ["vitzoo", "vision-transformer", "image-classification", "pytorch", "safetensors"]
 
 
@@ -54,14 +60,16 @@ def check(card: dict[str, Any] | None) -> dict[str, Any]:
     return card
 
 
-def render(model, card: dict[str, Any] | None = None) -> str:
+def render(model, card: dict[str, Any] | None = None, layout: str = NATIVE) -> str:
+    """The model card of `model` written in `layout` (`vitzoo.checkpoints.layouts`): the Hub's front matter
+    names that layout's library, the usage section each library's line that loads it."""
     from huggingface_hub import EvalResult, ModelCardData
 
     card = check(card)
     config = model.config
     params = sum(p.numel() for p in model.parameters())
     name = card.get("model_name") or card.get("repo_id", "").split("/")[-1] or "vitzoo-model"
-    tags = list(dict.fromkeys(DEFAULT_TAGS + list(card.get("tags") or [])))
+    tags = list(dict.fromkeys(DEFAULT_TAGS + ([layout] if layout != NATIVE else []) + list(card.get("tags") or [])))
     dataset = card.get("dataset")
     metrics = card["metrics"]
     eval_results = None
@@ -72,7 +80,7 @@ def render(model, card: dict[str, Any] | None = None) -> str:
             for metric, value in metrics.items()
         ]
     data = ModelCardData(
-        library_name="vitzoo",
+        library_name=layout,  # the library whose loading snippet the Hub shows
         license=card.get("license", "apache-2.0"),
         tags=tags,
         datasets=[dataset] if dataset else None,
@@ -103,7 +111,6 @@ def render(model, card: dict[str, Any] | None = None) -> str:
         ("input normalisation", f"mean {list(config.mean)}, std {list(config.std)}"),
         ("parameters", f"{params:,}"),
     ]
-    source = f"{HUB_PREFIX}{card['repo_id']}" if card.get("repo_id") else "path/to/this/directory"
     lines = [
         "---",
         data.to_yaml(),
@@ -120,19 +127,42 @@ def render(model, card: dict[str, Any] | None = None) -> str:
         lines.append("")
     lines += ["## Architecture", "", "| option | value |", "|---|---|"]
     lines += [f"| {key} | {value} |" for key, value in rows]
-    lines += [
-        "",
-        "## How to use",
-        "",
-        "```python",
-        "import torch, vitzoo",
-        "",
-        f'model = vitzoo.from_pretrained("{source}").eval()',
-        f"x = torch.randn(1, {config.in_chans}, {h}, {w})  # images normalised with the mean and std above",
-        "logits = model(x)",
-        "```",
-        "",
-        f"The full model config is in `{CONFIG_NAME}`, the weights in `{WEIGHTS_NAME}`.",
-        "",
-    ]
+    lines += ["", *usage(config, card.get("repo_id"), layout)]
     return "\n".join(lines)
+
+
+def usage(config, repo_id: str | None, layout: str) -> list[str]:
+    """The card's last section, "How to use": the line of each library that loads the model from the
+    repo `repo_id` (or its directory) in `layout`, and for each that does not, why."""
+    h, w = config.img_size
+    where = f"{HUB_PREFIX}{repo_id}" if repo_id else "path/to/this/directory"
+    loaders = {
+        "timm": ["import timm", "", f'model = timm.create_model("{where if repo_id else "local-dir:" + where}", '
+                 "pretrained=True).eval()"],
+        "transformers": ["from transformers import ViTForImageClassification", "",
+                         f'model = ViTForImageClassification.from_pretrained("{repo_id or where}").eval()'],
+    }
+    lines = [USAGE_HEADING, "", f"The files are in {LAYOUT_WORDS[layout]}, and vitzoo loads them exactly:", "",
+             "```python", "import torch, vitzoo", "", f'model = vitzoo.from_pretrained("{where}").eval()',
+             f"x = torch.randn(1, {config.in_chans}, {h}, {w})  # images normalised with the mean and std above",
+             "logits = model(x)", "```", ""]
+    if layout in loaders:
+        lines += [f"With {layout}:", "", "```python", *loaders[layout], "```", ""]
+    for library in ("timm", "transformers"):
+        if library == layout:
+            continue
+        found = layouts.OBSTACLES[library](config)
+        if found:
+            lines += [f"{library} cannot load this model: it has {'; '.join(found)}.", ""]
+        else:
+            lines += [f"{library} builds this model too, from its own layout: push it with "
+                      f"`vitzoo push DIR REPO --format {library}` (`push_to_hub(..., format=\"{library}\")`).", ""]
+    lines += [f"The full model config is in `{CONFIG_NAME}`, the weights in `{WEIGHTS_NAME}`.", ""]
+    return lines
+
+
+def with_usage(text: str, config, repo_id: str | None, layout: str) -> str:
+    """A card `text` whose usage section (the last, from its heading on) is `usage`'s for this repo and
+    layout; appended when the card has none (it was edited)."""
+    head, found, _ = text.partition(USAGE_HEADING)
+    return (head if found else text.rstrip("\n") + "\n\n") + "\n".join(usage(config, repo_id, layout))

@@ -13,16 +13,18 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from vitzoo.checkpoints import layouts
 from vitzoo.checkpoints.card import render
+from vitzoo.checkpoints.layouts import NATIVE
 from vitzoo.config import ViTConfig
 from vitzoo.errors import CheckpointError, ConfigError
 from vitzoo.io import atomic_path, recover, staged_directory, write_text
 from vitzoo.version import __version__
 from vitzoo.weights.converted import read_failed
-from vitzoo.weights.layout import CARD_NAME, CONFIG_NAME, SAVED_FILES, WEIGHTS_NAME
+from vitzoo.weights.layout import CARD_NAME, CONFIG_NAME, PREPROCESSOR_NAME, WEIGHTS_NAME
 from vitzoo.weights.vitzoo_format import FORMAT
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # the newest read: 2 adds weight_names (weights in timm's or transformers' names)
 
 
 def _unshared_host_copy(tensor: torch.Tensor) -> torch.Tensor:
@@ -40,11 +42,26 @@ def save_state_dict(state_dict: dict[str, torch.Tensor], path: str | os.PathLike
         save_file(tensors, str(tmp), metadata=metadata)
 
 
-def config_document(config: ViTConfig, extra: dict | None = None, labels: list[str] | None = None) -> dict:
-    """config.json: the format, the model's config, and the head's class names when the model has them."""
+def config_document(config: ViTConfig, extra: dict | None = None, labels: list[str] | None = None,
+                    layout: str = NATIVE) -> dict:
+    """config.json: the format, the model's config, and the head's class names when the model has them;
+    for a model written in timm's or transformers' layout (`vitzoo.checkpoints.layouts`), that library's
+    keys too, and `weight_names` saying whose names the weights are in (format_version 2: a vitzoo that
+    reads only vitzoo's names says to upgrade instead of failing on the names)."""
     named = {"labels": list(labels)} if labels is not None and len(labels) == config.num_classes else {}
-    return {"format": FORMAT, "format_version": FORMAT_VERSION, "vitzoo_version": __version__,
-            "model": config.to_dict(), **named, **(extra or {})}
+    foreign = {"weight_names": layout} if layout != NATIVE else {}
+    return {**layouts.library_document(config, labels, layout), "format": FORMAT,
+            "format_version": FORMAT_VERSION if foreign else 1, "vitzoo_version": __version__,
+            "model": config.to_dict(), **named, **foreign, **(extra or {})}
+
+
+def weight_names_of(document: dict, path: str | os.PathLike) -> str:
+    """Whose names the weights beside a saved config.json are in: vitzoo's unless `weight_names` says timm's
+    or transformers'."""
+    names = document.get("weight_names", NATIVE)
+    if names not in layouts.LAYOUTS:
+        raise CheckpointError(f"{path}: weight_names must be one of {', '.join(layouts.LAYOUTS)}, got {names!r:.100}")
+    return names
 
 
 def labels_of(document: dict) -> list[str] | None:
@@ -58,23 +75,37 @@ def labels_of(document: dict) -> list[str] | None:
     return labels
 
 
-def save_pretrained(model, directory: str | os.PathLike, extra: dict | None = None, card: dict | None = None) -> Path:
+def save_pretrained(model, directory: str | os.PathLike, extra: dict | None = None, card: dict | None = None,
+                    layout: str = NATIVE) -> Path:
     """Write `model.safetensors`, the model card `README.md` and `config.json` into `directory`
-    (created if needed). `card` fills the model card (see `vitzoo.checkpoints.card`).
+    (created if needed). `card` fills the model card (see `vitzoo.checkpoints.card`); `layout` is the
+    library whose names and config keys the files use (vitzoo's own, timm's or transformers': see
+    `vitzoo.checkpoints.layouts.choose`, which refuses a model that library cannot build).
 
-    The card and config are rendered (and so checked) before anything is written; the three files
+    The card and config are rendered (and so checked) before anything is written; the files
     are written beside `directory` and put in place together (`vitzoo.io.staged_directory`), so a
     failed save leaves `directory` as it was: an earlier save there stays whole and loadable.
     """
+    layout = layouts.choose(model.config, layout)
+    return write_model(directory, model.config, model.state_dict(), getattr(model, "labels", None), layout,
+                       render(model, card, layout), extra)
+
+
+def write_model(directory: str | os.PathLike, config: ViTConfig, state_dict: dict[str, torch.Tensor],
+                labels: list[str] | None, layout: str, card_text: str | None, extra: dict | None = None) -> Path:
+    """The files of a model in `layout` (already chosen) written into `directory` all at once: the weights
+    renamed, config.json, the card `card_text` (none when None), and transformers' preprocessor_config.json."""
     directory = Path(directory)
     if directory.parent.is_dir():
         recover(directory)  # what a save killed part-way left: put right even when this save is refused
-    texts = {CARD_NAME: render(model, card),
-             CONFIG_NAME: json.dumps(config_document(model.config, extra, getattr(model, "labels", None)), indent=2,
-                                     sort_keys=True) + "\n"}
+    texts = {CARD_NAME: card_text} if card_text is not None else {}
+    if layout == "transformers":
+        texts[PREPROCESSOR_NAME] = json.dumps(layouts.transformers_preprocessor(config), indent=2) + "\n"
+    texts[CONFIG_NAME] = json.dumps(config_document(config, extra, labels, layout), indent=2, sort_keys=True) + "\n"
+    tensors = layouts.renamed(state_dict, layout)
     # the config marks a complete save, so it is the last file renamed into a directory that holds more
-    with staged_directory(directory, SAVED_FILES) as stage:
-        save_state_dict(model.state_dict(), stage / WEIGHTS_NAME, metadata={"format": "pt"})
+    with staged_directory(directory, (WEIGHTS_NAME, *texts)) as stage:
+        save_state_dict(tensors, stage / WEIGHTS_NAME, metadata={"format": "pt"})
         for name, text in texts.items():
             write_text(stage / name, text)
     return directory

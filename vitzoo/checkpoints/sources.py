@@ -174,6 +174,20 @@ def _metadata(directory: Path) -> dict[str, dict]:
     return {name: native.read_json_object(directory / name) for name in METADATA_FILES if (directory / name).exists()}
 
 
+def _in_vitzoo_names(state_dict: dict[str, torch.Tensor], names: str, source: str) -> dict[str, torch.Tensor]:
+    """A saved model's weights in vitzoo's names: those written in timm's or transformers' layout
+    (`vitzoo.checkpoints.layouts`) renamed back by that format's converter (its options are not used: the
+    saved config decides the model)."""
+    if names == native.FORMAT:
+        return state_dict
+    fmt = registered_formats()[names]
+    if not fmt.recognises(list(state_dict), {}):
+        raise CheckpointError(f"{source}: config.json says the weights are in {names}'s names, but they are not "
+                              f"(keys such as {sorted(state_dict)[:6]}); save or push the model again")
+    with converting(names, source):
+        return fmt.convert(state_dict, {}).state_dict
+
+
 def open_directory(directory: str | os.PathLike) -> Source:
     """A directory written by save_pretrained (its config decides the model), or weights with the
     metadata of another library beside them."""
@@ -184,7 +198,9 @@ def open_directory(directory: str | os.PathLike) -> Source:
         weights = directory / WEIGHTS_NAME
         if not weights.exists():
             raise CheckpointError(f"{directory} has a {CONFIG_NAME} but no {WEIGHTS_NAME}")
-        checkpoint = ConvertedWeights(format=native.FORMAT, state_dict=load_state_dict_file(weights), config={})
+        state_dict = _in_vitzoo_names(load_state_dict_file(weights), native.weight_names_of(metadata[CONFIG_NAME], weights),
+                                      str(weights))
+        checkpoint = ConvertedWeights(format=native.FORMAT, state_dict=state_dict, config={})
         native.check_describes(saved_config, checkpoint.state_dict, directory / CONFIG_NAME, weights)
         return Source(checkpoint, saved_config=saved_config, location=str(directory),
                       labels=native.labels_of(metadata[CONFIG_NAME]))

@@ -11,6 +11,7 @@ import argparse
 import shutil
 from pathlib import Path
 
+from vitzoo.checkpoints.layouts import CHOICES
 from vitzoo.checkpoints.native import is_saved, read_json_object
 from vitzoo.errors import CheckpointError
 from vitzoo.io import atomic_path, staged_directory
@@ -26,6 +27,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--private", action="store_true", help="create the repo private")
     p.add_argument("--message", default="Upload vitzoo model", help="commit message")
     p.add_argument("--token", default=None, help="Hub token (default: HF_TOKEN or the stored login)")
+    p.add_argument("--format", default="auto", choices=CHOICES,
+                   help="the layout pushed: auto (default) writes timm's where timm builds the model "
+                        "(timm.create_model('hf-hub:REPO', pretrained=True) loads it), else transformers', else "
+                        "vitzoo's; transformers: one ViTForImageClassification.from_pretrained loads; vitzoo: "
+                        "vitzoo's own. vitzoo loads each exactly")
     p.set_defaults(func=run_push)
 
     p = sub.add_parser("pull", help="download a model from the Hub into the Hugging Face cache (and DIR)")
@@ -50,7 +56,7 @@ def run_push(args) -> int:
     from vitzoo.checkpoints.publish import push_folder
 
     url = push_folder(args.directory, args.repo_id, model_class=VisionTransformer, token=args.token, private=args.private,
-                      revision=args.revision, commit_message=args.message)
+                      revision=args.revision, commit_message=args.message, format=args.format)
     print(url)
     return 0
 

@@ -146,3 +146,38 @@ class TimmFormat(WeightFormat):
         if cfg.get("interpolation") in INTERPOLATIONS:
             found["interpolation"] = cfg["interpolation"]
         return found
+
+
+# vitzoo's names -> timm's, for the tensors a model timm builds holds (the inverse of `TimmFormat.convert`)
+_TO_TIMM = (
+    (re.compile(r"^stem\.backbone\.conv_root\.weight$"), "patch_embed.backbone.stem.conv.weight"),
+    (re.compile(r"^stem\.backbone\.gn_root\.(weight|bias)$"), r"patch_embed.backbone.stem.norm.\1"),
+    (re.compile(r"^stem\.proj\.(weight|bias)$"), r"patch_embed.proj.\1"),
+    (re.compile(r"^cls_token$"), "cls_token"),
+    (re.compile(r"^encoder\.pos_embed\.weight$"), "pos_embed"),
+    (re.compile(r"^encoder\.blocks\.(\d+\..+)$"), r"blocks.\1"),
+    (re.compile(r"^encoder\.norm\.(weight|bias)$"), r"norm.\1"),
+    (re.compile(r"^fc_norm\.(weight|bias)$"), r"fc_norm.\1"),
+    (re.compile(r"^head\.fc\.(weight|bias)$"), r"head.\1"),
+)
+_RESNET_OF_VITZOO = re.compile(r"^stem\.backbone\.stages\.(\d+)\.(\d+)\.(\w+)\.(weight|bias)$")
+_TIMM_RESNET_NAMES = {vitzoo: timm for timm, vitzoo in _RESNET_NAMES.items()}
+
+
+def to_timm(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A vitzoo state dict in timm's names (the tensors themselves, unchanged): what `TimmFormat.convert`
+    reads back. Only a model timm can build is written so (`vitzoo.checkpoints.layouts` decides); a
+    tensor with no timm name is a CheckpointError naming it."""
+    out: dict[str, torch.Tensor] = {}
+    for key, tensor in state_dict.items():
+        match = _RESNET_OF_VITZOO.match(key)
+        if match and match.group(3) in _TIMM_RESNET_NAMES:
+            stage, unit, layer, kind = match.groups()
+            out[f"patch_embed.backbone.stages.{stage}.blocks.{unit}.{_TIMM_RESNET_NAMES[layer]}.{kind}"] = tensor
+            continue
+        name = next((pattern.sub(target, key) for pattern, target in _TO_TIMM if pattern.match(key)), None)
+        if name is None:
+            raise CheckpointError(f"the tensor {key!r} has no name in timm's VisionTransformer; this model is not "
+                                  "one timm builds: save it in vitzoo's layout")
+        out[name] = tensor
+    return out

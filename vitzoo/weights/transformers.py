@@ -163,3 +163,42 @@ class TransformersFormat(WeightFormat):
 
     def labels(self, metadata: Metadata) -> list[str] | None:
         return labels(_config(metadata))
+
+
+# vitzoo's names -> the classic names of the checkpoints on the Hub, which every transformers version loads
+# (transformers >= 5 renames them to its own as it loads them)
+_TO_TRANSFORMERS = {
+    "stem.proj": "vit.embeddings.patch_embeddings.projection", "encoder.norm": "vit.layernorm", "head.fc": "classifier",
+}
+_BLOCK_TO_TRANSFORMERS = {
+    "norm1": "layernorm_before", "norm2": "layernorm_after", "attn.proj": "attention.output.dense",
+    "mlp.fc1": "intermediate.dense", "mlp.fc2": "output.dense",
+}
+_VITZOO_BLOCK = re.compile(r"^encoder\.blocks\.(\d+)\.(.+)\.(weight|bias)$")
+
+
+def to_transformers(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A vitzoo state dict in the names of transformers' `ViTForImageClassification` (q, k and v split from
+    the fused projection; the tensors' values unchanged): what `TransformersFormat.convert` reads back.
+    Only a model transformers' ViT builds is written so (`vitzoo.checkpoints.layouts` decides); a tensor
+    with no name there is a CheckpointError naming it."""
+    out: dict[str, torch.Tensor] = {}
+    for key, tensor in state_dict.items():
+        match = _VITZOO_BLOCK.match(key)
+        prefix, _, kind = key.rpartition(".")
+        if key == "cls_token":
+            out["vit.embeddings.cls_token"] = tensor
+        elif key == "encoder.pos_embed.weight":
+            out["vit.embeddings.position_embeddings"] = tensor
+        elif prefix in _TO_TRANSFORMERS:
+            out[f"{_TO_TRANSFORMERS[prefix]}.{kind}"] = tensor
+        elif match and match.group(2) == "attn.qkv":
+            layer = f"vit.encoder.layer.{match.group(1)}.attention.attention"
+            for part, chunk in zip(("query", "key", "value"), tensor.chunk(3)):
+                out[f"{layer}.{part}.{kind}"] = chunk
+        elif match and match.group(2) in _BLOCK_TO_TRANSFORMERS:
+            out[f"vit.encoder.layer.{match.group(1)}.{_BLOCK_TO_TRANSFORMERS[match.group(2)]}.{kind}"] = tensor
+        else:
+            raise CheckpointError(f"the tensor {key!r} has no name in transformers' ViTForImageClassification; this "
+                                  "model is not one transformers builds: save it in timm's or vitzoo's layout")
+    return out
