@@ -34,6 +34,12 @@ setup() {
     echo "$stamp" > "$VENV/.setup-stamp"
 }
 
+test_workers() {
+    local cores
+    cores=$(nproc 2>/dev/null || echo 2)
+    echo $(( cores < 4 ? cores : 4 ))
+}
+
 main_job() {
     # Table 8's headline on real Fashion-MNIST (no position embedding vs learned 1-D, two seeds each, in
     # two one-thread processes): about 3 minutes on 2 cores (3.1 measured). The table beside the paper's numbers and the
@@ -45,6 +51,8 @@ main_job() {
 case "${1:-}" in
     setup) setup ;;
     main) setup; shift; main_job "$@" ;;
-    test) setup; shift; "$PY" -m pytest -q "$@" ;;
+    # one pytest-xdist worker per core (at most 4), each test module whole on one worker (its fixtures
+    # are built once); `-n 0` runs in one process
+    test) setup; shift; "$PY" -m pytest -q -n "$(test_workers)" --dist loadfile --no-loadscope-reorder "$@" ;;
     *) echo "usage: ./run.sh main | test [pytest args] | setup" >&2; exit 2 ;;
 esac

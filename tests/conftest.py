@@ -5,7 +5,10 @@ import torch
 
 # Plugins installed in the environment are part of the tests in tests/test_plugins.py; elsewhere the
 # suite sees whatever is installed, like a user would.
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+# Under pytest-xdist (`./run.sh test` runs one worker per core) each worker computes in its share of the
+# cores: more threads than cores only spin against each other.
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // WORKERS)))
 # `--precision auto` and `vitzoo.inference` measure the CPU's fastest precision: the suite computes in float32
 # on every machine instead (tests/test_fastest.py measures, with this unset); subprocesses inherit it
 os.environ["VITZOO_CPU_PRECISION"] = "float32"
@@ -53,3 +56,15 @@ def hub_server(hermetic_hub, monkeypatch):
 def one_second(monkeypatch):
     """Hub waits of one second (VITZOO_HUB_TIMEOUT), for tests of a server that does not answer."""
     monkeypatch.setenv("VITZOO_HUB_TIMEOUT", "1")
+
+
+# The modules whose fixtures train for minutes, longest first. With `--dist loadfile` a module runs whole on
+# one worker, and workers take modules in collection order: started first, these overlap the many short
+# modules instead of running alone at the end. Only the order changes.
+LONGEST_FIRST = ("test_paper_scale.py", "test_benchmarks.py", "test_cluster_launcher.py", "test_transfer.py",
+                 "test_loader_workers.py", "test_inference.py", "test_hub_both_ways.py", "test_export_onnx.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order

@@ -86,6 +86,8 @@ def save_pretrained(model, directory: str | os.PathLike, extra: dict | None = No
     are written beside `directory` and put in place together (`vitzoo.io.staged_directory`), so a
     failed save leaves `directory` as it was: an earlier save there stays whole and loadable.
     """
+    if Path(directory).parent.is_dir():
+        recover(Path(directory))  # what a save killed part-way left: put right even when this save is refused
     layout = layouts.choose(model.config, layout)
     return write_model(directory, model.config, model.state_dict(), getattr(model, "labels", None), layout,
                        render(model, card, layout), extra)
