@@ -138,7 +138,12 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch
     assert json.loads((run / "summary.json").read_text())["status"] == "diverged"
 
 
-def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path):
+# SIGHUP's process run is slow-marked (15-45 s on a busy machine): the fast lane checks its handler in process
+@pytest.mark.parametrize("sent", [signal.SIGTERM, pytest.param(signal.SIGHUP, marks=pytest.mark.slow)],
+                         ids=["SIGTERM", "SIGHUP"])
+def test_a_stop_signal_saves_a_checkpoint_and_exits_cleanly(tmp_path, sent):
+    """SIGTERM (a scheduler) and SIGHUP (the terminal that started the run closed) end training at the
+    end of a step with a checkpoint, as SIGINT does; the exit status says which signal."""
     run = tmp_path / "run"
     cmd = [sys.executable, "-m", "vitzoo", "train", "vit_ti16", "--data", "synthetic", "--steps", "100000",
            "--batch-size", "16", "--train-limit", "256", "--test-limit", "64", "--checkpoint-every", "0",
@@ -150,15 +155,37 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path):
         assert proc.poll() is None, proc.communicate()
         assert time.time() < deadline, "training did not start"
         time.sleep(0.2)
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(sent)
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert proc.returncode == 128 + sent, err
     assert "Traceback" not in err
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["status"] == "interrupted" and summary["signal"] == "SIGTERM"
+    assert summary["status"] == "interrupted" and summary["signal"] == sent.name
     latest = state.latest(run / "checkpoints")
     assert latest is not None and latest.name == f"step_{summary['step']:08d}"
     assert not list(run.rglob("*.tmp"))
+
+
+
+def test_sighup_stops_training_unless_the_run_was_started_ignoring_it():
+    """SIGHUP asks the loop to stop as SIGINT does; under nohup (SIGHUP ignored when training starts) it
+    stays ignored, so that the run outlives its terminal; the previous handlers come back afterwards."""
+    from vitzoo.train.signals import stop_signals
+
+    previous = signal.getsignal(signal.SIGHUP)
+    try:
+        flag = {}
+        with stop_signals(flag):
+            signal.raise_signal(signal.SIGHUP)
+        assert flag == {"signal": signal.SIGHUP}
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as nohup starts a process
+        flag = {}
+        with stop_signals(flag):
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+            signal.raise_signal(signal.SIGHUP)
+        assert flag == {} and signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, previous)
 
 
 def test_missing_or_malformed_data_fails_before_any_work(tmp_path):

@@ -5,7 +5,7 @@
    (vitzoo.train.start); resume from the last checkpoint if asked;
 2. `train`: each `train_step` accumulates gradients over micro-batches, agrees across processes on the
    loss, clips and steps; the steps' losses stay on the device until logging, evaluating or
-   checkpointing needs them (`read_steps`), which stops on a non-finite one; SIGINT, SIGTERM and SIGUSR2 end
+   checkpointing needs them (`read_steps`), which stops on a non-finite one; SIGINT, SIGTERM, SIGUSR2 and SIGHUP end
    the loop with a checkpoint (vitzoo.train.signals);
 3. `final_evaluation`, then `vitzoo.train.summary.finish`: few-shot accuracy, the saved model
    (save_pretrained) and summary.json. `Metrics` writes every line of metrics.jsonl; `Evaluation`
