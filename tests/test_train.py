@@ -83,8 +83,9 @@ def test_fit_learns_synthetic_data():
 def test_resume_gives_the_same_losses(tmp_path):
     # dropout, stochastic depth, augmentation and MixUp all draw random numbers; 4 steps per epoch, so
     # the interruption falls inside an epoch and the run crosses epochs
+    # ... and the moving average of the weights (--model-ema) and layer-wise decay go on where they stopped
     changes = dict(model_options=dict(dropout=0.1, drop_path=0.1), train_limit=128, hflip=True, crop_padding=2,
-                   mixup=0.2, steps=10)
+                   mixup=0.2, steps=10, model_ema=True, model_ema_decay=0.8, layer_decay=0.75)
     fit(tiny_config(tmp_path / "straight", **changes))
     first = fit(tiny_config(tmp_path / "split", stop_at=5, **changes))
     assert first["status"] == "stopped" and first["step"] == 5
@@ -97,6 +98,15 @@ def test_resume_gives_the_same_losses(tmp_path):
     a = vitzoo.from_pretrained(tmp_path / "straight" / "run").state_dict()
     b = vitzoo.from_pretrained(tmp_path / "split" / "run").state_dict()
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+    from safetensors.torch import load_file
+
+    a, b = (load_file(tmp_path / run / "run" / "model_ema.safetensors") for run in ("straight", "split"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert second["ema_test_loss"] == fit_summary_of(tmp_path / "straight")["ema_test_loss"]
+
+
+def fit_summary_of(root: Path) -> dict:
+    return json.loads((root / "run" / "summary.json").read_text())
 
 
 def test_resume_survives_a_half_written_metrics_line(tmp_path):
