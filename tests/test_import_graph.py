@@ -109,6 +109,7 @@ LAYERS: tuple[Layer, ...] = (
         "vitzoo/train/": "config and recipes; `build`: model, optimizer, precision; `start`: the batch split, the run's "
                          "length and schedule, the model as the loop calls it; `loop`: the `Trainer`; `summary`: what "
                          "a run leaves behind; `inputs`: its input pipeline, decoded in the workers or on the device; "
+                         "`groups`: the optimizer's parameter groups (layer-wise decay); `ema`: the moving average of the weights; "
                          "`distributed`, `sampler`, `signals`, `state`, `evaluation`, `metrics`, `rundir`",
         "vitzoo/evaluate.py": "top-1 and top-5 accuracy, the paper's few-shot linear evaluation, a linear probe",
         "vitzoo/analysis.py": "looking inside a trained ViT (section 4.5)",

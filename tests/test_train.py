@@ -83,8 +83,9 @@ def test_fit_learns_synthetic_data():
 def test_resume_gives_the_same_losses(tmp_path):
     # dropout, stochastic depth, augmentation and MixUp all draw random numbers; 4 steps per epoch, so
     # the interruption falls inside an epoch and the run crosses epochs
+    # ... and the moving average of the weights (--model-ema) and layer-wise decay go on where they stopped
     changes = dict(model_options=dict(dropout=0.1, drop_path=0.1), train_limit=128, hflip=True, crop_padding=2,
-                   mixup=0.2, steps=10)
+                   mixup=0.2, steps=10, model_ema=True, model_ema_decay=0.8, layer_decay=0.75)
     fit(tiny_config(tmp_path / "straight", **changes))
     first = fit(tiny_config(tmp_path / "split", stop_at=5, **changes))
     assert first["status"] == "stopped" and first["step"] == 5
@@ -97,6 +98,15 @@ def test_resume_gives_the_same_losses(tmp_path):
     a = vitzoo.from_pretrained(tmp_path / "straight" / "run").state_dict()
     b = vitzoo.from_pretrained(tmp_path / "split" / "run").state_dict()
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+    from safetensors.torch import load_file
+
+    a, b = (load_file(tmp_path / run / "run" / "model_ema.safetensors") for run in ("straight", "split"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert second["ema_test_loss"] == fit_summary_of(tmp_path / "straight")["ema_test_loss"]
+
+
+def fit_summary_of(root: Path) -> dict:
+    return json.loads((root / "run" / "summary.json").read_text())
 
 
 def test_resume_survives_a_half_written_metrics_line(tmp_path):
@@ -138,7 +148,12 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch
     assert json.loads((run / "summary.json").read_text())["status"] == "diverged"
 
 
-def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path):
+# SIGHUP's process run is slow-marked (15-45 s on a busy machine): the fast lane checks its handler in process
+@pytest.mark.parametrize("sent", [signal.SIGTERM, pytest.param(signal.SIGHUP, marks=pytest.mark.slow)],
+                         ids=["SIGTERM", "SIGHUP"])
+def test_a_stop_signal_saves_a_checkpoint_and_exits_cleanly(tmp_path, sent):
+    """SIGTERM (a scheduler) and SIGHUP (the terminal that started the run closed) end training at the
+    end of a step with a checkpoint, as SIGINT does; the exit status says which signal."""
     run = tmp_path / "run"
     cmd = [sys.executable, "-m", "vitzoo", "train", "vit_ti16", "--data", "synthetic", "--steps", "100000",
            "--batch-size", "16", "--train-limit", "256", "--test-limit", "64", "--checkpoint-every", "0",
@@ -150,15 +165,37 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path):
         assert proc.poll() is None, proc.communicate()
         assert time.time() < deadline, "training did not start"
         time.sleep(0.2)
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(sent)
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert proc.returncode == 128 + sent, err
     assert "Traceback" not in err
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["status"] == "interrupted" and summary["signal"] == "SIGTERM"
+    assert summary["status"] == "interrupted" and summary["signal"] == sent.name
     latest = state.latest(run / "checkpoints")
     assert latest is not None and latest.name == f"step_{summary['step']:08d}"
     assert not list(run.rglob("*.tmp"))
+
+
+
+def test_sighup_stops_training_unless_the_run_was_started_ignoring_it():
+    """SIGHUP asks the loop to stop as SIGINT does; under nohup (SIGHUP ignored when training starts) it
+    stays ignored, so that the run outlives its terminal; the previous handlers come back afterwards."""
+    from vitzoo.train.signals import stop_signals
+
+    previous = signal.getsignal(signal.SIGHUP)
+    try:
+        flag = {}
+        with stop_signals(flag):
+            signal.raise_signal(signal.SIGHUP)
+        assert flag == {"signal": signal.SIGHUP}
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as nohup starts a process
+        flag = {}
+        with stop_signals(flag):
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+            signal.raise_signal(signal.SIGHUP)
+        assert flag == {} and signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, previous)
 
 
 def test_missing_or_malformed_data_fails_before_any_work(tmp_path):

@@ -1,5 +1,6 @@
 """Eight CPU processes (gloo, launched by torchrun: an 8-GPU node's world size, rehearsed on 2 cores)
-follow the same loss curve as one process with the same global batch."""
+follow the same loss curve as one process with the same global batch, layer-wise decay and the moving
+average of the weights included."""
 
 import json
 import os
@@ -13,7 +14,7 @@ from vitzoo.train import TrainConfig, fit
 
 TINY = dict(embed_dim=32, depth=2, num_heads=2, mlp_dim=64, img_size=28, patch_size=7)
 ARGS = dict(data="synthetic", train_limit=256, test_limit=64, batch_size=32, steps=8, lr=3e-3, warmup=2,
-            log_every=1, checkpoint_every=4)
+            log_every=1, checkpoint_every=4, layer_decay=0.75, model_ema_decay=0.8)
 
 
 def free_port() -> int:
@@ -31,11 +32,11 @@ def curve(run) -> list[float]:
 def test_eight_processes_follow_the_one_process_loss_curve(tmp_path):
     # both runs on the CPU: on a GPU machine `auto` would pick CUDA (and bf16) for the reference alone
     fit(TrainConfig(model="vit_ti16", model_options=TINY, out=str(tmp_path / "one"), quiet=True, tensorboard=False,
-                    device="cpu", fewshot=(1, 2), **ARGS))
+                    device="cpu", fewshot=(1, 2), model_ema=True, **ARGS))
     # the eight-process run shares each global batch of 32 between the processes: one micro-batch of 4 each
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "8", "--master_addr", "127.0.0.1",
            "--master_port", str(free_port()), "-m", "vitzoo", "train", "vit_ti16", "--device", "cpu",
-           "--out", str(tmp_path / "eight"), "--micro-batch", "4", "--quiet", "--no-tensorboard", "--fewshot", "1,2"]
+           "--out", str(tmp_path / "eight"), "--micro-batch", "4", "--quiet", "--no-tensorboard", "--fewshot", "1,2", "--model-ema"]
     cmd += [f"--{k.replace('_', '-')}={v}" for k, v in {**TINY, **ARGS}.items()]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", "lo")}
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, check=False)
@@ -48,6 +49,12 @@ def test_eight_processes_follow_the_one_process_loss_curve(tmp_path):
     reference = json.loads((tmp_path / "one" / "summary.json").read_text())
     assert summary["world_size"] == 8 and summary["status"] == "finished"
     assert abs(summary["test_top1"] - reference["test_top1"]) < 0.05
+    # each process averages its own replica, which DDP keeps equal: the one process's average
+    from safetensors.torch import load_file
+
+    ema_one, ema_eight = (load_file(tmp_path / run / "model_ema.safetensors") for run in ("one", "eight"))
+    assert all((ema_one[k] - ema_eight[k]).abs().max() <= 1e-5 for k in ema_one)
+    assert abs(summary["ema_test_top1"] - reference["ema_test_top1"]) < 0.05
     # the few-shot features are shared between the eight processes and gathered in order
     assert summary["fewshot"].keys() == reference["fewshot"].keys() == {"1", "2"}
     assert all(abs(summary["fewshot"][k] - reference["fewshot"][k]) < 0.05 for k in ("1", "2"))

@@ -54,6 +54,7 @@ RANGES = {
     ">= 0": lambda v: v >= 0,
     "in [0, 1)": lambda v: 0 <= v < 1,
     "in [0, 1]": lambda v: 0 <= v <= 1,
+    "in (0, 1]": lambda v: 0 < v <= 1,
 }
 
 

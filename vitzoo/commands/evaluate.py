@@ -2,6 +2,7 @@
 
     vitzoo eval runs/a --data fashion-mnist --fewshot 1,5,10,25
     vitzoo eval weights/ --data /data/imagenet/val --linear-probe
+    vitzoo eval runs/a --ema        # the moving average of a run trained with --model-ema
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from vitzoo.errors import ConfigError
 from vitzoo.flags import parse_tuple
 from vitzoo.options import check_number
 from vitzoo.train.config import DEVICES, TrainConfig
+from vitzoo.train.ema import EMA_WEIGHTS_NAME
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -36,6 +38,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--num-workers", type=int, default=0, help="data loader worker processes")
     e.add_argument("--device", default="auto", choices=DEVICES, help="where to evaluate (auto: a GPU when there is one)")
     e.add_argument("--seed", type=int, default=0, help="random seed: the --test-limit subset, the few-shot draws, the probe")
+    e.add_argument("--ema", action="store_true", help=f"evaluate the run's moving average of the weights "
+                   f"({EMA_WEIGHTS_NAME}, written by vitzoo train --model-ema) instead of its raw weights")
     e.add_argument("--json", action="store_true", help="print JSON only")
     e.set_defaults(func=run_eval)
 
@@ -51,6 +55,18 @@ def _check_eval_numbers(args: argparse.Namespace) -> None:
         check_number(name, value, kind, rule)
 
 
+def read_weights(path: Path) -> dict:
+    """A safetensors file's tensors; a damaged one is a CheckpointError naming it."""
+    from safetensors.torch import load_file
+
+    from vitzoo.weights.converted import read_failed
+
+    try:
+        return load_file(str(path))
+    except Exception as exc:  # safetensors raises its own error types
+        raise read_failed(path, exc) from exc
+
+
 def run_eval(args: argparse.Namespace) -> int:
     import torch
 
@@ -64,6 +80,9 @@ def run_eval(args: argparse.Namespace) -> int:
     if not (model_dir / "config.json").exists():
         raise FileNotFoundError(f"{model_dir} holds no saved model (config.json); a finished run or a "
                                 "save_pretrained directory is needed")
+    if args.ema and not (model_dir / EMA_WEIGHTS_NAME).is_file():
+        raise FileNotFoundError(f"--ema: {model_dir} holds no moving average of the weights ({EMA_WEIGHTS_NAME}); "
+                                "train with --model-ema to keep one, or leave --ema out to evaluate the raw weights")
     data, data_dir = args.data, args.data_dir
     saved_run = model_dir / "train_config.json"
     if saved_run.exists():
@@ -73,7 +92,10 @@ def run_eval(args: argparse.Namespace) -> int:
     if data is None:
         raise ConfigError("--data is needed: the model directory does not say which dataset it was trained on")
     datasets.check_data(data, data_dir, download=args.download)
-    model = vitzoo.from_pretrained(model_dir).to(pick_device(args.device)).eval()
+    model = vitzoo.from_pretrained(model_dir)
+    if args.ema:  # the saved model's architecture, the average's weights
+        model.load_state_dict(read_weights(model_dir / EMA_WEIGHTS_NAME), strict=True)
+    model = model.to(pick_device(args.device)).eval()
     config = model.config
     torch.manual_seed(args.seed)
     transform = datasets.build_transform(config.img_size, None)
@@ -81,7 +103,8 @@ def run_eval(args: argparse.Namespace) -> int:
     train_set = datasets.Transformed(datasets.load_split(data, "train", data_dir, **load), transform)
     test_raw = datasets.subset(datasets.load_split(data, "test", data_dir, **load), args.test_limit, args.seed)
     test_set = datasets.Transformed(test_raw, transform)
-    result: dict[str, Any] = {"model_dir": str(model_dir), "data": data, "test_images": len(test_set)}
+    result: dict[str, Any] = {"model_dir": str(model_dir), "weights": "ema" if args.ema else "raw", "data": data,
+                              "test_images": len(test_set)}
     result.update({f"test_{k}": v for k, v in evaluate.accuracy(model, test_set, batch_size=args.batch_size,
                                                                  num_workers=args.num_workers).items()})
     if args.fewshot:
@@ -97,7 +120,7 @@ def run_eval(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    print(f"{model_dir} on {data} ({len(test_set)} test images): top-1 {result['test_top1']:.4f}, "
+    print(f"{model_dir}{' (EMA weights)' if args.ema else ''} on {data} ({len(test_set)} test images): top-1 {result['test_top1']:.4f}, "
           f"top-5 {result['test_top5']:.4f}, loss {result['test_loss']:.4f}")
     for k, v in result.get("fewshot", {}).items():
         print(f"  {k:>3}-shot linear: {v['mean']:.4f} +- {v['std']:.4f} ({args.draws} draws)")

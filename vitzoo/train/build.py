@@ -24,6 +24,7 @@ from vitzoo.registry import shape_differences
 from vitzoo.train import distributed
 from vitzoo.train.config import TrainConfig
 from vitzoo.train.distributed import gather_objects
+from vitzoo.train.groups import parameter_groups
 from vitzoo.weights.layout import HUB_PREFIX
 
 
@@ -125,13 +126,10 @@ def build_model(cfg: TrainConfig, resolved: vitzoo.Resolved, config: vitzoo.ViTC
 
 
 def build_optimizer(cfg: TrainConfig, model: torch.nn.Module, device: torch.device) -> torch.optim.Optimizer:
-    """Weight decay on matrices only: not on biases, norms, the class token or position embeddings."""
-    skip = model.no_weight_decay()
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        if p.requires_grad:
-            (no_decay if p.ndim <= 1 or name in skip else decay).append(p)
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    """Weight decay on matrices only: not on biases, norms, the class token or position embeddings; with
+    `layer_decay`, a group per depth whose "lr_scale" the loop multiplies into the rate
+    (vitzoo.train.groups: timm's groups of the same model)."""
+    groups = parameter_groups(model, cfg.weight_decay, cfg.layer_decay)
     # the fused kernels update every parameter in one pass over memory (CUDA and CPU have them); the
     # default for-loop over parameters re-reads the optimizer state several times per step
     fused = {"fused": True} if device.type in ("cuda", "cpu") else {}

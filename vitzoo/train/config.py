@@ -13,7 +13,9 @@ here is 512 for both so that a single machine gets enough steps (`--batch-size 4
 A recipe's warm-up is capped at a tenth of the run (a 10k-step warm-up cannot fit a 2k-step run); a
 warm-up given explicitly is used as given: an int >= 1 is steps, a float < 1 a fraction of the run.
 `small` is the CPU benchmark scales' recipe, for small models trained in minutes on a CPU.
-Weight decay skips biases, norms, the class token and position embeddings.
+Weight decay skips biases, norms, the class token and position embeddings. `layer_decay` scales each
+depth's learning rate as timm's layer-wise decay does (vitzoo.train.groups); `model_ema` keeps a moving
+average of the weights (vitzoo.train.ema), evaluated and saved beside them.
 
 Early stopping as in the paper's section 4.3 (the best accuracy during training), judged on held-out
 training images rather than the test set: `val_size` holds out a fixed validation split, `eval_every`
@@ -63,6 +65,8 @@ NUMBER_RANGES = {
                      "seed"), ">= 0"),
     "random_resized_crop": "in [0, 1]",
     "label_smoothing": "in [0, 1)",
+    "layer_decay": "in (0, 1]",
+    "model_ema_decay": "in [0, 1)",
 }
 
 
@@ -124,6 +128,18 @@ class TrainConfig(Options):
     clip_grad: float | None = _help("clip the global gradient norm to this (0: off)", default=None)
     reset_head: bool | None = _help("replace the head by a zero-initialised linear layer", default=None)
     label_smoothing: float = _help("label smoothing of the cross-entropy", default=0.0)
+    layer_decay: float | None = _help(
+        "layer-wise learning-rate decay R (BEiT's, timm's --layer-decay, for fine-tuning): block i of L learns at "
+        "R**(L-i) times the rate, the embedding at R**(L+1), the head at the rate itself; timm's "
+        "create_optimizer_v2(layer_decay=R) groups (None: off)", default=None)
+    model_ema: bool = _help("also keep an exponential moving average of the weights, updated after every step; "
+                            "evaluated beside the raw weights and saved as model_ema.safetensors (vitzoo eval RUN --ema)",
+                            default=False)
+    model_ema_decay: float = _help("the EMA's decay: it averages about the last 1/(1-decay) steps (0.9998, timm's "
+                                   "default: 5000 steps; for a run of hundreds of steps take 0.99 or --model-ema-warmup)",
+                                   default=0.9998)
+    model_ema_warmup: bool = _help("the EMA's decay of update t is min(decay, (1+t)/(10+t)), so that a short run's "
+                                   "average is not mostly its initial weights", default=False)
     # length: one of these (default 10 epochs)
     epochs: float | None = _help("train for this many epochs", default=None)
     steps: int | None = _help("train for this many optimizer steps", default=None)

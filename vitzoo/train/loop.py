@@ -5,7 +5,7 @@
    (vitzoo.train.start); resume from the last checkpoint if asked;
 2. `train`: each `train_step` accumulates gradients over micro-batches, agrees across processes on the
    loss, clips and steps; the steps' losses stay on the device until logging, evaluating or
-   checkpointing needs them (`read_steps`), which stops on a non-finite one; SIGINT, SIGTERM and SIGUSR2 end
+   checkpointing needs them (`read_steps`), which stops on a non-finite one; SIGINT, SIGTERM, SIGUSR2 and SIGHUP end
    the loop with a checkpoint (vitzoo.train.signals);
 3. `final_evaluation`, then `vitzoo.train.summary.finish`: few-shot accuracy, the saved model
    (save_pretrained) and summary.json. `Metrics` writes every line of metrics.jsonl; `Evaluation`
@@ -21,6 +21,7 @@ import contextlib
 import math
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ from vitzoo.precision import autocast, flag, sum_dtype
 from vitzoo.train import build, distributed, start, state, summary
 from vitzoo.train.build import build_model, build_optimizer, dataset_config, load_splits, resolve_model, resolve_precision
 from vitzoo.train.config import TrainConfig
+from vitzoo.train.ema import ModelEMA, horizon
 from vitzoo.train.evaluation import Evaluation
 from vitzoo.train.inputs import Inputs
 from vitzoo.train.metrics import Metrics, scores
@@ -101,6 +103,12 @@ class Trainer:
         self.val_set, self.test_set, self.mixer = self.inputs.val_set, self.inputs.test_set, self.inputs.mixer
         self.steps_per_epoch, self.total_steps, self.budget_s, self.schedule = start.plan_length(cfg, len(self.train_set))
         self.optimizer = build_optimizer(cfg, self.model, self.device)
+        # the moving average starts from the weights training starts from (a resume loads its own)
+        self.ema = ModelEMA(self.model, cfg.model_ema_decay, cfg.model_ema_warmup) if cfg.model_ema else None
+        if self.ema is not None and not cfg.model_ema_warmup and self.total_steps and horizon(cfg.model_ema_decay) > self.total_steps:
+            warnings.warn(f"model_ema_decay={cfg.model_ema_decay} averages about the last {horizon(cfg.model_ema_decay):.0f} "
+                          f"steps, more than this run's {self.total_steps}: the EMA weights will stay close to the initial "
+                          "ones. Lower --model-ema-decay (e.g. 0.99) or add --model-ema-warmup", stacklevel=2)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp_dtype == torch.float16)
         self._resume(resume_points)
         if self.run_dir is not None and env.is_main:
@@ -125,7 +133,8 @@ class Trainer:
                 print(f"no checkpoint in {self.run_dir}: starting from step 0", file=sys.stderr, flush=True)
             torch.manual_seed(cfg.seed + 1 + env.rank)  # dropout / drop-path / mixing differ across processes
             return
-        self.resume_from, saved = state.load_first(resume_points, self.model, device)
+        self.resume_from, saved = state.load_first(resume_points, self.model, device,
+                                                   ema=self.ema.module if self.ema is not None else None)
         self.amp_dtype = build.resumed_precision(saved.get("precision"), self.amp_dtype, device, self.say)
         self.scaler = torch.amp.GradScaler(device.type, enabled=self.amp_dtype == torch.float16)
         self.optimizer.load_state_dict(saved["optimizer"])
@@ -144,9 +153,13 @@ class Trainer:
         """The training loader, made once: its workers are kept between epochs and evaluations
         (persistent_workers); the evaluations' loaders end their workers after each pass (`Evaluation`)."""
         self.inputs.make_loader()
-        self.evaluation = Evaluation(self.model, self.env, batch_size=max(self.micro, 256), num_workers=self.cfg.num_workers,
-                                     pin_memory=self.device.type == "cuda", autocast_dtype=self.amp_dtype,
-                                     batches=self.inputs.eval_batches)
+        def evaluation(model: torch.nn.Module) -> Evaluation:
+            return Evaluation(model, self.env, batch_size=max(self.micro, 256), num_workers=self.cfg.num_workers,
+                              pin_memory=self.device.type == "cuda", autocast_dtype=self.amp_dtype,
+                              batches=self.inputs.eval_batches)
+
+        self.evaluation = evaluation(self.model)
+        self.ema_evaluation = evaluation(self.ema.module) if self.ema is not None else None
 
     # ------------------------------------------------------------------------ the run
     def run(self) -> dict[str, Any]:
@@ -244,7 +257,7 @@ class Trainer:
         cfg, env, device = self.cfg, self.env, self.device
         lr = cfg.lr * self.schedule.factor(self.step, self.train_seconds)
         for group in self.optimizer.param_groups:
-            group["lr"] = lr
+            group["lr"] = lr * group.get("lr_scale", 1.0)  # layer-wise decay's scale (vitzoo.train.groups)
         t0 = time.perf_counter()
         loss_sum = torch.zeros((), device=device)
         bad_inputs = torch.zeros((), device=device)
@@ -269,6 +282,8 @@ class Trainer:
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip_grad or float("inf"))
         self.scaler.step(self.optimizer)
         self.scaler.update()
+        if self.ema is not None:
+            self.ema.update(self.model, self.step)  # the plain module: DDP keeps every process's alike
         self.optimizer.zero_grad(set_to_none=True)
         self.unread.append((self.step + 1, mean_loss.detach(), norm.detach(), inputs_bad.detach()))  # as metrics number it
         self.step += 1
@@ -323,6 +338,9 @@ class Trainer:
         else:
             self.last_eval = self.evaluation.measure(self.test_set)
             self.metrics.write(scores("eval", self.last_eval, self.step))
+        if self.ema_evaluation is not None:  # the EMA weights on the same images
+            prefix = "ema_val" if self.val_set is not None else "ema_eval"
+            self.metrics.write(scores(prefix, self.ema_evaluation.measure(self.test_set if self.val_set is None else self.val_set), self.step))
         self.log_time = time.perf_counter()
 
     def consider_best(self, result: dict[str, float]) -> None:
@@ -343,6 +361,11 @@ class Trainer:
         final = self.evaluation.measure(self.test_set)
         line = scores("val", val_final, self.step) if self.val_set is not None else scores("eval", final, self.step)
         self.metrics.write(line, tensorboard=False)
+        if self.ema_evaluation is not None:  # the EMA's scores beside the raw weights' (summary.json: ema_*)
+            self.ema_final = self.ema_evaluation.measure(self.test_set)
+            self.ema_val_final = self.ema_evaluation.measure(self.val_set) if self.val_set is not None else {}
+            self.metrics.write(scores("ema_val", self.ema_val_final, self.step) if self.val_set is not None
+                               else scores("ema_eval", self.ema_final, self.step), tensorboard=False)
         return final, val_final
 
     def partial_results(self) -> tuple[dict[str, float], dict[str, float]]:
@@ -361,7 +384,8 @@ class Trainer:
                       "scaler": self.scaler.state_dict(), "rng": rng, "precision": flag(self.amp_dtype)}
             if self.cfg.keep_best:
                 saving["best"] = dict(self.best)
-            state.save(self.run_dir / "checkpoints", self.step, self.model, saving, self.cfg.keep_checkpoints)
+            state.save(self.run_dir / "checkpoints", self.step, self.model, saving, self.cfg.keep_checkpoints,
+                       ema=self.ema.module if self.ema is not None else None)
         distributed.barrier(self.env)
 
 

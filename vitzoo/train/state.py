@@ -2,6 +2,7 @@
 the random states a resumed run restores.
 
     RUN/checkpoints/step_00001000/config.json, model.safetensors   the model (save_pretrained)
+    RUN/checkpoints/step_00001000/model_ema.safetensors            with --model-ema: the weights' moving average
     RUN/checkpoints/step_00001000/state.pt                          optimizer, schedule, scaler, RNGs, step
     RUN/checkpoints/latest                                          "step_00001000": the commit point
 
@@ -24,9 +25,10 @@ import numpy as np
 import torch
 from safetensors.torch import load_file
 
-from vitzoo.checkpoints.native import save_pretrained
+from vitzoo.checkpoints.native import save_pretrained, save_state_dict
 from vitzoo.errors import CheckpointError, DiskFull
 from vitzoo.io import atomic_path, free_bytes, out_of_space, write_text
+from vitzoo.train.ema import EMA_WEIGHTS_NAME
 from vitzoo.weights.converted import read_failed
 from vitzoo.weights.layout import CONFIG_NAME, WEIGHTS_NAME
 
@@ -138,13 +140,13 @@ def to_resume(directory: str | Path) -> list[Path]:
     return ([pointed] if pointed else []) + [p for p in found if p != pointed]
 
 
-def load_first(paths: list[Path], model: torch.nn.Module,
-               map_location: torch.device | str = "cpu") -> tuple[Path, dict[str, Any]]:
+def load_first(paths: list[Path], model: torch.nn.Module, map_location: torch.device | str = "cpu",
+               ema: torch.nn.Module | None = None) -> tuple[Path, dict[str, Any]]:
     """Load the first of `paths` that reads (see `load`); a damaged one is named (a warning) and the next tried."""
     problems = []
     for path in paths:
         try:
-            return path, load(path, model, map_location)
+            return path, load(path, model, map_location, ema)
         except CheckpointError as exc:
             problems.append(str(exc))
             if path != paths[-1]:
@@ -188,8 +190,10 @@ def disk_full(run: Path, where: Path, what: str, needed: int, kept: Path | None)
                                   f"left; {have}. Free some space and run `vitzoo train --resume {run}` to finish")
 
 
-def save(directory: str | Path, step: int, model: torch.nn.Module, state: dict[str, Any], keep: int = 1) -> Path:
-    """Write checkpoint `step` (model + training state), then point `latest` at it; keep the newest `keep`."""
+def save(directory: str | Path, step: int, model: torch.nn.Module, state: dict[str, Any], keep: int = 1,
+         ema: torch.nn.Module | None = None) -> Path:
+    """Write checkpoint `step` (model, `ema`'s weights where given, training state), then point `latest`
+    at it; keep the newest `keep`."""
     directory = Path(directory)
     path = directory / f"step_{step:08d}"
     for stale in directory.glob(".step_*.tmp"):  # staging left by a killed save (vitzoo.io.staged_directory)
@@ -198,6 +202,8 @@ def save(directory: str | Path, step: int, model: torch.nn.Module, state: dict[s
         shutil.rmtree(path)  # left over by a crash
     try:
         save_pretrained(OnHost(model), path)
+        if ema is not None:  # before state.pt, which completes the checkpoint
+            save_state_dict(host_copy(ema), path / EMA_WEIGHTS_NAME, metadata={"format": "pt"})
         with atomic_path(path / STATE_NAME) as tmp:
             _torch_save(state, tmp, path / STATE_NAME)
     except BaseException as exc:
@@ -214,9 +220,11 @@ def save(directory: str | Path, step: int, model: torch.nn.Module, state: dict[s
     return path
 
 
-def load(path: str | Path, model: torch.nn.Module, map_location: torch.device | str = "cpu") -> dict[str, Any]:
-    """Load the weights of checkpoint `path` into `model`; return its training state. A file that does
-    not read (truncated, damaged) is a CheckpointError naming it; `model` is unchanged then."""
+def load(path: str | Path, model: torch.nn.Module, map_location: torch.device | str = "cpu",
+         ema: torch.nn.Module | None = None) -> dict[str, Any]:
+    """Load the weights of checkpoint `path` into `model` (and its moving average into `ema`, where
+    given); return its training state. A file that does not read (truncated, damaged, missing) is a
+    CheckpointError naming it; `model` and `ema` are unchanged then."""
     path = Path(path)
     try:
         # mapped, not read: the ranks of a node share one copy of the optimizer's state in the page cache
@@ -227,7 +235,14 @@ def load(path: str | Path, model: torch.nn.Module, map_location: torch.device | 
         weights = load_file(str(path / WEIGHTS_NAME), device=str(map_location))
     except Exception as exc:  # safetensors raises its own error types
         raise read_failed(path / WEIGHTS_NAME, exc) from exc
+    if ema is not None:
+        try:
+            averaged = load_file(str(path / EMA_WEIGHTS_NAME), device=str(map_location))
+        except Exception as exc:
+            raise read_failed(path / EMA_WEIGHTS_NAME, exc) from exc
     model.load_state_dict(weights, strict=True)
+    if ema is not None:
+        ema.load_state_dict(averaged, strict=True)
     return state
 
 

@@ -15,10 +15,11 @@ from typing import Any
 import torch
 
 import vitzoo
-from vitzoo.checkpoints.native import save_pretrained
+from vitzoo.checkpoints.native import save_pretrained, save_state_dict
 from vitzoo.errors import TrainingDiverged
 from vitzoo.io import write_text
 from vitzoo.train import distributed, state
+from vitzoo.train.ema import EMA_WEIGHTS_NAME
 from vitzoo.weights.layout import CONFIG_NAME, WEIGHTS_NAME
 
 
@@ -41,6 +42,8 @@ def finish(trainer, final: dict[str, float], val_final: dict[str, float]) -> dic
             if trainer.status == "finished" or not (run / CONFIG_NAME).exists():
                 card = {"dataset": cfg.data, "metrics": {"accuracy": final["top1"], "top5_accuracy": final["top5"]}} if final else None
                 save_pretrained(state.OnHost(trainer.model), run, extra={"data": cfg.data}, card=card)
+                if trainer.ema is not None:  # beside model.safetensors: `vitzoo eval RUN --ema` reads it
+                    save_state_dict(state.host_copy(trainer.ema.module), run / EMA_WEIGHTS_NAME, metadata={"format": "pt"})
             write_text(run / "summary.json", json.dumps(summary, indent=2) + "\n")
         except Exception as exc:  # a full disk: the final checkpoint holds the trained weights, --resume saves them
             if not state.out_of_space(exc):
@@ -96,6 +99,11 @@ def record(trainer, final: dict[str, float], val_final: dict[str, float], fewsho
                        val_top1=val_final.get("top1"), val_top5=val_final.get("top5"), val_loss=val_final.get("loss"))
     if cfg.keep_best:
         summary.update(best_step=trainer.best["step"], best_val_top1=trainer.best["val_top1"])
+    if trainer.ema is not None:  # the moving average's scores (None for a run that did not finish)
+        ema, ema_val = getattr(trainer, "ema_final", {}), getattr(trainer, "ema_val_final", {})
+        summary.update(ema_test_top1=ema.get("top1"), ema_test_top5=ema.get("top5"), ema_test_loss=ema.get("loss"))
+        if trainer.val_set is not None:
+            summary.update(ema_val_top1=ema_val.get("top1"), ema_val_top5=ema_val.get("top5"), ema_val_loss=ema_val.get("loss"))
     return summary
 
 
