@@ -50,7 +50,7 @@ def holder(folder: Path) -> dict[str, Any] | None:
         owner = json.loads(path.read_text(encoding="utf-8"))
         age = time.time() - path.stat().st_mtime
     except (OSError, ValueError):
-        return None  # gone meanwhile, or half-written by a writer that died: a claim's text is written at once
+        return None  # gone meanwhile, or not a claim's text (a claim is created whole: see _create)
     if not isinstance(owner, dict):
         return None
     if owner.get("host") == socket.gethostname() and isinstance(owner.get("pid"), int) and not _alive(owner["pid"]):
@@ -59,12 +59,17 @@ def holder(folder: Path) -> dict[str, Any] | None:
 
 
 def _create(path: Path, owner: dict[str, Any]) -> bool:
+    """Create the claim whole or not at all: its text is written beside it first, then hard-linked into
+    place (a link fails where the name exists). A claim created empty and filled after would be seen,
+    in between, as a dead writer's half-written claim: stale, so taken by a second invocation."""
+    staged = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.new")
+    staged.write_text(json.dumps(owner), encoding="utf-8")
     try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
+        os.link(staged, path)
     except FileExistsError:
         return False
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(json.dumps(owner))
+    finally:
+        staged.unlink(missing_ok=True)
     return True
 
 
