@@ -123,9 +123,9 @@ def test_model_flop_utilisation_is_the_achieved_share_of_the_peak():
     assert gpu_steps.model_flop_utilisation(2000.0, 50e9, None) is None
 
 
-def test_gpu_check_runs_its_new_steps_within_eight_minutes_and_the_rehearsal_on_every_gpu(monkeypatch, tmp_path):
+def test_gpu_check_runs_its_new_steps_within_nine_minutes_and_the_rehearsal_on_every_gpu(monkeypatch, tmp_path):
     assert list(gpu_check.STEPS)[-2:] == ["loader", "mfu"] and set(gpu_check.LIMITS) == set(gpu_check.STEPS)
-    assert sum(gpu_check.LIMITS.values()) <= 8 * 60
+    assert sum(gpu_check.LIMITS.values()) <= 9 * 60  # docs/gpus.md: 9 minutes at most in all
     called = []
 
     def child(argv, limit):

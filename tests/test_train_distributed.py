@@ -53,7 +53,12 @@ def test_eight_processes_follow_the_one_process_loss_curve(tmp_path):
     from safetensors.torch import load_file
 
     ema_one, ema_eight = (load_file(tmp_path / run / "model_ema.safetensors") for run in ("one", "eight"))
-    assert all((ema_one[k] - ema_eight[k]).abs().max() <= 1e-5 for k in ema_one)
+    raw_one, raw_eight = (load_file(tmp_path / run / "model.safetensors") for run in ("one", "eight"))
+    # the averages differ no more than the weights averaged do: ~1e-7, except the key's bias, whose
+    # gradient is zero but for rounding, which Adam scales up to whole steps (4e-5 here) in either run
+    for k in ema_one:
+        assert (ema_one[k] - ema_eight[k]).abs().max() <= (raw_one[k] - raw_eight[k]).abs().max() + 1e-6, k
+    assert max(float((ema_one[k] - ema_eight[k]).abs().max()) for k in ema_one if "qkv.bias" not in k) <= 1e-5
     assert abs(summary["ema_test_top1"] - reference["ema_test_top1"]) < 0.05
     # the few-shot features are shared between the eight processes and gathered in order
     assert summary["fewshot"].keys() == reference["fewshot"].keys() == {"1", "2"}
