@@ -165,7 +165,10 @@ def finetune_run(scale: Scale, model: str, dataset: str, data: str, seed: int) -
     options = {"img_size": RESOLUTION // vitzoo.get_config(model).patch_size * vitzoo.get_config(model).patch_size}
     if scale.shrink is not None:
         options = scale.shrink(model, options)
-    sweep = {"lrs": list(LRS.get(dataset, DEFAULT_LRS)), "dev": max(1, round(DEV_SHARE[dataset] * images))}
+    lrs = list(LRS.get(dataset, DEFAULT_LRS))
+    if scale.name == "rehearsal":  # the sweep shrunk too: its lowest and highest rate choose as four do
+        lrs = [lrs[0], lrs[-1]]
+    sweep = {"lrs": lrs, "dev": max(1, round(DEV_SHARE[dataset] * images))}
     config = {"model": model, "options": options, "train": train, "sweep": sweep,
               # every training of the run, for the plan: the sweep's, then the final one
               "more_train": [{**train, "lr": lr, "val_size": sweep["dev"]} for lr in sweep["lrs"]]}
