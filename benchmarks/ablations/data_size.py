@@ -23,7 +23,7 @@ from pathlib import Path
 from benchmarks.figures import lines_per_family
 from benchmarks.spec import Ablation, Cell, Finding, Scale, Table, combine, difference
 from benchmarks.suite import Run
-from benchmarks.training import IMAGENET, dataset_images
+from benchmarks.training import IMAGENET, dataset_images, model_options
 from benchmarks.verdict import POSITIVE
 
 FAMILIES = ("ResNet", "ViT", "hybrid")
@@ -70,8 +70,6 @@ def subsets(scale: Scale) -> tuple[tuple[int, ...], int]:
 def image_flops(scale: Scale, name: str | None, options: dict) -> float:
     """Training FLOPs of one image (forward and backward) of a family's model at this scale, with the classes
     and channels its dataset gives it (as the plan counts them)."""
-    from benchmarks.plan import model_options
-
     config = {"model": name or scale.zoo_name, "options": {**scale.model, **options}, "train": scale.train}
     return _counted(json.dumps({"model": config["model"], "options": model_options(Run("data", "", config, 0))}, sort_keys=True))
 
