@@ -1,10 +1,10 @@
 """The measures issue 34 changed, checked on the specs' plans and constructed tables (no training): the head's
-learning rate picked on a validation split, the data ablation's ResNet at the ViT's training compute, the
-attention distances on a grid fine enough to differ, and cells given the seeds that decide a contrast."""
+learning rate picked on a validation split, the data ablation's ResNet at the ViT's training compute, and
+cells given the seeds that decide a contrast."""
 
 import pytest
 
-from benchmarks.ablations import ABLATIONS, data_size, head, inspect_vit, pos_embed
+from benchmarks.ablations import ABLATIONS, data_size, head, pos_embed
 from benchmarks.scales import SCALES
 from benchmarks.spec import Ablation, Cell, Table
 
@@ -85,17 +85,6 @@ def test_the_data_findings_say_whether_the_families_are_compute_matched():
     unmatched = data_size.compute_ratio(_data_table(6.37, 1718))
     assert "2.0x the ViT's training compute" in unmatched and "not compute-matched" in unmatched
     assert unmatched.endswith("toward the ResNet")
-
-
-def test_the_vits_attention_distances_are_measured_on_a_grid_where_heads_can_differ():
-    (vit, _), scale = inspect_vit.cells(SCALES["cpu"]), SCALES["cpu"]
-    options = {**scale.model, **vit.options}
-    assert options["img_size"] // options["patch_size"] >= inspect_vit.GRID
-    assert options["img_size"] % options["patch_size"] == 0  # the patches tile the image
-    # uniform attention on that grid: the yardstick the findings' distances lie around
-    side = options["img_size"] // options["patch_size"]
-    uniform = inspect_vit.uniform_attention_distance([options["img_size"]] * 2, [options["patch_size"]] * 2)
-    assert 0 < uniform < options["img_size"] and side == 8
 
 
 def test_records_superseded_by_a_changed_measure_are_archived_with_why_it_changed(tmp_path):

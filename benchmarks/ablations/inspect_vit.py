@@ -22,20 +22,13 @@ from vitzoo.data import build_transform, load_split
 TRAINED_LONGER = 2  # times the scale's epochs: the analyses are of trained models, not of a model still learning
 
 
-# The ViT's token grid at the small scales (issue 34): Fashion-MNIST's 28 px resized to 32 and cut into 4 x 4-pixel
-# patches, an 8 x 8 grid (GRID, the least on which Figure 11's local and global heads can differ), where the scale's
-# 7 x 7-pixel patches give 4 x 4 tokens and every head lies within a pixel of uniform attention. 32 px, not 28 with
-# patches of 3 or 3.5, because the patches must tile the image; at 24 px and patch 3 the images would be shrunk.
-FINER_GRID = {"img_size": 32, "patch_size": 4}
-
-
 def cells(scale: Scale) -> list[Cell]:
     if scale.cells == "paper":
         return [Cell("ViT", {"family": "ViT"}, model="vit_b16"),
                 Cell("hybrid", {"family": "hybrid"}, model="vit_b16_hybrid")]
     train = {} if scale.name == "quick" else {"epochs": scale.train["epochs"] * TRAINED_LONGER}
     train = evaluate_per_epoch({**scale.train, **train})  # the test accuracy per epoch shows where it levels off
-    return [Cell("ViT", {"family": "ViT"}, {} if scale.name == "quick" else FINER_GRID, train=train),
+    return [Cell("ViT", {"family": "ViT"}, train=train),
             # the hybrid: the ResNet root (a 7x7 map at 28 px) under the same transformer
             Cell("hybrid", {"family": "hybrid"}, {"stem": "resnet", "stem_options": {"layers": ()}, "patch_size": 1}, train)]
 
