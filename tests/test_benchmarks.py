@@ -400,7 +400,8 @@ def _committed_cells(spec, scale) -> dict[str, list[dict]]:
 @pytest.mark.parametrize("ablation", [name for name, spec in ABLATIONS.items() if spec.trains])
 def test_committed_cpu_results_are_complete_and_meet_the_accuracy_floors(ablation):
     """The baseline ViT (the scale's model at its learning rate) at >= 86% test accuracy, every ResNet
-    and hybrid at >= 88%, three seeds for every cell an ablation compares."""
+    and hybrid at >= 88%, three seeds for every cell an ablation compares. The data ablation's ResNet trains
+    for the ViT's training FLOPs, half the steps of the ResNets elsewhere: it is held to the ViT's floor."""
     import vitzoo
     from benchmarks.scales import SCALES
 
@@ -418,6 +419,8 @@ def test_committed_cpu_results_are_complete_and_meet_the_accuracy_floors(ablatio
         model = vitzoo.create(config["model"], **config["options"]).config
         floor = (CONVOLUTIONAL_FLOOR if model.stem == "resnet"
                  else VIT_FLOOR if model == base and config["train"].get("lr") == scale.train["lr"] else None)
+        if ablation == "data" and runs[0]["group"]["family"] == "ResNet":
+            floor = VIT_FLOOR  # trained at the ViT's compute (issue 34.8: half the steps), it is held to the ViT's floor
         accuracy = sum(r["metrics"]["test_acc"] for r in runs) / len(runs)
         if floor is not None and accuracy < floor:
             below.append(f"{label}: {accuracy:.4f} < {floor}")
@@ -428,8 +431,9 @@ def test_committed_cpu_results_are_complete_and_meet_the_accuracy_floors(ablatio
 # Records of earlier settings (hybrid and shape: the cpu scale before its trials, 1 epoch at lr 1e-3 on 30k
 # images, commit 5e30b51, and one hybrid cell since dropped; data: 3 epochs on subsets of 1k to 55k images;
 # cost: the 20 measured before the cells' configs were nested as model/options/train; three hybrid runs of
-# uncommitted code) are archived beside each results.json, with the reason (benchmarks/archive.py).
-ARCHIVED = {"hybrid": 21, "shape": 18, "data": 36, "cost": 20}
+# uncommitted code; issue 34: head's 12 runs without a validation split, data's 9 ResNet runs at twice the ViT's
+# compute) are archived beside each results.json, with the reason (benchmarks/archive.py).
+ARCHIVED = {"hybrid": 21, "shape": 18, "data": 45, "cost": 20, "head": 12}
 SETTINGS = re.compile(r"^Settings: `--scale (?P<scale>\w+)`; (?P<runs>\d+) runs", re.MULTILINE)
 
 
