@@ -9,7 +9,7 @@ sizes, or a config since nested differently), or when it was measured by uncommi
 ending in -dirty: no one can say which code measured it). The committed runs' keys are untouched:
 what results.json keeps loads, and means, what it did.
 
-    python -m benchmarks.archive [ABLATION ...]     # every ablation with a findings.json by default
+    python -m benchmarks.archive [ABLATION ...] [--because TEXT]   # every ablation with a findings.json by default
 """
 
 from __future__ import annotations
@@ -54,12 +54,13 @@ def superseded(records: Iterable[dict], planned: Iterable[Run], scale: str) -> l
     return out
 
 
-def archive(folder: Path, planned: list[Run], scale: str) -> int:
+def archive(folder: Path, planned: list[Run], scale: str, because: str = "") -> int:
     """Move the superseded records of the store in `folder` into its archive (appended, each once), and
-    rewrite results.json without them; both written atomically. Returns how many moved."""
+    rewrite results.json without them; both written atomically. `because`: why the settings changed (e.g.
+    the issue that changed the measure), put before each record's differences. Returns how many moved."""
     path, kept_path = folder / "results.json", folder / ARCHIVE
     records = json.loads(path.read_text())["runs"]
-    moving = superseded(records, planned, scale)
+    moving = [(r, f"{because}: {why}" if because else why) for r, why in superseded(records, planned, scale)]
     if not moving:
         return 0
     archived = json.loads(kept_path.read_text())["runs"] if kept_path.exists() else []
@@ -129,11 +130,19 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.ablations import ABLATIONS
     from benchmarks.scales import SCALES
 
-    names = (argv if argv is not None else sys.argv[1:]) or [n for n in ABLATIONS if (RESULTS / n / "findings.json").exists()]
+    argv = list(argv if argv is not None else sys.argv[1:])
+    because = ""
+    if "--because" in argv:  # --because TEXT: why the settings changed, before each record's differences
+        at = argv.index("--because")
+        if at + 1 >= len(argv) or not argv[at + 1].strip():
+            raise SystemExit("--because takes the reason the settings changed, e.g. --because 'issue 34: ...'")
+        because = argv[at + 1]
+        del argv[at:at + 2]
+    names = argv or [n for n in ABLATIONS if (RESULTS / n / "findings.json").exists()]
     for name in names:
         folder = RESULTS / name
         scale = json.loads((folder / "findings.json").read_text())["scale"]
-        moved = archive(folder, ABLATIONS[name].runs(SCALES[scale]), scale)
+        moved = archive(folder, ABLATIONS[name].runs(SCALES[scale]), scale, because)
         records = json.loads((folder / "results.json").read_text())["runs"]
         fixed = correct_threads(records)
         if fixed:

@@ -30,12 +30,12 @@ from typing import Mapping
 import torch
 
 import vitzoo
-from benchmarks import plan_inputs, rehearsal_data
+from benchmarks import plan_inputs
 from benchmarks.launchers.assign import Assignment
 from benchmarks.machine import environment
 from benchmarks.spec import Ablation, Scale
 from benchmarks.suite import RESULTS, Run, key_form, with_threads
-from benchmarks.training import dataset_images, train_images
+from benchmarks.training import dataset_classes, dataset_images, model_options, train_images  # noqa: F401 (planning.dataset_classes: the tests)
 from vitzoo.io import write_text
 
 # Two one-thread workers on two cores slow each other (shared memory bandwidth, a lower boost clock):
@@ -94,27 +94,6 @@ def input_side(model_key: str) -> int:
     """The side of the model's input images, in pixels."""
     spec = json.loads(model_key)
     return int(vitzoo.get_config(spec["model"], **spec["options"]).img_size[0])
-
-
-def dataset_classes(train: dict) -> int:
-    """Classes of the run's dataset (an ImageFolder's: its class folders; ImageNet's 1000 when assumed)."""
-    name = train.get("data", "fashion-mnist")
-    if name in ("cifar100", "oxford-pets", "flowers102"):
-        return {"cifar100": 100, "oxford-pets": 37, "flowers102": 102}[name]
-    if name in ("fashion-mnist", "cifar10", "synthetic"):
-        return 10
-    spec = rehearsal_data.planned(name)  # the rehearsal's folder, which a dry run plans without writing it
-    if spec is not None:
-        return spec.classes
-    root = Path(name) / "train"
-    return sum(1 for p in root.iterdir() if p.is_dir()) if root.is_dir() else 1000
-
-
-def model_options(run: Run) -> dict:
-    """The run's model options with what its dataset decides (its classes; one channel for Fashion-MNIST)."""
-    train = run.config["train"]
-    gray = train.get("data", "fashion-mnist") == "fashion-mnist"
-    return {**run.config["options"], "num_classes": dataset_classes(train), "in_chans": 1 if gray else 3}
 
 
 def _model_key(run: Run) -> str:

@@ -7,7 +7,7 @@ findings as contrasts of cells judged by the one rule of `benchmarks.verdict`.
     columns, figure            how the table and the figure present the cells
 
 `runs(spec, scale)` expands the cells into runs (every cell trained with `scale.seeds` seeds, or the
-spec's own count), `report(spec, records, out)` writes the table, the verdicts and the figure. Every
+spec's own count, or the cell's where it asks for more), `report(spec, records, out)` writes the table, the verdicts and the figure. Every
 ablation is a spec in `benchmarks/ablations/`, registered in its `ABLATIONS`.
 """
 
@@ -77,6 +77,8 @@ class Cell:
     train: dict[str, Any] = field(default_factory=dict)  # training options over the scale's
     model: str | None = None  # a zoo name other than the scale's
     inherit: bool = True  # False: the zoo model as named, only `options` applied (cost's models at their sizes)
+    # at least this many seeds, more than the ablation's (where a contrast of this cell needs them to be decided)
+    seeds: int | None = None
 
 
 Contrasts = list[tuple[str, dict[str, float]]]
@@ -201,7 +203,7 @@ class Ablation:
             if scale.shrink is not None:
                 options = scale.shrink(model, options)
             config = {"model": model, "options": options, "train": train}
-            runs += [Run(self.name, cell.label, config, seed, dict(cell.coords)) for seed in range(seeds)]
+            runs += [Run(self.name, cell.label, config, seed, dict(cell.coords)) for seed in range(max(seeds, cell.seeds or 0))]
         return runs
 
 

@@ -142,6 +142,27 @@ def dataset_images(train: dict) -> tuple[int, int]:
     return IMAGENET
 
 
+def dataset_classes(train: dict) -> int:
+    """Classes of the run's dataset (an ImageFolder's: its class folders; ImageNet's 1000 when assumed)."""
+    name = train.get("data", "fashion-mnist")
+    if name in ("cifar100", "oxford-pets", "flowers102"):
+        return {"cifar100": 100, "oxford-pets": 37, "flowers102": 102}[name]
+    if name in ("fashion-mnist", "cifar10", "synthetic"):
+        return 10
+    spec = planned(name)  # the rehearsal's folder, which a dry run plans without writing it
+    if spec is not None:
+        return spec.classes
+    root = Path(name) / "train"
+    return sum(1 for p in root.iterdir() if p.is_dir()) if root.is_dir() else 1000
+
+
+def model_options(run: Run) -> dict:
+    """The run's model options with what its dataset decides (its classes; one channel for Fashion-MNIST)."""
+    train = run.config["train"]
+    gray = train.get("data", "fashion-mnist") == "fashion-mnist"
+    return {**run.config["options"], "num_classes": dataset_classes(train), "in_chans": 1 if gray else 3}
+
+
 def train_images(train: dict) -> int:
     """The images a run trains on: its dataset's training split less the validation split, cut to its limit."""
     images = dataset_images(train)[0] - (train.get("val_size") or 0)

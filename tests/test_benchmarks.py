@@ -79,12 +79,15 @@ def test_the_position_embedding_table_stands_beside_the_papers_numbers(results):
 
 @pytest.mark.slow
 def test_the_data_ablation_trains_nested_subsets_for_the_same_steps_and_stops_on_validation(results):
-    """Section 4.3: the same number of steps for every subset size, the best point judged on a
-    validation split held out of the training set; test accuracy is that of the best weights."""
+    """Section 4.3: the same number of steps for every subset size (a family's; the ResNet's cut to the
+    ViT's compute, issue 34), the best point judged on a validation split held out of the training set;
+    test accuracy is that of the best weights."""
     runs = json.loads((results / "data" / "results.json").read_text())["runs"]
     assert {r["group"]["family"] for r in runs} == {"ResNet", "ViT", "hybrid"}
     assert len({r["group"]["images"] for r in runs}) >= 2
-    assert len({r["config"]["train"]["steps"] for r in runs}) == 1
+    steps = {f: {r["config"]["train"]["steps"] for r in runs if r["group"]["family"] == f} for f in ("ResNet", "ViT", "hybrid")}
+    assert all(len(s) == 1 for s in steps.values()) and steps["ViT"] == steps["hybrid"]
+    assert max(steps["ResNet"]) < max(steps["ViT"])
     for r in runs:
         train = r["config"]["train"]
         assert train["val_size"] > 0 and train["keep_best"] and train["train_limit"] == r["group"]["images"]
@@ -371,7 +374,7 @@ def test_dry_run_prints_the_plan_of_both_scales_and_trains_nothing(capsys, monke
     monkeypatch.setattr("benchmarks.execute._measured", lambda *a, **k: pytest.fail("a dry run trained"))
     assert bench.main(["pos_embed", "data", "--scale", "cpu", "--dry-run", "--workers", "2"]) == 0
     text = capsys.readouterr().out
-    assert "--scale cpu" in text and "measured throughput probe" in text and "| pos_embed | 24 |" in text
+    assert "--scale cpu" in text and "measured throughput probe" in text and "| pos_embed | 28 |" in text  # 8 cells x 3 seeds, 2 of them x 5
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)  # the stated GPU throughput, GPU or not
     assert bench.main(["all", "--scale", "paper", "--device", "cuda", "--dry-run"]) == 0
     text = capsys.readouterr().out
@@ -400,7 +403,8 @@ def _committed_cells(spec, scale) -> dict[str, list[dict]]:
 @pytest.mark.parametrize("ablation", [name for name, spec in ABLATIONS.items() if spec.trains])
 def test_committed_cpu_results_are_complete_and_meet_the_accuracy_floors(ablation):
     """The baseline ViT (the scale's model at its learning rate) at >= 86% test accuracy, every ResNet
-    and hybrid at >= 88%, three seeds for every cell an ablation compares."""
+    and hybrid at >= 88%, three seeds for every cell an ablation compares. The data ablation's ResNet trains
+    for the ViT's training FLOPs, half the steps of the ResNets elsewhere: it is held to the ViT's floor."""
     import vitzoo
     from benchmarks.scales import SCALES
 
@@ -418,6 +422,8 @@ def test_committed_cpu_results_are_complete_and_meet_the_accuracy_floors(ablatio
         model = vitzoo.create(config["model"], **config["options"]).config
         floor = (CONVOLUTIONAL_FLOOR if model.stem == "resnet"
                  else VIT_FLOOR if model == base and config["train"].get("lr") == scale.train["lr"] else None)
+        if ablation == "data" and runs[0]["group"]["family"] == "ResNet":
+            floor = VIT_FLOOR  # trained at the ViT's compute (issue 34.8: half the steps), it is held to the ViT's floor
         accuracy = sum(r["metrics"]["test_acc"] for r in runs) / len(runs)
         if floor is not None and accuracy < floor:
             below.append(f"{label}: {accuracy:.4f} < {floor}")
@@ -428,8 +434,9 @@ def test_committed_cpu_results_are_complete_and_meet_the_accuracy_floors(ablatio
 # Records of earlier settings (hybrid and shape: the cpu scale before its trials, 1 epoch at lr 1e-3 on 30k
 # images, commit 5e30b51, and one hybrid cell since dropped; data: 3 epochs on subsets of 1k to 55k images;
 # cost: the 20 measured before the cells' configs were nested as model/options/train; three hybrid runs of
-# uncommitted code) are archived beside each results.json, with the reason (benchmarks/archive.py).
-ARCHIVED = {"hybrid": 21, "shape": 18, "data": 36, "cost": 20}
+# uncommitted code; issue 34: head's 12 runs without a validation split, data's 9 ResNet runs at twice the ViT's
+# compute) are archived beside each results.json, with the reason (benchmarks/archive.py).
+ARCHIVED = {"hybrid": 21, "shape": 18, "data": 45, "cost": 20, "head": 12}
 SETTINGS = re.compile(r"^Settings: `--scale (?P<scale>\w+)`; (?P<runs>\d+) runs", re.MULTILINE)
 
 
