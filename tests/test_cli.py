@@ -51,6 +51,7 @@ def test_info_of_an_unknown_model_is_a_short_error(capsys):
     assert "Did you mean 'vit_b16'" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_module_runs_as_a_command():
     out = subprocess.run([sys.executable, "-m", "vitzoo", "info", "vit_ti16", "--img-size", "384"],
                          capture_output=True, text=True, check=True).stdout

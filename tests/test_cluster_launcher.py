@@ -277,6 +277,7 @@ def fail_on_rank_1(run, device, out):
     dist.distributed_c10d._get_default_store().wait(["never set"], datetime.timedelta(seconds=600))
 
 
+@pytest.mark.slow
 def test_a_failing_rank_ends_its_job_and_the_suite_says_why(cluster, tmp_path):
     run = Run("head", "failing", {"train": {}}, 0)
     store = ResultStore(tmp_path / "results")

@@ -213,6 +213,7 @@ def _fail_or_sleep(run, device, out):
     return {"metrics": {"test_acc": 0.5}}
 
 
+@pytest.mark.slow
 def test_a_failed_run_cancels_the_runs_not_started_and_keeps_those_running(tmp_path):
     """One failure in a long queue is reported as soon as the runs already going are in, not after every
     queued run has trained."""
