@@ -96,10 +96,9 @@ def save_pretrained(model, directory: str | os.PathLike, extra: dict | None = No
 def write_model(directory: str | os.PathLike, config: ViTConfig, state_dict: dict[str, torch.Tensor],
                 labels: list[str] | None, layout: str, card_text: str | None, extra: dict | None = None) -> Path:
     """The files of a model in `layout` (already chosen) written into `directory` all at once: the weights
-    renamed, config.json, the card `card_text` (none when None), and transformers' preprocessor_config.json."""
+    renamed, config.json, the card `card_text` (none when None), and transformers' preprocessor_config.json.
+    What an earlier save killed part-way left there is the caller's to recover (`save_pretrained` does)."""
     directory = Path(directory)
-    if directory.parent.is_dir():
-        recover(directory)  # what a save killed part-way left: put right even when this save is refused
     texts = {CARD_NAME: card_text} if card_text is not None else {}
     if layout == "transformers":
         texts[PREPROCESSOR_NAME] = json.dumps(layouts.transformers_preprocessor(config), indent=2) + "\n"
