@@ -207,8 +207,8 @@ class TransferAblation(Ablation):
         if scale.name == "gpu":  # fine-tuning the released weights is the paper scale's (3,400 GPU-hours at
             return []            # 125 TFLOP/s): the gpu scale's day on one node is the ablations'
         if scale.cells == "paper":
-            return [finetune_run(scale, m, d, paper_datasets(scale)[d], seed) for m, d in paper_cells(scale)
-                    for seed in range(seeds)]
+            data = paper_datasets(scale)
+            return [finetune_run(scale, m, d, data[d], seed) for m, d in paper_cells(scale) for seed in range(seeds)]
         finetune = downstream_finetune(scale)
         transfer = {"classes": list(DOWNSTREAM), "shots": SHOTS, "finetune": finetune}
         out = []
