@@ -217,9 +217,10 @@ def rehearsal_data(tmp_path_factory):
 
 
 def _short_run(data: Path) -> Run:
-    """A rehearsal run of the head ablation, 40 steps of 2 processes, a metrics line every 2 steps."""
+    """A rehearsal run of the head ablation, 40 steps of 2 processes, a metrics line every 2 steps; no
+    validation split and no evaluation during training (the final weights are the result)."""
     run = ABLATIONS["head"].runs(get_scale("rehearsal", str(data)))[0]
-    train = {**run.config["train"], "eval_every": 0, "log_every": 2}
+    train = {**run.config["train"], "val_size": 0, "eval_every": 0, "keep_best": False, "log_every": 2}
     return Run(run.ablation, run.label, {**run.config, "train": train}, run.seed, run.group)
 
 
