@@ -48,6 +48,11 @@ def pulled_once(model, repo_id: str, root, monkeypatch) -> None:
         vitzoo.from_pretrained(f"hf-hub:{repo_id}")
 
 
+# A call still waiting after this long hangs. The waits under test are of 1-3 s; the call's own work (a model
+# built, torch's compiler imported on first use) took up to 15 s on 2 cores shared with other test workers.
+HANGS_AFTER_S = 60
+
+
 def within(seconds: float, call):
     """`call()`'s result, or its exception raised here; fails the test when it is still waiting after
     `seconds` (the thread is left to the server's teardown, which closes its connections)."""

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from hub_testing import TOKEN, pulled_once, tiny, within  # tests/hub_testing.py
+from hub_testing import HANGS_AFTER_S, TOKEN, pulled_once, tiny, within  # tests/hub_testing.py
 
 import vitzoo
 from vitzoo.errors import ConfigError
@@ -133,7 +133,7 @@ def test_a_pull_from_a_silent_server_stops_and_says_how_to_work_offline(hermetic
 
     monkeypatch.setenv("HF_ENDPOINT", silent_server)
     with pytest.raises(HubError, match=rf"(?s){silent_server} did not answer within 1 s.*VITZOO_HUB_TIMEOUT.*HF_HUB_OFFLINE=1.*local"):
-        within(15, lambda: vitzoo.from_pretrained("hf-hub:alice/silent"))
+        within(HANGS_AFTER_S, lambda: vitzoo.from_pretrained("hf-hub:alice/silent"))
 
 
 def test_a_push_to_a_silent_server_stops(hermetic_hub, one_second, silent_server, monkeypatch):
@@ -143,7 +143,7 @@ def test_a_push_to_a_silent_server_stops(hermetic_hub, one_second, silent_server
 
     monkeypatch.setenv("HF_ENDPOINT", silent_server)
     with pytest.raises(HubError, match=rf"{silent_server} did not answer within 1 s"):
-        within(15, lambda: tiny().push_to_hub("alice/silent", token=HUB_TOKEN))
+        within(HANGS_AFTER_S, lambda: tiny().push_to_hub("alice/silent", token=HUB_TOKEN))
 
 
 def test_a_cached_model_loads_when_the_server_is_silent(hermetic_hub, one_second, silent_server, monkeypatch):
@@ -151,7 +151,7 @@ def test_a_cached_model_loads_when_the_server_is_silent(hermetic_hub, one_second
     model = tiny()
     pulled_once(model, "alice/cached", hermetic_hub / "hub", monkeypatch)
     monkeypatch.setenv("HF_ENDPOINT", silent_server)
-    assert same_outputs(within(15, lambda: vitzoo.from_pretrained("hf-hub:alice/cached")).eval(), model)
+    assert same_outputs(within(HANGS_AFTER_S, lambda: vitzoo.from_pretrained("hf-hub:alice/cached")).eval(), model)
 
 
 def test_a_hub_timeout_that_is_no_number_of_seconds_is_refused(hermetic_hub, monkeypatch):

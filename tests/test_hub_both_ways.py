@@ -99,6 +99,32 @@ def test_transformers_loads_a_push_in_its_format(libraries_see_the_hub):
     assert vitzoo.from_pretrained("hf-hub:alice/b16-hf").labels == model.labels
 
 
+def test_a_push_over_a_transformers_push_leaves_none_of_its_files(libraries_see_the_hub):
+    # transformers would read an earlier push's preprocessor_config.json (its resize, its normalisation)
+    model = random_model("vit_b16", **VIT_B16)
+    model.push_to_hub("alice/relaid", token=TOKEN, format="transformers")
+    api = HfApi(endpoint=libraries_see_the_hub.url, token=TOKEN)
+    assert "preprocessor_config.json" in api.list_repo_files("alice/relaid")
+    model.push_to_hub("alice/relaid", token=TOKEN)  # timm's layout, over it
+    assert sorted(api.list_repo_files("alice/relaid")) == [".gitattributes", "README.md", "config.json",
+                                                          "model.safetensors"]
+    assert pushed_config("alice/relaid")["weight_names"] == "timm"
+    assert_vitzoo_exact(model, "alice/relaid", torch.randn(1, 3, 32, 32))
+
+
+@pytest.mark.parametrize("holds_more", [False, True], ids=["a saved model", "a training run"])
+def test_a_save_over_a_transformers_save_leaves_none_of_its_files(tmp_path, holds_more):
+    model = random_model("vit_b16", **VIT_B16)
+    folder = tmp_path / "saved"
+    model.save_pretrained(folder, format="transformers")
+    if holds_more:  # a run's directory: its other files stay, the files of the save are replaced one by one
+        (folder / "metrics.jsonl").write_text("{}\n")
+    model.save_pretrained(folder)
+    kept = {"README.md", "config.json", "model.safetensors"} | ({"metrics.jsonl"} if holds_more else set())
+    assert {p.name for p in folder.iterdir()} == kept
+    assert vitzoo.from_pretrained(folder).config == model.config
+
+
 def test_cli_push_of_a_saved_directory_loads_in_timm_and_keeps_its_card(libraries_see_the_hub, tmp_path, monkeypatch):
     monkeypatch.setenv("HF_TOKEN", TOKEN)
     model = random_model("vit_b16", **VIT_B16)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from hub_testing import TOKEN, pulled_once, tiny, within  # tests/hub_testing.py
+from hub_testing import HANGS_AFTER_S, TOKEN, pulled_once, tiny, within  # tests/hub_testing.py
 
 import vitzoo
 from vitzoo.errors import HubError
@@ -297,7 +297,7 @@ def test_a_pull_from_a_dribbling_server_stops_at_the_deadline(one_second, dribbl
     monkeypatch.setenv("HF_ENDPOINT", dribbling_server)
     started = time.monotonic()
     with pytest.raises(HubError, match=rf"(?s){dribbling_server} did not answer within 1 s.*VITZOO_HUB_TIMEOUT"):
-        within(20, lambda: vitzoo.from_pretrained("hf-hub:alice/slow"))
+        within(HANGS_AFTER_S, lambda: vitzoo.from_pretrained("hf-hub:alice/slow"))
     assert time.monotonic() - started < 12
 
 
@@ -310,8 +310,8 @@ def test_a_cached_model_loads_when_the_server_dribbles(tmp_path, one_second, dri
     pulled_once(model, "alice/cached", tmp_path / "hub", monkeypatch)
     monkeypatch.setenv("HF_ENDPOINT", dribbling_server)
     started = time.monotonic()
-    assert same_model(within(20, lambda: vitzoo.from_pretrained("hf-hub:alice/cached")), model)
-    assert within(20, lambda: main(["pull", "alice/cached"])) == 0
+    assert same_model(within(HANGS_AFTER_S, lambda: vitzoo.from_pretrained("hf-hub:alice/cached")), model)
+    assert within(HANGS_AFTER_S, lambda: main(["pull", "alice/cached"])) == 0
     assert time.monotonic() - started < 20
 
 
@@ -319,7 +319,7 @@ def test_a_push_to_a_dribbling_server_stops_at_the_deadline(one_second, dribblin
     monkeypatch.setenv("HF_ENDPOINT", dribbling_server)
     started = time.monotonic()
     with pytest.raises(HubError, match=rf"{dribbling_server} did not answer within 1 s"):
-        within(20, lambda: tiny().push_to_hub("alice/slow", token=TOKEN))
+        within(HANGS_AFTER_S, lambda: tiny().push_to_hub("alice/slow", token=TOKEN))
     assert time.monotonic() - started < 12
 
 

@@ -150,21 +150,22 @@ def recover(final: Path) -> None:
 
 
 @contextlib.contextmanager
-def staged_directory(path: str | os.PathLike, names: tuple[str, ...]) -> Iterator[Path]:
+def staged_directory(path: str | os.PathLike, names: tuple[str, ...], replaces: tuple[str, ...] = ()) -> Iterator[Path]:
     """Yield an empty directory to write the files `names` into; on success they replace those of
-    `path` together, on an exception nothing under `path` has changed.
+    `path` together, on an exception nothing under `path` has changed. `replaces` names files an earlier
+    set may hold that this one does not write (another layout's): they go with the earlier set.
 
     A `path` that does not exist appears whole; one holding only an earlier set of these files is
     swapped for the new set. One that holds more (a training run) keeps the rest: the staging directory
     is inside it, and each file, complete before the first rename, is renamed in in the order of `names`
-    (so the one that marks the set complete comes last). What an earlier save killed part-way left is
-    recovered first (`recover`)."""
+    (so the one that marks the set complete comes last), then those of `replaces` are removed. What an
+    earlier save killed part-way left is recovered first (`recover`)."""
     final = Path(path)
     if final.exists() and not final.is_dir():
         raise NotADirectoryError(f"{final} is a file, not a directory: a directory is written here; choose another path")
     if final.parent.is_dir():
         recover(final)
-    whole = _holds_only(final, names)
+    whole = _holds_only(final, (*names, *replaces))
     home = final.parent if whole else final
     stage = home / f".{final.name}.{uuid.uuid4().hex[:12]}.tmp"
     with naming(final):
@@ -178,6 +179,8 @@ def staged_directory(path: str | os.PathLike, names: tuple[str, ...]) -> Iterato
             for name in names:
                 if (stage / name).exists():
                     os.replace(stage / name, final / name)
+            for name in replaces:
+                (final / name).unlink(missing_ok=True)
         _fsync_directory(home)
     finally:
         shutil.rmtree(stage, ignore_errors=True)

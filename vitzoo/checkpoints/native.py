@@ -96,16 +96,18 @@ def save_pretrained(model, directory: str | os.PathLike, extra: dict | None = No
 def write_model(directory: str | os.PathLike, config: ViTConfig, state_dict: dict[str, torch.Tensor],
                 labels: list[str] | None, layout: str, card_text: str | None, extra: dict | None = None) -> Path:
     """The files of a model in `layout` (already chosen) written into `directory` all at once: the weights
-    renamed, config.json, the card `card_text` (none when None), and transformers' preprocessor_config.json.
-    What an earlier save killed part-way left there is the caller's to recover (`save_pretrained` does)."""
+    renamed, config.json, the card `card_text` (none when None), and transformers' preprocessor_config.json
+    (an earlier save's is removed when the layout is another). What an earlier save killed part-way left there is the caller's to recover (`save_pretrained` does)."""
     directory = Path(directory)
     texts = {CARD_NAME: card_text} if card_text is not None else {}
     if layout == "transformers":
         texts[PREPROCESSOR_NAME] = json.dumps(layouts.transformers_preprocessor(config), indent=2) + "\n"
     texts[CONFIG_NAME] = json.dumps(config_document(config, extra, labels, layout), indent=2, sort_keys=True) + "\n"
     tensors = layouts.renamed(state_dict, layout)
-    # the config marks a complete save, so it is the last file renamed into a directory that holds more
-    with staged_directory(directory, (WEIGHTS_NAME, *texts)) as stage:
+    # the config marks a complete save, so it is the last file renamed into a directory that holds more; an
+    # earlier save's image processor config goes when this layout has none (transformers would read it)
+    replaces = () if PREPROCESSOR_NAME in texts else (PREPROCESSOR_NAME,)
+    with staged_directory(directory, (WEIGHTS_NAME, *texts), replaces) as stage:
         save_state_dict(tensors, stage / WEIGHTS_NAME, metadata={"format": "pt"})
         for name, text in texts.items():
             write_text(stage / name, text)

@@ -96,7 +96,8 @@ def push_folder(
         stage = Path(tmp) / "repo"
         relaid(directory, source, repo_id, format, stage)
         return transport.upload_folder(stage, repo_id, PUSHED_FILES, commit_message=commit_message, token=token,
-                                       private=private, revision=revision, endpoint=endpoint)
+                                       private=private, revision=revision, endpoint=endpoint,
+                                       replaces=(PREPROCESSOR_NAME,))  # an earlier transformers push's
 
 
 def push_to_hub(

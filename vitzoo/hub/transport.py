@@ -197,10 +197,12 @@ def upload_folder(
     private: bool = False,
     revision: str | None = None,
     endpoint: str | None = None,
+    replaces: Sequence[str] = (),
 ) -> str:
     """Upload those of `files` that `directory` holds to the model repo `repo_id` (`ORG/NAME[@REVISION]`)
-    as one commit; create the repo (and the branch `revision`) when they do not exist. Returns the
-    commit's URL."""
+    as one commit, which also deletes those of `replaces` that the repo holds and `directory` does not (an
+    earlier push's in another layout); create the repo (and the branch `revision`) when they do not exist.
+    Returns the commit's URL."""
     from huggingface_hub import HfApi
 
     directory = Path(directory)
@@ -220,9 +222,10 @@ def upload_folder(
             if revision is not None and revision != "main":
                 api.create_branch(repo_id, branch=revision, repo_type="model", exist_ok=True)
             names = [name for name in files if (directory / name).exists()]
+            stale = [name for name in replaces if not (directory / name).exists()]
             info = api.upload_folder(
                 repo_id=repo_id, folder_path=directory, repo_type="model", revision=revision,
-                commit_message=commit_message, allow_patterns=names,
+                commit_message=commit_message, allow_patterns=names, delete_patterns=stale or None,
             )
         except HubError:
             raise
