@@ -9,6 +9,7 @@ import http.server
 import io
 import pickle
 import socket
+import sys
 import tarfile
 import threading
 
@@ -40,7 +41,12 @@ def mirror(tmp_path, monkeypatch):
         def log_message(self, *args) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(files)))
+    class Server(http.server.ThreadingHTTPServer):
+        def handle_error(self, request, client_address) -> None:  # a client that went away: not the server's error
+            if not isinstance(sys.exc_info()[1], ConnectionError):
+                super().handle_error(request, client_address)
+
+    server = Server(("127.0.0.1", 0), functools.partial(Quiet, directory=str(files)))
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     yield files, f"http://127.0.0.1:{server.server_address[1]}/"

@@ -216,6 +216,12 @@ class HubHTTPServer(ThreadingHTTPServer):
             self._connections.discard(request)
         super().shutdown_request(request)
 
+    def handle_error(self, request, client_address) -> None:
+        """A client that went away between requests (a timeout, a closed keep-alive) is not an error of
+        the server's: only anything else is printed, as socketserver prints it."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):  # reset, broken pipe, aborted
+            super().handle_error(request, client_address)
+
     def close_connections(self) -> None:
         """End open keep-alive connections too: a stopped server answers nothing more."""
         with self._connections_lock:
