@@ -107,13 +107,10 @@ def family_steps(scale: Scale, steps: int) -> dict[str, int]:
 MORE_SEEDS = {"cpu": {(family, size): 5 for family in ("ResNet", "ViT") for size in (1_000, 55_000)}}
 
 
-def cells(scale: Scale, matched: bool = True) -> list[Cell]:
-    """The cells; with `matched=False` every family at the same steps (the ResNet at twice the ViT's compute at
-    the small scales: the transfer ablation's runs, measured so before issue 34 matched compute here)."""
+def cells(scale: Scale) -> list[Cell]:
     sizes, validation = subsets(scale)
     epochs = EPOCHS_OF_LARGEST.get(scale.name, scale.train.get("epochs"))
-    steps = max(1, int(epochs * sizes[-1] / scale.train["batch_size"]))
-    steps = family_steps(scale, steps) if matched else dict.fromkeys(FAMILIES, steps)
+    steps = family_steps(scale, max(1, int(epochs * sizes[-1] / scale.train["batch_size"])))
     out = []
     for family, (name, options) in family_options(scale).items():
         # the length in steps, not epochs (None overrides the scale's epochs); every subset size of a family
