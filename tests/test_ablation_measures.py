@@ -87,6 +87,19 @@ def test_the_data_findings_say_whether_the_families_are_compute_matched():
     assert unmatched.endswith("toward the ResNet")
 
 
+def test_the_transfer_findings_weigh_the_pre_training_compute_not_the_downstream_fine_tuning():
+    from benchmarks.ablations import transfer
+
+    table = _data_table(3.18, 858)  # whole runs: the ResNet's fine-tuning costs it twice the ViT's per image
+    for r in table.records["ResNet 55000"]:
+        r["flops"], r["upstream_flops"] = 4.3e12, 3.18e12
+    for r in table.records["ViT 55000"]:
+        r["flops"], r["upstream_flops"] = 3.74e12, 3.18e12
+    assert transfer.pretraining_compute(table).startswith("compute-matched: the ResNet's runs take 1.00x the ViT's "
+                                                         "pre-training compute")
+    assert "not compute-matched" in data_size.compute_ratio(table)  # the whole run's: what the claims are not about
+
+
 def test_records_superseded_by_a_changed_measure_are_archived_with_why_it_changed(tmp_path):
     import json
 

@@ -107,13 +107,10 @@ def family_steps(scale: Scale, steps: int) -> dict[str, int]:
 MORE_SEEDS = {"cpu": {(family, size): 5 for family in ("ResNet", "ViT") for size in (1_000, 55_000)}}
 
 
-def cells(scale: Scale, matched: bool = True) -> list[Cell]:
-    """The cells; with `matched=False` every family at the same steps (the ResNet at twice the ViT's compute at
-    the small scales: the transfer ablation's runs, measured so before issue 34 matched compute here)."""
+def cells(scale: Scale) -> list[Cell]:
     sizes, validation = subsets(scale)
     epochs = EPOCHS_OF_LARGEST.get(scale.name, scale.train.get("epochs"))
-    steps = max(1, int(epochs * sizes[-1] / scale.train["batch_size"]))
-    steps = family_steps(scale, steps) if matched else dict.fromkeys(FAMILIES, steps)
+    steps = family_steps(scale, max(1, int(epochs * sizes[-1] / scale.train["batch_size"])))
     out = []
     for family, (name, options) in family_options(scale).items():
         # the length in steps, not epochs (None overrides the scale's epochs); every subset size of a family
@@ -161,22 +158,23 @@ def _present(t: Table) -> bool:
     return bool(t.where(family="ResNet")) and bool(t.where(family="ViT"))
 
 
-def compute_ratio(t: Table) -> str:
+def compute_ratio(t: Table, flops: str = "flops", compute: str = "training compute") -> str:
     """What a reader must weigh beside every verdict comparing the families: the ResNet's training compute
-    against the ViT's at the largest subset ('' where the table lacks either)."""
+    against the ViT's at the largest subset ('' where the table lacks either), read from the records' `flops`
+    (the transfer ablation's: `upstream_flops`, the pre-training's, which its claims are about)."""
     _, large = _ends(t)
-    rows = {r["family"]: r for r in t.where(images=large) if "flops" in r}
-    if "ResNet" not in rows or "ViT" not in rows:
+    records = {r["family"]: t.records[r["label"]][0] for r in t.where(images=large)}
+    if not all(family in records and flops in records[family] for family in ("ResNet", "ViT")):
         return ""
-    resnet, vit = rows["ResNet"]["flops"], rows["ViT"]["flops"]
-    steps = {family: t.records[rows[family]["label"]][0]["config"]["train"].get("steps") for family in ("ResNet", "ViT")}
+    resnet, vit = records["ResNet"][flops], records["ViT"][flops]
+    steps = {family: records[family]["config"]["train"].get("steps") for family in ("ResNet", "ViT")}
     if abs(resnet / vit - 1) <= MATCHED:
-        return (f"compute-matched: the ResNet's runs take {resnet / vit:.2f}x the ViT's training compute ({resnet / 1e12:.2f} "
+        return (f"compute-matched: the ResNet's runs take {resnet / vit:.2f}x the ViT's {compute} ({resnet / 1e12:.2f} "
                 f"against {vit / 1e12:.2f} TFLOP at {large} images), in {steps['ResNet']} steps against the ViT's "
                 f"{steps['ViT']} (twice the ViT's FLOPs an image); the paper matches compute by its choice of models "
                 "instead, at one schedule (Figure 4's ViT-B/32 is slightly cheaper than its ResNet50x1)")
     favoured = "ResNet" if resnet > vit else "ViT"
-    return (f"the ResNet's runs take {resnet / vit:.1f}x the ViT's training compute here ({resnet / 1e12:.2f} against "
+    return (f"the ResNet's runs take {resnet / vit:.1f}x the ViT's {compute} here ({resnet / 1e12:.2f} against "
             f"{vit / 1e12:.2f} TFLOP at {large} images; Figure 4's ViT-B/32 is slightly cheaper than its ResNet50x1): "
             f"not compute-matched, which tilts every comparison toward the {favoured}")
 
