@@ -105,6 +105,17 @@ def test_resume_gives_the_same_losses(tmp_path):
     assert second["ema_test_loss"] == fit_summary_of(tmp_path / "straight")["ema_test_loss"]
 
 
+def test_a_run_stopped_at_its_last_step_and_resumed_reports_the_runs_final_loss(tmp_path):
+    # a preemption's warning that arrives during the last step: the checkpoint is at the end, nothing is left
+    # to train, and the summary still gives the final loss (from the checkpoint)
+    straight = fit(tiny_config(tmp_path / "straight", steps=4))
+    assert fit(tiny_config(tmp_path / "split", steps=4, stop_at=4))["status"] == "stopped"
+    resumed = fit(tiny_config(tmp_path / "split", steps=4, resume=True))
+    assert resumed["status"] == "finished" and resumed["step"] == 4
+    assert resumed["final_loss"] is not None and resumed["final_loss"] == straight["final_loss"]
+    assert resumed["test_top1"] == straight["test_top1"]
+
+
 def fit_summary_of(root: Path) -> dict:
     return json.loads((root / "run" / "summary.json").read_text())
 

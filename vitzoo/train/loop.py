@@ -125,6 +125,9 @@ class Trainer:
         """The checkpointed state: from the first readable checkpoint of `resume_points`, or fresh."""
         cfg, env, device = self.cfg, self.env, self.device
         self.step, self.train_seconds, self.images_seen = 0, 0.0, 0
+        # the last step's loss and gradient norm read: checkpointed, so that a run stopped at its last step and
+        # resumed (no step left) reports the final loss the run had
+        self.loss_value, self.grad_norm = None, None
         # keep_best: the best validation point so far (weights on the CPU); checkpointed, so it survives a resume
         self.best: dict[str, Any] = {"step": None, "val_top1": None, "weights": None}
         self.resume_from = None
@@ -141,6 +144,7 @@ class Trainer:
         self.schedule.load_state_dict(saved["schedule"])
         self.scaler.load_state_dict(saved["scaler"])
         self.step, self.train_seconds, self.images_seen = saved["step"], saved["train_seconds"], saved["images_seen"]
+        self.loss_value, self.grad_norm = saved.get("loss"), saved.get("grad_norm")  # (absent from older checkpoints)
         if len(saved["rng"]) == env.world_size:
             state.set_rng_state(saved["rng"][env.rank], device)
         else:  # another world size: a fresh stream per process
@@ -225,7 +229,6 @@ class Trainer:
         self.last_checkpoint = self.step if self.resume_from is not None else None
         self.last_checkpoint_s = self.train_seconds
         self.last_eval: dict[str, float] = {}
-        self.loss_value, self.grad_norm = None, None
         # each step's (step, mean loss, gradient norm, count of non-finite inputs), kept on the device until
         # read: reading a number makes the host wait for the device, so it is done when the numbers are
         # needed, not every step
@@ -380,6 +383,7 @@ class Trainer:
             saving = {"step": self.step, "epoch": self.step // self.steps_per_epoch,
                       "batch_in_epoch": self.step % self.steps_per_epoch, "train_seconds": self.train_seconds,
                       "images_seen": self.images_seen, "world_size": self.env.world_size,
+                      "loss": self.loss_value, "grad_norm": self.grad_norm,
                       "optimizer": self.optimizer.state_dict(), "schedule": self.schedule.state_dict(),
                       "scaler": self.scaler.state_dict(), "rng": rng, "precision": flag(self.amp_dtype)}
             if self.cfg.keep_best:
