@@ -231,6 +231,8 @@ def _small_data(t: Table):
 CLAIMS = (("From little pre-training data ViT transfers worse than the ResNet",
            "Figure 4: ViT-B/32 much worse than ResNet50x1 on 9M JFT images", _small_data, ""),) + data_size.CLAIMS
 METRICS = ("transfer_fewshot_5", "transfer_finetune")
+
+
 def pretraining_compute(t: Table) -> str:
     """The compute note on the pre-training's compute, which the claims are about; the downstream fine-tuning,
     the same 300 steps for every family, is the measurement (it costs the ResNet twice the ViT's per image)."""
