@@ -85,7 +85,7 @@ def _counted(model: str) -> float:
 
 def family_steps(scale: Scale, steps: int) -> dict[str, int]:
     """family -> its steps: the ViT's and the hybrid's `steps`; the ResNet's cut to the ViT's training compute
-    where the scale's own cells make it costlier per image (issue 34: at the cpu scale its 29.0 MFLOPs an
+    where the scale's own cells make it costlier per image (at the cpu scale its 29.0 MFLOPs an
     image against the ViT's 14.5 had given it twice the compute). The compute is matched in steps, not by a
     smaller ResNet: the smallest ResNet with a residual unit is this one (the stem's width factor is whole, 64
     channels at least), and the root alone (1/8 of its compute) has no residual unit. The paper's cells keep the
@@ -99,7 +99,7 @@ def family_steps(scale: Scale, steps: int) -> dict[str, int]:
     return out
 
 
-# Seeds beyond the scale's where a contrast was inconclusive and more could decide it (issue 34.15), fixed before the
+# Seeds beyond the scale's where a contrast was inconclusive and more could decide it, fixed before the
 # compute-matched ResNet's runs were read: at 3 seeds "(ResNet - ViT) at 1000 - at 55000 images" in test accuracy
 # (+0.0236, paired standard deviation 0.0142) and "ViT - ResNet at 55000" in 5-shot accuracy (+0.0092, 0.0050) would
 # be decided from 4 seeds on if their spread stayed; 5 leave room. Only the cells those contrasts read: the

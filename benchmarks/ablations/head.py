@@ -29,7 +29,7 @@ def label(pool: str, lr: float) -> str:
     return f"{pool}, lr {lr:g}"
 
 
-# Seeds beyond the scale's where a contrast was inconclusive and more decide it (issue 34.15), fixed before they were
+# Seeds beyond the scale's where a contrast was inconclusive and more decide it, fixed before they were
 # trained: at the cpu scale's 3 seeds both heads' best rate (picked on validation) was the higher, 0.002, and
 # "token - GAP" there was +0.0042 in test accuracy with a paired standard deviation of 0.0059 over seeds. Its
 # interval clears zero from 10 seeds on (t at 9 degrees of freedom) if the spread stays, and Holm's correction over
@@ -41,8 +41,8 @@ MORE_SEEDS = {"cpu": {("token", 2e-3): 12, ("gap", 2e-3): 12}}
 
 def cells(scale: Scale) -> list[Cell]:
     # a validation split held out of the training set (the data ablation's), evaluated on twice an epoch: the
-    # learning rate is picked on it, and each run's test accuracy is that of its best validation point (issue 34:
-    # the rate had been picked by the final training loss, the runs holding no validation split)
+    # learning rate is picked on it, and each run's test accuracy is that of its best validation point (the rate
+    # was first picked by the final training loss, the runs holding no validation split)
     held_out = {**scale.train, "val_size": subsets(scale)[1], "keep_best": True}
     train = evaluate_per_epoch(held_out, per_epoch=1 if scale.name == "quick" else 2)
     more = MORE_SEEDS.get(scale.name, {})
@@ -71,7 +71,7 @@ def at_high_lr(table: Table) -> dict[str, str]:
 
 # How far apart the heads may be and still "work equally well": half a point of accuracy, fixed in points (a
 # judgement), as Table 8's "barely matters". It was a quarter of what the learning rate changed within a head in
-# the same table, which moved with the grid of learning rates (issue 34).
+# the same table, which moved with the grid of learning rates.
 HEAD_MARGIN = Margin(
     "A judgement, fixed before the table is regenerated: half a point of accuracy (0.005), the margin of Table 8's "
     "claim of no difference. Figure 9 gives curves, not numbers: the class token at 8e-4 and GAP at 3e-4 end "

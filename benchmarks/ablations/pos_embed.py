@@ -30,7 +30,7 @@ def label(pos_embed: str, mode: str) -> str:
     return f"{pos_embed} / {mode}"
 
 
-# Seeds beyond the scale's where a contrast was inconclusive and more decide it (issue 34.15), fixed before they were
+# Seeds beyond the scale's where a contrast was inconclusive and more decide it, fixed before they were
 # trained: at the cpu scale's 3 seeds "learned_1d / input - none" in 5-shot accuracy was +0.0171 with a paired
 # standard deviation of 0.0075 over seeds, and its interval reaches above zero from 4 seeds on (t at 3 degrees of
 # freedom) if the spread stays; 5 seeds leave room. The other encodings' contrasts to none were decided at 3.
@@ -60,7 +60,7 @@ def _encoding_barely_matters(t):
 
 # How far an encoding may lie from the default and still "barely matter": half a point of accuracy, fixed in
 # points (a judgement). It was a quarter of the gap the same table measured between no embedding and the learned
-# ones, which moved with that gap's noise and had no meaning when the gap was not above zero (issue 34).
+# ones, which moved with that gap's noise and had no meaning when the gap was not above zero.
 ENCODING_MARGIN = Margin(
     "A judgement, fixed before the table is regenerated: half a point of accuracy (0.005). Table 8's encodings lie "
     "within 0.0029 of each other and 0.0024 of the default, against a 2.7-point gap to no embedding, so the paper's "

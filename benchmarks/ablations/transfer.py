@@ -79,7 +79,7 @@ def upstream_cells(scale: Scale) -> list[Cell]:
     """The data ablation's cells, on the upstream classes: its subset sizes, validation split and steps
     (each family's: the ResNet's at the ViT's compute) in proportion to the classes kept."""
     out = []
-    # the ResNet at the ViT's training compute, in half its steps, as in the data ablation (issue 34.8; its runs at
+    # the ResNet at the ViT's training compute, in half its steps, as in the data ablation (its runs at
     # the same steps as the ViT, twice its compute, are archived with why)
     for cell in data_size.cells(scale):
         images = round(cell.coords["images"] * SHARE)
