@@ -33,7 +33,7 @@ def _seed():
 @pytest.fixture
 def hermetic_hub(monkeypatch, tmp_path):
     """A Hugging Face environment of the test's own (tests/hub_testing.py): the cache in tmp_path, no
-    stray token, LFS uploads. Returns tmp_path."""
+    stray token, no Xet uploads. Returns tmp_path."""
     from hub_testing import hermetic_hub_environment  # imported by the tests that use the Hub only
 
     hermetic_hub_environment(monkeypatch, tmp_path)

@@ -18,7 +18,7 @@ TINY = dict(embed_dim=32, depth=2, num_heads=2, mlp_dim=64, img_size=32, patch_s
 
 
 def hermetic_hub_environment(monkeypatch, tmp_path) -> None:
-    """A cache of our own, no stray token, LFS uploads (the test server has no Xet storage)."""
+    """A cache of our own, no stray token, no Xet uploads (the test server has no Xet storage)."""
     monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
