@@ -215,22 +215,22 @@ class CuttingProxy:
 
 
 def test_the_server_dies_in_the_middle_of_a_download(hub_server, monkeypatch):
-    """The weights are cut off mid-transfer: a clear error, no partial blob or snapshot in the cache,
-    and the next pull (server back) completes."""
+    """The weights are cut off mid-transfer: a clear error, no partial file in the snapshot, and the
+    next pull (server back) completes it."""
     model = tiny(embed_dim=64, mlp_dim=128)  # ~0.4 MB of weights: several TCP reads
     model.push_to_hub("alice/cut", token=TOKEN)
     proxy = CuttingProxy(hub_server.url, b"model.safetensors", keep=20_000)
     try:
         monkeypatch.setenv("HF_ENDPOINT", proxy.url)
-        with pytest.raises(HubError, match=f"broke off while downloading alice/cut.*nothing partial was kept"):
+        with pytest.raises(HubError, match="broke off while downloading alice/cut.*resumes"):
             vitzoo.from_pretrained("hf-hub:alice/cut")
         assert proxy.cuts >= 1
     finally:
         proxy.close()
-    assert_cache_clean()
     assert not list(cache_dir().glob("models--alice--cut/snapshots/*/model.safetensors"))
     monkeypatch.setenv("HF_ENDPOINT", hub_server.url)
     assert_same_model(model, vitzoo.from_pretrained("hf-hub:alice/cut"))
+    assert_cache_clean()
 
 
 def test_a_transformers_repo_with_only_pytorch_model_bin(hub_server, tmp_path):

@@ -192,8 +192,8 @@ def explain(exc: Exception, repo_id: str, revision: str | None, endpoint: str, *
     connecting = (httpx2.ConnectError, ConnectionRefusedError)
     if network is not None and not isinstance(network, connecting):
         return HubError(f"the connection to the Hub at {endpoint} broke off while {doing} {where} "
-                        f"({type(network).__name__}: {network}); nothing partial was kept: try "
-                        "again")
+                        f"({type(network).__name__}: {network}): try again; a download resumes "
+                        "where it stopped")
     if network is not None or isinstance(exc, e.LocalEntryNotFoundError):
         detail = f"{type(network).__name__}: {network}" if network else str(exc).splitlines()[0]
         return HubError(f"cannot reach the Hub at {endpoint} ({detail}){not_cached}: check the "
@@ -246,23 +246,6 @@ def _remove(snapshot: Path, names) -> None:
         (snapshot / name).unlink(missing_ok=True)
 
 
-def _remove_partial_downloads(repo_id: str, cache_dir) -> None:
-    """The `.incomplete` blobs a failed download left, each under huggingface_hub's lock for it."""
-    from filelock import FileLock, Timeout
-    from huggingface_hub import constants
-    from huggingface_hub.file_download import repo_folder_name
-
-    cache = Path(cache_dir or constants.HF_HUB_CACHE)
-    folder = repo_folder_name(repo_id=repo_id, repo_type="model")
-    for partial in (cache / folder / "blobs").glob("*.incomplete"):
-        lock = cache / ".locks" / folder / f"{partial.name.split('.')[0]}.lock"
-        try:
-            with FileLock(str(lock), timeout=0):
-                partial.unlink(missing_ok=True)
-        except (Timeout, OSError):
-            pass  # another process is downloading it now
-
-
 def download(source: str, *, revision: str | None = None, token: str | bool | None = None,
              cache_dir: str | os.PathLike | None = None, endpoint: str | None = None,
              local_files_only: bool = False) -> Path:
@@ -286,7 +269,6 @@ def download(source: str, *, revision: str | None = None, token: str | bool | No
                                                 allow_patterns=list(WEIGHT_FILES[1:])))
             return folder
         except Exception as exc:
-            _remove_partial_downloads(repo_id, cache_dir)
             raise explain(exc, repo_id, revision, endpoint, writing=False, offline=offline,
                           token_sent=token_sent) from exc
 
