@@ -17,8 +17,10 @@ from vitzoo.errors import HubError
 pytestmark = pytest.mark.usefixtures("hermetic_hub")  # tests/conftest.py
 
 
-def test_a_repo_that_does_not_exist(hub_server):
-    with pytest.raises(HubError, match=f"no model repository alice/missing on {re.escape(hub_server.url)}"):
+def test_a_repo_or_revision_that_does_not_exist_is_named(hub_server):
+    """A missing repo is named with its server, a missing revision with its repo; nothing cached."""
+    missing = f"no model repository alice/missing on {re.escape(hub_server.url)}"
+    with pytest.raises(HubError, match=missing):
         vitzoo.from_pretrained("hf-hub:alice/missing")
     tiny().push_to_hub("alice/exists", token=TOKEN)
     with pytest.raises(HubError, match="has no revision 'v9'"):
@@ -26,13 +28,16 @@ def test_a_repo_that_does_not_exist(hub_server):
     assert_cache_clean()
 
 
-def test_a_wrong_token(hub_server, monkeypatch):
-    with pytest.raises(HubError, match=r"refused the token \(401 Unauthorized\) trying to write to alice/t"):
+def test_a_wrong_token_is_said_to_be_refused_on_push_and_pull(hub_server, monkeypatch):
+    """A wrong token is refused by name, writing and reading; without one a private repo is not
+    found (the Hub does not say it exists); the right one reads it."""
+    refused = r"refused the token \(401 Unauthorized\) trying to"
+    with pytest.raises(HubError, match=rf"{refused} write to alice/t"):
         tiny().push_to_hub("alice/t", token="wrong")
     model = tiny()
     model.push_to_hub("alice/t", token=TOKEN, private=True)
     monkeypatch.setenv("HF_TOKEN", "wrong")
-    with pytest.raises(HubError, match=r"refused the token \(401 Unauthorized\) trying to read alice/t: set a valid token"):
+    with pytest.raises(HubError, match=rf"{refused} read alice/t: set a valid token"):
         vitzoo.from_pretrained("hf-hub:alice/t")
     monkeypatch.delenv("HF_TOKEN")
     with pytest.raises(HubError, match="no model repository alice/t .*private"):
@@ -43,6 +48,7 @@ def test_a_wrong_token(hub_server, monkeypatch):
 
 
 def test_cli_errors_are_one_line_messages(hub_server, monkeypatch, capsys, tmp_path):
+    """`vitzoo pull` and `vitzoo push` say a Hub error in one line, exit 2, upload nothing."""
     from vitzoo.cli import main
 
     assert main(["pull", "alice/nothing-here"]) == 2

@@ -125,7 +125,7 @@ def test_visibility_changes_as_on_the_hub(tmp_path):
 
 
 def test_the_package_imports_nothing_of_the_tests():
-    """The server is test equipment: no module of vitzoo/ imports it (the wheel holds vitzoo/ only)."""
+    """The server is test equipment: no module of vitzoo/ imports it (the wheel holds vitzoo/)."""
     import ast
 
     imported = set()
