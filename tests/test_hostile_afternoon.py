@@ -201,12 +201,6 @@ def read_slurm(name):
     return jobs.poll_s() if name == "VITZOO_SLURM_POLL_S" else jobs.unknown_live_s()
 
 
-def read_hub_timeout():
-    from vitzoo.hub import settings
-
-    return settings.timeout()
-
-
 def read_collective_timeout():
     from vitzoo.train.distributed import collective_timeout
 
@@ -221,7 +215,6 @@ ENVIRONMENT = {
     "VITZOO_CACHE": ("  ", read_cache, ("", lambda value: value == Path.home() / ".cache" / "vitzoo")),
     "VITZOO_SLURM_POLL_S": ("-1", lambda: read_slurm("VITZOO_SLURM_POLL_S"), ("0.5", lambda value: value == 0.5)),
     "VITZOO_SLURM_UNKNOWN_S": ("nan", lambda: read_slurm("VITZOO_SLURM_UNKNOWN_S"), ("7", lambda value: value == 7)),
-    "VITZOO_HUB_TIMEOUT": ("soon", read_hub_timeout, ("5", lambda value: value == 5)),
     "VITZOO_COLLECTIVE_TIMEOUT_MIN": ("0", read_collective_timeout, ("2", lambda value: value.total_seconds() == 120)),
 }
 

@@ -51,7 +51,6 @@ LAYERS: tuple[Layer, ...] = (
         "vitzoo/envvars.py": "vitzoo's environment variables, read one way: a value that means nothing is refused",
         "vitzoo/argvalues.py": "the command lines' parser: an empty or blank value is refused, naming its option",
         "vitzoo/version.py": "the version",
-        "vitzoo/refname.py": "git's rules for branch and tag names, which the Hub applies to revisions",
         "vitzoo/precision.py": "numeric precision: --precision's names and dtypes, which one on which device, the "
                                "one autocast context, the dtype of sums kept on a device",
         "vitzoo/machine.py": "the CPU a measurement or a choice belongs to",
@@ -88,8 +87,8 @@ LAYERS: tuple[Layer, ...] = (
         "vitzoo/checkpoints/": "files: `sources` (a file, directory or Hub repo read into converted weights), "
                                "`native` (save_pretrained's directory), `card` (its model card), `publish` (pushing it), "
                                "`layouts` (timm's, transformers' or vitzoo's config keys and names, as the library that builds the model reads them)",
-        "vitzoo/hub/": "transport only: `transport`, `settings`, `explain` for its errors, `cache` for its "
-                       "verification and repair, `deadline` for how long a call may wait",
+        "vitzoo/checkpoints/hub.py": "the Hub through huggingface_hub: pull into its cache, hashes checked; push a "
+                                     "folder as one commit; no call waits for ever; its errors named",
     }),
     Layer("Lookups and orchestration", "the model a name or a source describes", {
         "vitzoo/catalog.py": "pretrained tags: checked, listed, looked up",
@@ -119,10 +118,6 @@ LAYERS: tuple[Layer, ...] = (
         "vitzoo/__main__.py": "`python -m vitzoo`",
         "vitzoo/commands/": "`train` and `eval`, `predict`, `list` and `info`, `push`, `pull` and `convert`, `export`, `shard`, `bench`",
     }),
-    Layer("The test Hub", "beside the package: nothing of vitzoo imports it", {
-        "vitzoo/testing/": "a Hub-compatible HTTP server for hermetic tests and air-gapped rehearsals; it imports "
-                           "`refname` to refuse the ref names the Hub refuses",
-    }, stands_on="Leaves"),
     Layer("The benchmarks", "beside the package: they import it, it never imports them", {
         "benchmarks/ablations/": "the {ablations}, one declarative spec each",
         "benchmarks/": "the framework that plans, runs and judges them, and the benchmarks that are not ablations "
@@ -255,7 +250,7 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def placement(path: str, layers: tuple[Layer, ...] = LAYERS) -> tuple[int, str] | None:
     """The layer (its index in `layers`) and the row of the table that place the module at `path` (from
-    the repository's root, as `vitzoo/hub/cache.py`): the longest path of the table that holds it."""
+    the repository's root, as `vitzoo/checkpoints/hub.py`): the longest path of the table that holds it."""
     held = [(len(key), index, key) for index, layer in enumerate(layers) for key in layer.modules
             if path == key or (key.endswith("/") and path.startswith(key))]
     return max(held)[1:] if held else None
@@ -333,8 +328,7 @@ def test_the_graph_is_read_from_the_code():
     assert {"vitzoo.model", "vitzoo.registry"} <= set(graph)
     assert "vitzoo.registry" in graph["vitzoo.model"]
     assert "vitzoo.checkpoints.publish" in graph["vitzoo.commands.weights"]  # inside run_push
-    assert {"vitzoo.hub.cache", "vitzoo.hub.settings"} <= graph["vitzoo.hub.transport"]  # from vitzoo.hub import ...
-    assert "vitzoo.testing.hubserver.server" in graph["vitzoo.testing.hubserver"]  # from .server import ...
+    assert "vitzoo.checkpoints.hub" in graph["vitzoo.checkpoints.sources"]  # from vitzoo.checkpoints import hub
     assert "vitzoo.config" not in graph["vitzoo.hookspecs"]  # under if TYPE_CHECKING
     assert "vitzoo.config" in import_graph(type_checking=True)["vitzoo.hookspecs"]
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]

@@ -10,7 +10,7 @@
 A tag (`vitzoo.tags.PretrainedTag`) is registered through the `vitzoo_pretrained_tags` hook like any
 plugin's component. Without `pretrained=True` a tag name builds the tag's architecture (resolution,
 classes, preprocessing) with fresh weights, as timm does. Downloading and loading a tag's weights is
-`vitzoo.pretrained.load_tag`, through huggingface_hub (`vitzoo.hub`): this module imports no model.
+`vitzoo.pretrained.load_tag`, through huggingface_hub (`vitzoo.checkpoints.hub`): this module imports no model.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import fnmatch
 import re
 
 from vitzoo.errors import ConfigError, PluginError
-from vitzoo.hub.transport import check_revision
+from vitzoo.checkpoints.hub import check_revision
 from vitzoo.options import closest
 from vitzoo.registry import get_registry
 from vitzoo.tags import REVISION_SEPARATOR, SEPARATOR, PretrainedTag
