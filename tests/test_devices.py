@@ -4,12 +4,12 @@ standing in for torch.cuda / torch.mps), and on a GPU (skipped without one) wher
 import pytest
 import torch
 from torch.overrides import TorchFunctionMode
+from train_testing import TINY
 
 import vitzoo
 from vitzoo import evaluate, precision
 from vitzoo.train import TrainConfig, build, checkpoint, distributed, fit, loop
 
-TINY = dict(embed_dim=32, depth=2, num_heads=2, mlp_dim=64, img_size=28, patch_size=7)
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
