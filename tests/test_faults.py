@@ -589,12 +589,12 @@ def test_a_crash_in_fewshot_evaluation_still_leaves_the_weights_and_summary(tmp_
     still holds the trained model (loadable) and summary.json, which records the failure."""
     import json
 
-    from vitzoo.train import evaluation, fit
+    from vitzoo.train import build, fit
 
     def broken(*args, **kwargs):
         raise RuntimeError("few-shot broke")
 
-    monkeypatch.setattr(evaluation, "fewshot_linear_accuracy", broken)
+    monkeypatch.setattr(build, "fewshot_linear_accuracy", broken)
     run = tmp_path / "run"
     with pytest.raises(RuntimeError, match="few-shot broke") as err:
         fit(train_config(run, fewshot=(1,)))

@@ -201,12 +201,6 @@ def read_slurm(name):
     return jobs.poll_s() if name == "VITZOO_SLURM_POLL_S" else jobs.unknown_live_s()
 
 
-def read_collective_timeout():
-    from vitzoo.train.distributed import collective_timeout
-
-    return collective_timeout()
-
-
 # every VITZOO_ variable the source reads: a value that means nothing, how it is read, what a good one gives
 ENVIRONMENT = {
     "VITZOO_COMPILE": ("bogus", read_compile, ("0", lambda value: value is None)),
@@ -215,7 +209,6 @@ ENVIRONMENT = {
     "VITZOO_CACHE": ("  ", read_cache, ("", lambda value: value == Path.home() / ".cache" / "vitzoo")),
     "VITZOO_SLURM_POLL_S": ("-1", lambda: read_slurm("VITZOO_SLURM_POLL_S"), ("0.5", lambda value: value == 0.5)),
     "VITZOO_SLURM_UNKNOWN_S": ("nan", lambda: read_slurm("VITZOO_SLURM_UNKNOWN_S"), ("7", lambda value: value == 7)),
-    "VITZOO_COLLECTIVE_TIMEOUT_MIN": ("0", read_collective_timeout, ("2", lambda value: value.total_seconds() == 120)),
 }
 
 

@@ -105,11 +105,10 @@ LAYERS: tuple[Layer, ...] = (
                         "`on_device`: the bytes and each sample's crop and flip from the workers, decoded and applied "
                         "on the training device; `sharding` writes a folder as tar shards, `shards` and `shard_index` "
                         "read them",
-        "vitzoo/train/": "config and recipes; `build`: model, optimizer, precision; `start`: the batch split, the run's "
-                         "length and schedule, the model as the loop calls it; `loop`: the `Trainer`; `summary`: what "
-                         "a run leaves behind; `inputs`: its input pipeline, decoded in the workers or on the device; "
-                         "`groups`: the optimizer's parameter groups (layer-wise decay); `ema`: the moving average of the weights; "
-                         "`distributed`, `sampler`, `signals`, `state`, `evaluation`, `metrics`, `rundir`",
+        "vitzoo/train/": "`config`: the knobs and recipes; `build`: data, model, precision, input "
+                         "pipeline, evaluations; `optim`: parameter groups, schedule, EMA; `loop`: the "
+                         "`Trainer`; `checkpoint`: exact resume and the run directory; `summary`: "
+                         "metrics and summary.json; `distributed`: processes, devices, signals",
         "vitzoo/evaluate.py": "top-1 and top-5 accuracy, the paper's few-shot linear evaluation, a linear probe",
         "vitzoo/analysis.py": "looking inside a trained ViT (section 4.5)",
     }),

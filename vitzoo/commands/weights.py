@@ -15,7 +15,7 @@ from vitzoo.checkpoints.layouts import CHOICES
 from vitzoo.checkpoints.native import is_saved, read_json_object
 from vitzoo.errors import CheckpointError
 from vitzoo.io import atomic_path, staged_directory
-from vitzoo.train.rundir import check_new_directory
+from vitzoo.train.checkpoint import check_new_directory
 from vitzoo.weights.layout import CONFIG_NAME, HUB_PREFIX
 
 
