@@ -19,11 +19,9 @@ import vitzoo
 from vitzoo import data as datasets
 from vitzoo import precision
 from vitzoo.errors import ConfigError
-from vitzoo.fastest import fastest_precision
 from vitzoo.registry import shape_differences
 from vitzoo.train import distributed
 from vitzoo.train.config import TrainConfig
-from vitzoo.train.distributed import gather_objects
 from vitzoo.train.groups import parameter_groups
 from vitzoo.weights.layout import HUB_PREFIX
 
@@ -145,21 +143,6 @@ def has_running_statistics(model: torch.nn.Module) -> bool:
     return any(getattr(m, "running_mean", None) is not None for m in model.modules())
 
 
-def resolve_precision(cfg: TrainConfig, device: torch.device, model: torch.nn.Module | None = None,
-                      micro_batch: int = 8, env: Any = None) -> torch.dtype | None:
-    """The autocast dtype, or None for float32: `cfg.precision` by `vitzoo.precision.training_dtype`'s
-    rule, `auto` on the CPU measured on `model`'s MLP product at `micro_batch` images once per machine
-    (`vitzoo.fastest`); with several processes (`env`), every one takes rank 0's choice."""
-
-    def measured() -> torch.dtype:
-        choice = fastest_precision(model, device, micro_batch, training=True).dtype
-        if env is not None and env.world_size > 1:  # every process must compute alike
-            choice = precision.dtype_named(gather_objects(precision.flag(choice), env)[0])
-        return choice
-
-    return precision.training_dtype(cfg.precision, device, measured if model is not None else None)
-
-
 def resumed_precision(saved: str | None, resolved: torch.dtype | None, device: torch.device,
                       say=lambda message: None) -> torch.dtype | None:
     """The precision a resumed run computes in: the one its checkpoint was written in (`saved`, a fixed
@@ -178,4 +161,4 @@ def resumed_precision(saved: str | None, resolved: torch.dtype | None, device: t
 
 
 __all__ = ["build_model", "build_optimizer", "check_data", "dataset_config", "has_running_statistics", "load_splits",
-           "resolve_model", "resolve_precision", "resumed_precision"]
+           "resolve_model", "resumed_precision"]

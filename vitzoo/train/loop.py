@@ -32,9 +32,9 @@ import vitzoo
 from vitzoo import data as datasets
 from vitzoo.errors import TrainingDiverged
 from vitzoo.io import write_text
-from vitzoo.precision import autocast, flag, sum_dtype
+from vitzoo.precision import autocast, flag, sum_dtype, training_dtype
 from vitzoo.train import build, distributed, start, state, summary
-from vitzoo.train.build import build_model, build_optimizer, dataset_config, load_splits, resolve_model, resolve_precision
+from vitzoo.train.build import build_model, build_optimizer, dataset_config, load_splits, resolve_model
 from vitzoo.train.config import TrainConfig
 from vitzoo.train.ema import ModelEMA, horizon
 from vitzoo.train.evaluation import Evaluation
@@ -97,7 +97,7 @@ class Trainer:
         torch.manual_seed(cfg.seed)  # the same initial weights on every process
         config = dataset_config(cfg, info, resolved)
         self.model = build_model(cfg, resolved, config, info.classes).to(self.device)
-        self.amp_dtype = resolve_precision(cfg, self.device, self.model, self.micro, env)
+        self.amp_dtype = training_dtype(cfg.precision, self.device)
         self.inputs = Inputs(cfg, env, self.model.config.img_size, (train_raw, val_raw, test_raw), info.num_classes, self.micro)
         self.train_set, self.train_eval_set = self.inputs.train_set, self.inputs.train_eval_set
         self.val_set, self.test_set, self.mixer = self.inputs.val_set, self.inputs.test_set, self.inputs.mixer
