@@ -197,6 +197,12 @@ def test_speed_benchmark_measures_every_contestant_on_the_same_weights(tmp_path)
     assert "![speed](speed.png)" in readme and (out / "speed.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_speed_help_prints_the_usage_without_measuring():
+    done = subprocess.run([sys.executable, "-m", "benchmarks.speed", "--help"], capture_output=True,
+                          text=True, timeout=120, cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0 and "--only inference|training|fastest" in done.stdout, done.stderr
+
+
 def test_speed_repetitions_rotate_so_that_no_contestant_always_follows_the_same_one():
     """The C allocator's heap is shared by the contestants: the order of each repetition is rotated by
     one, and every call's page faults are counted (a call that allocates fresh memory faults it in)."""
