@@ -9,12 +9,6 @@ import torch
 # cores: more threads than cores only spin against each other.
 WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // WORKERS)))
-# `--precision auto` and `vitzoo.inference` measure the CPU's fastest precision: the suite computes in float32
-# on every machine instead (tests/test_fastest.py measures, with this unset); subprocesses inherit it
-os.environ["VITZOO_CPU_PRECISION"] = "float32"
-# ... and `vitzoo.inference.for_inference`'s compile="auto" stays eager without measuring, so that tests do not
-# wait for compilations they are not about (tests/test_fastest.py measures, with this unset)
-os.environ["VITZOO_COMPILE"] = "0"
 
 TINY = dict(embed_dim=32, depth=2, num_heads=2, mlp_dim=64, img_size=32, patch_size=8, num_classes=5)
 

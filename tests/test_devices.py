@@ -147,12 +147,11 @@ def test_more_processes_than_gpus_is_an_error_at_start_naming_the_counts(monkeyp
 @pytest.mark.parametrize(("native", "expected"), [(True, torch.bfloat16), (False, torch.float16)])
 def test_auto_precision_is_bf16_only_on_gpus_that_have_it_natively(monkeypatch, native, expected):
     """precision=auto: bf16 where the GPU computes it natively (A100, H100), fp16 with the loss scaler
-    where it only emulates it (T4, V100), as gpu-half is; gpu-half is float32 on the CPU (where auto
-    measures: tests/test_fastest.py)."""
+    where it only emulates it (T4, V100), as gpu-half is; both are float32 on the CPU."""
     monkeypatch.setattr(precision, "native_bf16", lambda device: native)
     for rule in ("auto", "gpu-half"):
-        assert build.resolve_precision(tiny_config(precision=rule), torch.device("cuda", 0)) == expected
-    assert build.resolve_precision(tiny_config(precision="gpu-half"), torch.device("cpu")) is None
+        assert precision.training_dtype(rule, torch.device("cuda", 0)) == expected
+        assert precision.training_dtype(rule, torch.device("cpu")) is None
 
 
 @CUDA

@@ -51,12 +51,9 @@ LAYERS: tuple[Layer, ...] = (
         "vitzoo/envvars.py": "vitzoo's environment variables, read one way: a value that means nothing is refused",
         "vitzoo/argvalues.py": "the command lines' parser: an empty or blank value is refused, naming its option",
         "vitzoo/version.py": "the version",
-        "vitzoo/precision.py": "numeric precision: --precision's names and dtypes, which one on which device, the "
-                               "one autocast context, the dtype of sums kept on a device",
-        "vitzoo/machine.py": "the CPU a measurement or a choice belongs to",
-        "vitzoo/fastest.py": "which precision this machine computes a model fastest in, measured once",
-        "vitzoo/measurements.py": "a timing kept only when its repeats agree, and for the machine it was made on",
-        "vitzoo/compile_gain.py": "what compiling a model gains, timed in turns and bounded by its FLOPs",
+        "vitzoo/precision.py": "numeric precision: --precision's names and dtypes, the rule of which one a device "
+                               "computes fastest in (a GPU's bf16 support, a CPU's flags), the one autocast "
+                               "context, the dtype of sums kept on a device",
         "vitzoo/flags.py": "command-line flags from an options dataclass's fields",
         "vitzoo/weights/layout.py": "the names of the files a model directory or Hub repo holds, the Hub prefix, "
                                     "the token grid",
@@ -95,9 +92,8 @@ LAYERS: tuple[Layer, ...] = (
         "vitzoo/pretrained.py": "the model a source describes: where weights become a model",
         "vitzoo/__init__.py": "the public face: `create`, `from_pretrained`, `list_*`",
         "vitzoo/transforms.py": "the preprocessing the weights expect",
-        "vitzoo/inference.py": "`for_inference`: the model in its fastest precision, compiled where that pays (it reads "
-                               "only leaves, so the package's face imports it)",
-        "vitzoo/fast.py": "the deprecated old name of `inference`",
+        "vitzoo/inference.py": "`for_inference`: the model in its device's fastest precision, compiled if asked (it "
+                               "reads only leaves, so the package's face imports it)",
         "vitzoo/export.py": "`export_onnx`: a model as an ONNX file through torch's exporter, checked with onnxruntime",
     }),
     Layer("Training and evaluation", "what is done with a model", {

@@ -195,17 +195,17 @@ def test_checkpoints_come_at_each_epochs_end_and_by_time_whichever_first(tmp_pat
     assert kept == ["step_00000008", "step_00000012"]
 
 def test_a_run_resumed_where_auto_would_choose_another_precision_keeps_the_one_it_trained_in(tmp_path, monkeypatch):
-    """A job requeued onto another kind of machine (an H100's bf16, then a V100's fp16; here the CPU's
-    measured choice) resumes in the precision of its checkpoint: the same losses as the run never moved."""
-    from types import SimpleNamespace
+    """A job requeued onto another kind of machine (an H100's bf16, then a V100's fp16; here a
+    stand-in for the rule) resumes in the precision of its checkpoint: the same losses as the run
+    never moved."""
 
     def machine_picks(dtype):
-        monkeypatch.setattr(build, "fastest_precision", lambda *args, **kwargs: SimpleNamespace(dtype=dtype))
+        monkeypatch.setattr(loop, "training_dtype", lambda precision, device: dtype)
 
     machine_picks(torch.bfloat16)
     fit(tiny_config(tmp_path / "straight", precision="auto", steps=6))
     fit(tiny_config(tmp_path / "moved", precision="auto", steps=6, stop_at=3))
-    machine_picks(torch.float32)  # the machine it resumes on would compute in float32
+    machine_picks(None)  # the machine it resumes on would compute in float32
     messages = []
     monkeypatch.setattr(loop.Trainer, "say", lambda self, message: messages.append(message))
     summary = fit(tiny_config(tmp_path / "moved", precision="auto", steps=6, resume=True))

@@ -28,11 +28,10 @@ from vitzoo.data.on_device import decode_batch
 from vitzoo.errors import ConfigError
 from vitzoo.evaluate import (classification_sums, eval_loader, extract_features,
                              fewshot_linear_accuracy, metrics_from_sums)
-from vitzoo.fastest import fastest_precision
 from vitzoo.registry import shape_differences
 from vitzoo.train import distributed
 from vitzoo.train.config import TrainConfig
-from vitzoo.train.distributed import Env, gather_objects
+from vitzoo.train.distributed import Env
 from vitzoo.weights.layout import HUB_PREFIX
 
 
@@ -125,21 +124,6 @@ def distribute(model: torch.nn.Module, compile: bool, env: Env) -> torch.nn.Modu
         wrapped = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=device_ids, broadcast_buffers=has_running_statistics(model))
     return torch.compile(wrapped) if compile else wrapped
-
-
-def resolve_precision(cfg: TrainConfig, device: torch.device, model: torch.nn.Module | None = None,
-                      micro_batch: int = 8, env: Any = None) -> torch.dtype | None:
-    """The autocast dtype, or None for float32: `cfg.precision` by `precision.training_dtype`'s
-    rule, `auto` on the CPU measured on `model`'s MLP product at `micro_batch` images once per
-    machine (`vitzoo.fastest`); with several processes (`env`), every one takes rank 0's choice."""
-
-    def measured() -> torch.dtype:
-        choice = fastest_precision(model, device, micro_batch, training=True).dtype
-        if env is not None and env.world_size > 1:  # every process must compute alike
-            choice = precision.dtype_named(gather_objects(precision.flag(choice), env)[0])
-        return choice
-
-    return precision.training_dtype(cfg.precision, device, measured if model is not None else None)
 
 
 def resumed_precision(saved: str | None, resolved: torch.dtype | None, device: torch.device,

@@ -161,9 +161,8 @@ class TrainConfig(Options):
     # devices and numerics
     device: str = _help("auto | cpu | cuda | mps", default="auto")
     precision: str = _help(
-        "auto (bf16 on GPUs that have it natively, fp16 on other CUDA GPUs; on the CPU bf16 where "
-        "measured faster than fp32, once per machine) | gpu-half (the same on GPUs, fp32 on the "
-        "CPU: a fixed rule, as benchmarks use) | fp32 | bf16 | fp16 (CUDA)", default="auto")
+        "auto (bf16 on GPUs that have it natively, fp16 on other CUDA GPUs, fp32 elsewhere) "
+        "| gpu-half (the same) | fp32 | bf16 | fp16 (CUDA)", default="auto")
     compile: bool = _help("torch.compile the model", default=False)
     grad_checkpointing: bool = _help(
         "recompute blocks in the backward pass to save memory", default=False)

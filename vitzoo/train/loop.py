@@ -28,7 +28,7 @@ import vitzoo
 from vitzoo import data as datasets
 from vitzoo.errors import TrainingDiverged
 from vitzoo.io import write_text
-from vitzoo.precision import autocast, flag, sum_dtype
+from vitzoo.precision import autocast, flag, sum_dtype, training_dtype
 from vitzoo.train import build, checkpoint, distributed, summary
 from vitzoo.train.build import Evaluation, Inputs
 from vitzoo.train.config import TrainConfig
@@ -77,7 +77,7 @@ class Trainer:
         torch.manual_seed(cfg.seed)  # the same initial weights on every process
         config = build.dataset_config(cfg, info, resolved)
         self.model = build.build_model(cfg, resolved, config, info.classes).to(self.device)
-        self.amp_dtype = build.resolve_precision(cfg, self.device, self.model, self.micro, env)
+        self.amp_dtype = training_dtype(cfg.precision, self.device)
         self.inputs = Inputs(cfg, env, self.model.config.img_size, (train_raw, val_raw, test_raw),
                              info.num_classes, self.micro)
         self.steps_per_epoch, self.total_steps, self.budget_s, self.schedule = plan_length(
