@@ -102,10 +102,11 @@ LAYERS: tuple[Layer, ...] = (
         "vitzoo/export.py": "`export_onnx`: a model as an ONNX file through torch's exporter, checked with onnxruntime",
     }),
     Layer("Training and evaluation", "what is done with a model", {
-        "vitzoo/data/": "sources, `decode` (file bytes to images), augmentation, normalisation; `encoded` and "
-                        "`on_device`: the bytes and each sample's crop and flip from the workers, decoded and applied "
-                        "on the training device; `sharding` writes a folder as tar shards, `shards` and `shard_index` "
-                        "read them",
+        "vitzoo/data/": "`folders`: where images come from (named datasets, image folders, synthetic) and "
+                        "the splits cut from them; `named`: the datasets torchvision fetches (`--download`); "
+                        "`shards`: WebDataset tar shards read at random, `sharding` writes them; `transforms`: "
+                        "decoding, augmentation, normalisation, and decoding on the training device; `workers`: "
+                        "how a loader starts its workers",
         "vitzoo/train/": "config and recipes; `build`: model, optimizer, precision; `start`: the batch split, the run's "
                          "length and schedule, the model as the loop calls it; `loop`: the `Trainer`; `summary`: what "
                          "a run leaves behind; `inputs`: its input pipeline, decoded in the workers or on the device; "

@@ -4,8 +4,8 @@ micro-batches, and the batches of the evaluations, decoded in the loader workers
 `decode` (TrainConfig) chooses where image files are decoded. `workers`: each loader worker reads,
 decodes, augments and resizes its samples (`Transformed`), the training process gets uint8 batches at
 the model's size. `device`: the workers read the files' bytes and draw each sample's crop and flip
-(vitzoo.data.encoded, the same draws from the same seeds), the training process decodes each
-micro-batch on its device and applies them there (vitzoo.data.on_device): one worker, one CPU core,
+(vitzoo.data.transforms, the same draws from the same seeds), the training process decodes each
+micro-batch on its device and applies them there (vitzoo.data.transforms): one worker, one CPU core,
 decodes and augments about 500 ImageNet-sized JPEGs a second (benchmarks/results/loader/), so 8 feed a
 GPU about 4,000, where one at 40% of an H100's peak trains ViT-B/16 at 128 px on about 12,000. `auto` is
 `device` on CUDA for a dataset of image files, else `workers`. An augmentation the device does not
@@ -21,8 +21,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from vitzoo import data as datasets
-from vitzoo.data.encoded import EncodedSamples, collate_encoded, device_ops, encoded_view
-from vitzoo.data.on_device import decode_batch
+from vitzoo.data.transforms import EncodedSamples, collate_encoded, decode_batch, device_ops, encoded_view
 from vitzoo.errors import ConfigError
 from vitzoo.evaluate import eval_loader
 from vitzoo.train.config import TrainConfig
