@@ -66,8 +66,7 @@ def loader_rates(folder: Path, device: torch.device, workers: int = 8, micro_bat
     `worker_path` (workers decoding; `per_worker`: its share of one). Each timed after a first batch
     (the workers' start) over `passes` epochs of the files."""
     from vitzoo import data as datasets
-    from vitzoo.data.encoded import EncodedSamples, collate_encoded, device_ops
-    from vitzoo.data.on_device import decode_batch
+    from vitzoo.data.transforms import EncodedSamples, collate_encoded, decode_batch, device_ops
 
     files = datasets.load_split(str(folder), "train")
     keys = [(epoch, i) for epoch in range(passes) for i in range(len(files))]

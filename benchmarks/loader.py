@@ -8,7 +8,7 @@ benchmarks/loader_data.py; `rehearsal`: 32 px on its own 40-px JPEGs) it times w
 for a micro-batch of training images, the fastest of a few passes over the files (what the code
 costs, not what other processes took meanwhile):
 
-- `pil`: the path before vitzoo.data.decode: PIL opens and decodes, then the scale's augmentation
+- `pil`: the path before vitzoo.data.transforms: PIL opens and decodes, then the scale's augmentation
   (random-resized crop, flip) and the collation into a uint8 batch;
 - `torchvision.io`: the workers' path now: the file's bytes, libjpeg-turbo through torchvision.io, the
   same augmentation and collation;
@@ -44,8 +44,8 @@ from benchmarks.rehearsal_data import FolderSpec, image_folder
 from benchmarks.scales import SCALES, rehearsal_model
 from benchmarks.suite import RESULTS, markdown_table
 from vitzoo import data as datasets
-from vitzoo.data.decode import FileImages, decode_rgb, read_bytes
-from vitzoo.data.encoded import EncodedSamples, collate_encoded, device_ops
+from vitzoo.data.folders import FileImages
+from vitzoo.data.transforms import EncodedSamples, collate_encoded, decode_rgb, device_ops, read_bytes
 from vitzoo.io import write_text
 
 OUT = RESULTS / "loader"
@@ -55,7 +55,7 @@ PATHS = ("pil", "torchvision.io", "device path", "evaluation")
 
 
 class PILImages(FileImages):
-    """The worker path before vitzoo.data.decode: PIL opens and decodes each file."""
+    """The worker path before vitzoo.data.transforms: PIL opens and decodes each file."""
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         from PIL import Image
@@ -123,7 +123,7 @@ def measure_decode(folder: Path, passes: int) -> dict[str, float]:
 # ---------------------------------------------------------------------------- start-up
 def measure_listing(work: Path, files: int, passes: int) -> dict[str, float]:
     """Files per second of listing an ImageFolder tree (its page cache warm: the second listing on)."""
-    from vitzoo.data.sources import FolderImages
+    from vitzoo.data.folders import FolderImages
 
     tree = empty_tree(work / f"listing-{files}", files)
     FolderImages(tree)  # the first listing warms the page cache

@@ -6,7 +6,7 @@ comparison is a *contrast*: a weighted sum of cell means, e.g. "learned 1-D minu
 and 1 - t, "the ResNet's lead shrinks with data" is (ResNet - ViT at 1k) - (ResNet - ViT at 60k).
 
 **Seeds are paired.** The same seed index draws the same training subset and the same data order in
-every cell (vitzoo/data/sources.py), so the cells' seeds are not independent samples: a seed whose
+every cell (vitzoo/data/folders.py), so the cells' seeds are not independent samples: a seed whose
 data order suits one model tends to suit the others. Where the cells of a contrast share seeds, the
 contrast is computed per seed, c_s = sum_i w_i x_{i,s}, over the seeds every cell has, and judged as
 one sample: d = mean(c_s), SE = sd(c_s) / sqrt(n), n - 1 degrees of freedom. Only cells that share

@@ -67,3 +67,10 @@ LONGEST_FIRST = ("test_paper_scale.py", "test_benchmarks.py", "test_cluster_laun
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
+
+
+@pytest.fixture
+def data_cache(tmp_path, monkeypatch):
+    """vitzoo's cache (VITZOO_CACHE) in tmp_path/cache: downloaded datasets, shard indexes."""
+    monkeypatch.setenv("VITZOO_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"

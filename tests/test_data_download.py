@@ -20,7 +20,7 @@ import torchvision.datasets as tvd
 
 from vitzoo import data
 from vitzoo.cli import main
-from vitzoo.data import named, sources
+from vitzoo.data import folders, named
 from vitzoo.errors import DataError
 
 
@@ -29,13 +29,12 @@ def md5(path) -> str:
 
 
 @pytest.fixture
-def mirror(tmp_path, monkeypatch):
+def mirror(tmp_path, monkeypatch, data_cache):
     """A loopback HTTP server of the folder `files`; yields (folder, base URL). A clean cache and split cache."""
     files = tmp_path / "mirror"
     files.mkdir()
-    monkeypatch.setenv("VITZOO_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(sources, "SYSTEM_FASHION_MNIST", tmp_path / "no-debian-package")
-    sources._tensor_split.cache_clear()
+    monkeypatch.setattr(folders, "SYSTEM_FASHION_MNIST", tmp_path / "no-debian-package")
+    folders._tensor_split.cache_clear()
 
     class Quiet(http.server.SimpleHTTPRequestHandler):
         def log_message(self, *args) -> None:
@@ -52,7 +51,7 @@ def mirror(tmp_path, monkeypatch):
     yield files, f"http://127.0.0.1:{server.server_address[1]}/"
     server.shutdown()
     server.server_close()
-    sources._tensor_split.cache_clear()
+    folders._tensor_split.cache_clear()
 
 
 def idx_gz(path, array: np.ndarray) -> None:
@@ -131,7 +130,7 @@ def test_cifar10_downloads_verifies_and_loads(mirror, monkeypatch, tmp_path):
     assert info.num_classes == 10 and info.in_chans == 3
 
     # a batch file damaged after extraction: torchvision's MD5 check fails, the error names the file
-    sources._tensor_split.cache_clear()
+    folders._tensor_split.cache_clear()
     (root / "cifar-10-batches-py" / "data_batch_2").write_bytes(b"garbage")
     with pytest.raises(DataError, match=r"corrupt .*data_batch_2 \(MD5 .*expected .*delete it and run again with --download"):
         data.load_split("cifar10", "train", root)
@@ -178,13 +177,12 @@ def test_offline_the_error_names_the_files_and_the_folder(mirror, monkeypatch, t
     assert len(data.load_split("cifar10", "test", root, download=True)) == 4
 
 
-def test_names_near_misses_and_the_transfer_datasets(tmp_path, monkeypatch):
-    monkeypatch.setenv("VITZOO_CACHE", str(tmp_path / "cache"))
+def test_names_near_misses_and_the_transfer_datasets(tmp_path, monkeypatch, data_cache):
     for wrong, right in [("fashion_mnist", "fashion-mnist"), ("cifar-10", "cifar10"), ("oxford_pets", "oxford-pets"),
                          ("flowers-102", "flowers102")]:
         with pytest.raises(DataError, match=f"unknown dataset '{wrong}'.*Did you mean '{right}'"):
             data.check_data(wrong)
-    assert {"oxford-pets", "flowers102"} <= set(sources.NAMED) and named.TORCHVISION["flowers102"][2] == 102
+    assert {"oxford-pets", "flowers102"} <= set(folders.NAMED) and named.TORCHVISION["flowers102"][2] == 102
     with pytest.raises(DataError) as pets:
         data.check_data("oxford-pets")
     assert "oxford-pets not found: no " in str(pets.value)

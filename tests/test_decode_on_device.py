@@ -10,8 +10,8 @@ import torch
 from torch.utils.data import Subset
 
 from vitzoo import data
-from vitzoo.data.encoded import EncodedSamples, EncodedView, collate_encoded, device_ops, encoded_view, jpeg_size
-from vitzoo.data.on_device import decode_batch, decode_jpegs
+from vitzoo.data.transforms import (EncodedSamples, EncodedView, collate_encoded, decode_batch, decode_jpegs,
+                                    device_ops, encoded_view, jpeg_size)
 from vitzoo.errors import ConfigError
 from vitzoo.train import TrainConfig, Trainer, fit
 from vitzoo.train.distributed import Env
@@ -50,7 +50,7 @@ def folder(tmp_path_factory) -> Path:
 def test_a_jpegs_size_is_read_from_its_header_and_anything_else_is_none(folder):
     from PIL import Image
 
-    from vitzoo.data.decode import read_bytes
+    from vitzoo.data.transforms import read_bytes
 
     for path in sorted(folder.glob("train/*/*")):
         size = jpeg_size(read_bytes(path))
@@ -103,7 +103,7 @@ def test_a_jpeg_the_batched_decoder_refuses_is_decoded_alone(folder, monkeypatch
     and one that the decoder refuses outright goes to the CPU's decoder (PIL where libjpeg-turbo fails)."""
     import torchvision.io
 
-    from vitzoo.data.decode import decode_rgb, read_bytes
+    from vitzoo.data.transforms import decode_rgb, read_bytes
 
     files = sorted(folder.glob("train/c1/*.jpg"))
     encoded = [read_bytes(p) for p in files]
@@ -129,10 +129,7 @@ def test_decode_auto_is_the_device_on_cuda_for_image_files_and_workers_otherwise
         resolve_decode("device", cpu, tensors, "synthetic")
 
 
-def test_a_train_config_saved_before_decode_existed_loads_as_auto():
-    saved = json.loads(TrainConfig().to_json())
-    del saved["decode"]
-    assert TrainConfig.from_json(json.dumps(saved)).decode == "auto"
+def test_decode_is_one_of_auto_workers_or_device():
     with pytest.raises(ConfigError, match="decode='gpu' is not one of auto, workers, device"):
         TrainConfig(decode="gpu")
 

@@ -97,10 +97,11 @@ LAYERS: tuple[Layer, ...] = (
         "vitzoo/export.py": "`export_onnx`: a model as an ONNX file through torch's exporter, checked with onnxruntime",
     }),
     Layer("Training and evaluation", "what is done with a model", {
-        "vitzoo/data/": "sources, `decode` (file bytes to images), augmentation, normalisation; `encoded` and "
-                        "`on_device`: the bytes and each sample's crop and flip from the workers, decoded and applied "
-                        "on the training device; `sharding` writes a folder as tar shards, `shards` and `shard_index` "
-                        "read them",
+        "vitzoo/data/": "`folders`: where images come from (named datasets, image folders, synthetic) and "
+                        "the splits cut from them; `named`: the datasets torchvision fetches (`--download`); "
+                        "`shards`: WebDataset tar shards read at random, `sharding` writes them; `transforms`: "
+                        "decoding, augmentation, normalisation, and decoding on the training device; `workers`: "
+                        "how a loader starts its workers",
         "vitzoo/train/": "`config`: the knobs and recipes; `build`: data, model, precision, input "
                          "pipeline, evaluations; `optim`: parameter groups, schedule, EMA; `loop`: the "
                          "`Trainer`; `checkpoint`: exact resume and the run directory; `summary`: "

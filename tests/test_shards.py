@@ -17,7 +17,7 @@ import torch
 
 from vitzoo import data
 from vitzoo.cli import main
-from vitzoo.data import shard_index, sharding
+from vitzoo.data import sharding, shards
 from vitzoo.data.shards import ShardImages, expand_braces, load_shards, locate, split_sizes
 from vitzoo.errors import ConfigError, DataError
 
@@ -88,7 +88,7 @@ def test_a_shard_closes_before_the_size_it_is_given(tmp_path, written):
 def test_the_writers_index_is_the_one_read_from_the_headers(written):
     out = written[1]
     for shard in sorted(out.glob("*.tar")):
-        saved, read = shard_index.load_index(shard), shard_index.read_headers(shard)
+        saved, read = shards.load_index(shard), shards.read_headers(shard)
         for name in ("offsets", "sizes", "labels"):
             assert np.array_equal(getattr(saved, name), getattr(read, name)), (shard, name)
 
@@ -149,8 +149,8 @@ def write_tar(path: Path, members: list[tuple[str, bytes]], **options) -> Path:
     return path
 
 
-def test_the_index_is_made_once_beside_the_shard_or_else_in_the_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("VITZOO_CACHE", str(tmp_path / "cache"))
+def test_the_index_is_made_once_beside_the_shard_or_else_in_the_cache(tmp_path, monkeypatch,
+                                                                      data_cache):
     (tmp_path / "ro").mkdir()
     images = [os.urandom(100_000) for _ in range(3)]  # ImageNet-sized JPEGs: the indexer skips them
     shard = write_tar(tmp_path / "ro" / "train-000000.tar",
@@ -164,27 +164,27 @@ def test_the_index_is_made_once_beside_the_shard_or_else_in_the_cache(tmp_path, 
             requested.append(len(got))
             return got
 
-    monkeypatch.setattr(shard_index, "open", lambda path, mode, **kw: Counting(path, "r") if mode == "rb" else open(path, mode),
+    monkeypatch.setattr(shards, "open", lambda path, mode, **kw: Counting(path, "r") if mode == "rb" else open(path, mode),
                         raising=False)
-    real = shard_index.atomic_path
+    real = shards.atomic_path
 
     def read_only(path):  # a folder of shared data this user cannot write (root writes anywhere: simulated)
         if Path(path).parent == shard.parent:
             raise PermissionError(13, "Permission denied", str(path))
         return real(path)
 
-    monkeypatch.setattr(shard_index, "atomic_path", read_only)
-    index = shard_index.load_index(shard)
-    assert not shard_index.index_file(shard).exists() and len(list((tmp_path / "cache" / "shard-index").iterdir())) == 1
+    monkeypatch.setattr(shards, "atomic_path", read_only)
+    index = shards.load_index(shard)
+    assert not shards.index_files(shard)[0].exists() and len(list((data_cache / "shard-index").iterdir())) == 1
     assert sum(requested) < 0.05 * shard.stat().st_size  # the headers and .cls texts, not the images
     assert index.labels.tolist() == [2, 0, 1] and index.sizes.tolist() == [100_000] * 3
     assert [shard.read_bytes()[o:o + 100_000] for o in index.offsets] == images
     requested.clear()
-    assert np.array_equal(shard_index.load_index(shard).offsets, index.offsets) and not requested  # the cached index
+    assert np.array_equal(shards.load_index(shard).offsets, index.offsets) and not requested  # the cached index
     os.utime(shard, ns=(1, 1))  # the shard changed (its time): indexed again, now beside it
-    monkeypatch.setattr(shard_index, "atomic_path", real)
-    shard_index.load_index(shard)
-    assert requested and shard_index.index_file(shard).is_file()
+    monkeypatch.setattr(shards, "atomic_path", real)
+    shards.load_index(shard)
+    assert requested and shards.index_files(shard)[0].is_file()
 
 
 def test_braces_expand_as_webdatasets_patterns_do():
@@ -219,10 +219,10 @@ def test_shards_that_cannot_be_read_at_random_are_refused(tmp_path):
     (tmp_path / "c").mkdir()
     (tmp_path / "c" / "train-0.tar").write_bytes(gzip.compress(b"\0" * 10240))
     with pytest.raises(DataError, match="not an uncompressed tar"):
-        shard_index.read_headers(tmp_path / "c" / "train-0.tar")
+        shards.read_headers(tmp_path / "c" / "train-0.tar")
     write_tar(tmp_path / "nocls.tar", [("a.jpg", b"abc")])
     with pytest.raises(DataError, match="no .cls member"):
-        shard_index.read_headers(tmp_path / "nocls.tar")
+        shards.read_headers(tmp_path / "nocls.tar")
 
 
 # ---------------------------------------------------------------------------- the command

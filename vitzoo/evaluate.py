@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from vitzoo.data.normalization import Normalizer
+from vitzoo.data.transforms import Normalizer
 from vitzoo.errors import ConfigError
 from vitzoo.data.workers import worker_start
 from vitzoo.precision import autocast, sum_dtype

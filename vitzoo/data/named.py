@@ -1,21 +1,14 @@
-"""The named datasets torchvision reads and downloads: where their files go, what each archive must hash
-to, and the errors when they are missing, corrupt or cannot be fetched.
+"""The named datasets torchvision reads and downloads: where their files go, what each archive must
+hash to, and the errors when they are missing, corrupt or cannot be fetched.
 
-Downloads go through torchvision's own dataset classes (`download=True`), which fetch each archive,
-check its MD5 and extract it; the URLs and checksums are read from those classes when needed (so the
-tests' loopback mirror, set on the class, is the one used). The root is `--data-dir`, or
-`$VITZOO_CACHE/datasets` (default ~/.cache/vitzoo/datasets), the folder the other named datasets use.
+Downloads go through torchvision's dataset classes (`download=True`: fetch, check the MD5, extract),
+the URLs and checksums read from those classes. The root is `--data-dir`, or $VITZOO_CACHE/datasets
+(default ~/.cache/vitzoo/datasets). Offline, an archive put by hand where torchvision would have
+downloaded it is found, verified and extracted by `--download` without the network.
 
-Offline, every archive can be put by hand where torchvision would have downloaded it: with
-`--download`, torchvision then finds it, verifies its MD5 and extracts it without the network.
-
-The transfer datasets of the paper's Tables 2 and 5 that torchvision fetches:
-
-- `oxford-pets`: Oxford-IIIT Pets, 37 classes; "train" is torchvision's `trainval` (3,680 images), "test"
-  its `test` (3,669).
-- `flowers102`: Oxford Flowers-102, 102 classes; "train" is `train` + `val` (2 x 1,020 images: the
-  labelled images the transfer setup trains on, as for Pets; `--val-size` holds some out), "test" is
-  `test` (6,149).
+The transfer datasets of the paper's Tables 2 and 5: `oxford-pets` (37 classes; "train" is
+torchvision's `trainval`, "test" its `test`) and `flowers102` (102 classes; "train" is `train` +
+`val`, the labelled images the transfer setup trains on; "test" is `test`).
 """
 
 from __future__ import annotations
@@ -38,10 +31,15 @@ TORCHVISION = {
     "fashion-mnist": ("FashionMNIST", "FashionMNIST", 10, ({"train": True},), ({"train": False},)),
     "cifar10": ("CIFAR10", "cifar-10-batches-py", 10, ({"train": True},), ({"train": False},)),
     "cifar100": ("CIFAR100", "cifar-100-python", 100, ({"train": True},), ({"train": False},)),
-    "oxford-pets": ("OxfordIIITPet", "oxford-iiit-pet", 37, ({"split": "trainval"},), ({"split": "test"},)),
-    "flowers102": ("Flowers102", "flowers-102", 102, ({"split": "train"}, {"split": "val"}), ({"split": "test"},)),
+    "oxford-pets": ("OxfordIIITPet", "oxford-iiit-pet", 37, ({"split": "trainval"},),
+                    ({"split": "test"},)),
+    "flowers102": ("Flowers102", "flowers-102", 102, ({"split": "train"}, {"split": "val"}),
+                   ({"split": "test"},)),
 }
 DOWNLOAD_TIMEOUT_S = 60  # per network read: a silent mirror ends the download instead of hanging it
+# failures of the local folder or disk, said as such (a download's others are the network's)
+LOCAL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR,
+                errno.EEXIST, errno.EISDIR}
 
 
 def root_of(data_dir: str | os.PathLike | None) -> Path:
@@ -76,17 +74,19 @@ def archives(name: str, root: Path) -> list[Archive]:
     """The files torchvision downloads for `name`, read from its class (URLs, MD5s, folders)."""
     cls = torchvision_class(name)
     if name == "fashion-mnist":
-        return [Archive(cls.mirrors[0] + file, root / "FashionMNIST" / "raw", file, md5) for file, md5 in cls.resources]
+        raw = root / "FashionMNIST" / "raw"
+        return [Archive(cls.mirrors[0] + file, raw, file, md5) for file, md5 in cls.resources]
     if name in ("cifar10", "cifar100"):
         return [Archive(cls.url, root, cls.filename, cls.tgz_md5)]
     if name == "oxford-pets":
-        return [Archive(url, root / "oxford-iiit-pet", url.rsplit("/", 1)[-1], md5) for url, md5 in cls._RESOURCES]
-    folder = root / "flowers-102"
-    return [Archive(cls._download_url_prefix + file, folder, file, md5) for file, md5 in cls._file_dict.values()]
+        return [Archive(url, root / "oxford-iiit-pet", url.rsplit("/", 1)[-1], md5)
+                for url, md5 in cls._RESOURCES]
+    return [Archive(cls._download_url_prefix + file, root / "flowers-102", file, md5)
+            for file, md5 in cls._file_dict.values()]
 
 
 def expected(name: str, root: Path) -> list[tuple[Path, str | None]]:
-    """What torchvision reads once the archives are extracted: (path, its MD5 where torchvision knows it)."""
+    """What torchvision reads once the archives are extracted: (path, its MD5 where known)."""
     cls = torchvision_class(name)
     folder = root / TORCHVISION[name][1]
     if name == "fashion-mnist":
@@ -97,24 +97,22 @@ def expected(name: str, root: Path) -> list[tuple[Path, str | None]]:
     if name == "oxford-pets":
         return [(folder / "images", None), (folder / "annotations" / "trainval.txt", None),
                 (folder / "annotations" / "test.txt", None)]
-    return [(folder / "jpg", None), *[(folder / cls._file_dict[k][0], cls._file_dict[k][1]) for k in ("label", "setid")]]
+    return [(folder / "jpg", None), *[(folder / cls._file_dict[k][0], cls._file_dict[k][1])
+                                      for k in ("label", "setid")]]
 
 
 def missing(name: str, root: Path) -> list[Path]:
     return [path for path, _ in expected(name, root) if not path.exists()]
 
 
-def _md5(path: Path) -> str:
+def corrupt(name: str, root: Path) -> list[str]:
+    """'PATH (MD5 x, expected y)' for every archive or extracted file whose MD5 is wrong."""
     from torchvision.datasets.utils import calculate_md5
 
-    return calculate_md5(path)
-
-
-def corrupt(name: str, root: Path) -> list[str]:
-    """'PATH (MD5 x, expected y)' for every archive or extracted file on disk whose MD5 is wrong."""
-    known = [(a.path, a.md5) for a in archives(name, root)] + [(p, m) for p, m in expected(name, root) if m]
+    known = [(a.path, a.md5) for a in archives(name, root)]
+    known += [(path, md5) for path, md5 in expected(name, root) if md5]
     return [f"{path} (MD5 {got}, expected {md5})" for path, md5 in known
-            if path.is_file() and (got := _md5(path)) != md5]
+            if path.is_file() and (got := calculate_md5(path)) != md5]
 
 
 def _offline(name: str, root: Path) -> str:
@@ -122,14 +120,14 @@ def _offline(name: str, root: Path) -> str:
     for a in archives(name, root):
         parts.setdefault(a.folder, []).append(f"{a.filename} (from {a.url}, MD5 {a.md5})")
     where = "; ".join(f"{', '.join(files)} in {folder}" for folder, files in parts.items())
-    return (f"put {where} and run with --download: torchvision verifies the MD5s and extracts them without the "
-            "network")
+    return (f"put {where} and run with --download: torchvision verifies the MD5s and extracts them "
+            "without the network")
 
 
 def how_to_get(name: str, root: Path) -> str:
     """The sentence that says how to fetch `name` into `root`, online or offline."""
-    return (f"run with --download (download=True in Python) to fetch it through torchvision into {root}; offline, "
-            f"{_offline(name, root)}; --data-dir DIR reads another folder")
+    return (f"run with --download (download=True in Python) to fetch it through torchvision into "
+            f"{root}; offline, {_offline(name, root)}; --data-dir DIR reads another folder")
 
 
 def not_found(name: str, root: Path, absent: list[Path]) -> DataError:
@@ -139,68 +137,61 @@ def not_found(name: str, root: Path, absent: list[Path]) -> DataError:
     return DataError(f"{name} not found: {what}; {how_to_get(name, root)}")
 
 
-def corrupt_error(name: str, bad: list[str]) -> DataError:
-    return DataError(f"{name}: corrupt or partial file{'s' if len(bad) > 1 else ''} {'; '.join(bad)} (an interrupted "
-                     "or altered download, or another file under that name); delete it and run again with --download "
-                     "(download=True) to fetch it anew")
-
-
 def explain(name: str, root: Path, exc: BaseException, downloading: bool) -> DataError:
-    """The DataError for a torchvision failure: which file is corrupt, or which could not be fetched."""
+    """The DataError for a torchvision failure: which file is corrupt, or could not be fetched."""
     bad = corrupt(name, root)
     if bad:
-        return corrupt_error(name, bad)
+        return DataError(f"{name}: corrupt or partial file{'s' if len(bad) > 1 else ''} "
+                         f"{'; '.join(bad)} (an interrupted or altered download, or another file "
+                         "under that name); delete it and run again with --download "
+                         "(download=True) to fetch it anew")
     cause = " ".join(str(exc).split())[:400]
     if not downloading:
         absent = missing(name, root)
         if absent:
             return not_found(name, root, absent)
-        return DataError(f"{name} in {root} cannot be read ({cause}); delete {root / TORCHVISION[name][1]} and run "
-                         "with --download (download=True) to fetch it anew")
-    absent = [a for a in archives(name, root) if not a.path.is_file()]
-    files = ", ".join(a.path.name for a in absent) or "its archives"
-    if isinstance(exc, OSError) and exc.errno in LOCAL_ERRNOS:  # the folder or its disk, not the network
-        return DataError(f"could not write {name} ({files}) into {root}: {cause}; the folder or its disk is at fault, not "
-                         "the network: free some space, or give a --data-dir you can write to")
-    return DataError(f"could not download {name} ({files}) into {root}: {cause}; check the network and run again, "
-                     f"or, offline, {_offline(name, root)}")
-
-
-# failures of the local folder or disk (a download's own are the network's): said as such
-LOCAL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EEXIST, errno.EISDIR}
+        return DataError(f"{name} in {root} cannot be read ({cause}); delete "
+                         f"{root / TORCHVISION[name][1]} and run with --download (download=True) "
+                         "to fetch it anew")
+    files = ", ".join(a.path.name for a in archives(name, root) if not a.path.is_file())
+    files = files or "its archives"
+    if isinstance(exc, OSError) and exc.errno in LOCAL_ERRNOS:
+        return DataError(f"could not write {name} ({files}) into {root}: {cause}; the folder or "
+                         "its disk is at fault, not the network: free some space, or give a "
+                         "--data-dir you can write to")
+    return DataError(f"could not download {name} ({files}) into {root}: {cause}; check the network "
+                     f"and run again, or, offline, {_offline(name, root)}")
 
 
 def check_writable(name: str, root: Path) -> None:
-    """A DataError, before anything is fetched, unless `root` is (or can be made) a folder this process
-    writes into: a file given as --data-dir, or a folder under /sys or /proc, had been blamed on the network."""
+    """A DataError, before anything is fetched, unless `root` is (or can be made) a folder this
+    process writes into (else the failure would be blamed on the network)."""
     if root.exists() and not root.is_dir():
-        raise DataError(f"cannot download {name} into {root}: it is a file, not a folder; give a folder as --data-dir "
-                        "(it is created if missing)")
+        raise DataError(f"cannot download {name} into {root}: it is a file, not a folder; give a "
+                        "folder as --data-dir (it is created if missing)")
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise DataError(f"cannot download {name} into {root}: the folder cannot be created ({exc.strerror or exc}); give a "
-                        "--data-dir you can write to") from None
+        raise DataError(f"cannot download {name} into {root}: the folder cannot be created "
+                        f"({exc.strerror or exc}); give a --data-dir you can write to") from None
     if not os.access(root, os.W_OK | os.X_OK):
-        raise DataError(f"cannot download {name} into {root}: this user cannot write there; give a --data-dir you can "
-                        "write to")
+        raise DataError(f"cannot download {name} into {root}: this user cannot write there; give a "
+                        "--data-dir you can write to")
 
 
 def download(name: str, data_dir: str | os.PathLike | None = None) -> Path:
-    """Fetch `name` through torchvision into its root (nothing is fetched when it is there) and return the root.
-
-    Every archive is checked against torchvision's MD5 before it is extracted; a failure is a DataError
-    naming the file (corrupt) or the files to put where (offline)."""
+    """Fetch `name` through torchvision into its root (nothing is fetched when it is there) and
+    return the root; every archive's MD5 is checked before it is extracted."""
     if name not in TORCHVISION:
         raise DataError(f"{name!r} cannot be downloaded: only {', '.join(TORCHVISION)} can")
     root = root_of(data_dir)
     check_writable(name, root)
-    cls = torchvision_class(name)
     previous = socket.getdefaulttimeout()
-    socket.setdefaulttimeout(previous or DOWNLOAD_TIMEOUT_S)  # urllib (torchvision's downloader) waits forever otherwise
+    socket.setdefaulttimeout(previous or DOWNLOAD_TIMEOUT_S)  # urllib waits forever otherwise
     try:  # any split's class downloads the whole dataset
-        cls(str(root), download=True, **splits(name, "train")[0])
-    except (RuntimeError, OSError, EOFError, tarfile.TarError, zipfile.BadZipFile, gzip.BadGzipFile) as exc:
+        torchvision_class(name)(str(root), download=True, **splits(name, "train")[0])
+    except (RuntimeError, OSError, EOFError, tarfile.TarError, zipfile.BadZipFile,
+            gzip.BadGzipFile) as exc:
         raise explain(name, root, exc, downloading=True) from None
     finally:
         socket.setdefaulttimeout(previous)
@@ -208,26 +199,20 @@ def download(name: str, data_dir: str | os.PathLike | None = None) -> Path:
 
 
 def require(name: str, data_dir: str | os.PathLike | None, download_missing: bool = False) -> Path:
-    """The root holding `name`'s extracted files, downloaded first if asked; a DataError naming the files
-    and the folder otherwise. Cheap when the files are there (no checksums)."""
+    """The root holding `name`'s extracted files, downloaded first if asked; a DataError naming the
+    files and the folder otherwise. Cheap when the files are there (no checksums)."""
     root = root_of(data_dir)
-    absent = missing(name, root)
-    if absent and download_missing:
+    if missing(name, root) and download_missing:
         download(name, data_dir)
-        absent = missing(name, root)
+    absent = missing(name, root)
     if absent:
         raise not_found(name, root, absent)
     return root
 
 
 def open_split(name: str, root: Path, kwargs: dict):
-    """torchvision's dataset object for one split, its failures (a checksum that torchvision rejects)
-    translated."""
+    """torchvision's dataset object for one split, its failures translated."""
     try:
         return torchvision_class(name)(str(root), download=False, **kwargs)
     except (RuntimeError, OSError, EOFError, ValueError) as exc:
         raise explain(name, root, exc, downloading=False) from None
-
-
-__all__ = ["TORCHVISION", "Archive", "archives", "cache_dir", "corrupt", "download", "expected", "missing",
-           "open_split", "require", "root_of", "splits"]

@@ -4,8 +4,8 @@ input pipeline and the evaluations.
 Each is a function of the config (and the dataset's facts, the model or the device), so that a test
 or a script builds what a run would without running it. `decode` chooses where image files are
 decoded: `workers` (each loader worker decodes, augments and resizes) or `device` (the workers read
-bytes and draw the crops and flips, vitzoo.data.encoded; the training process decodes and applies
-them on its device, vitzoo.data.on_device); `auto` is `device` on CUDA for image files. An
+bytes and draw the crops and flips; the training process decodes and applies them on its device,
+vitzoo.data.transforms); `auto` is `device` on CUDA for image files. An
 augmentation the device does not apply keeps training on the workers' path. Evaluations score each
 process a share of the images (rank r: r, r + W, ...), and a share that fails fails every rank.
 """
@@ -23,8 +23,8 @@ from torch.utils.data import DataLoader, Dataset, Sampler, Subset
 import vitzoo
 from vitzoo import data as datasets
 from vitzoo import precision
-from vitzoo.data.encoded import EncodedSamples, collate_encoded, device_ops, encoded_view
-from vitzoo.data.on_device import decode_batch
+from vitzoo.data.transforms import (EncodedSamples, collate_encoded, decode_batch, device_ops,
+                                    encoded_view)
 from vitzoo.errors import ConfigError
 from vitzoo.evaluate import (classification_sums, eval_loader, extract_features,
                              fewshot_linear_accuracy, metrics_from_sums)
