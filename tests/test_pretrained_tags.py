@@ -56,7 +56,7 @@ def small_resnet(tag: PretrainedTag) -> tuple[int, ...] | None:
 
 
 def shrink(tag: PretrainedTag) -> dict:
-    return {**SMALL, **({"resnet_layers": small_resnet(tag)} if small_resnet(tag) else {})}
+    return {**SMALL, **({"stem_options": {"layers": small_resnet(tag)}} if small_resnet(tag) else {})}
 
 
 # ------------------------------------------------------------------------------------------- the peers
