@@ -80,8 +80,11 @@ def get_config(name: str, **options) -> ViTConfig:
     """The config of a named model with options changed (timm's names of the same options taken too:
     drop_rate, global_pool, class_token, ...); unknown option names fail at once."""
     name, implied = catalog.from_timm_name(name)  # vit_tiny_patch16_224: vit_ti16 at 224 px
-    options = {**implied, **from_timm_names(options)}
-    ViTConfig.check_option_names(options)
+    return _model_config(name, {**implied, **from_timm_names(options)})
+
+
+def _model_config(name: str, options: dict) -> ViTConfig:
+    """The registered model's config with `options` (in vitzoo's names) changed, resolved."""
     return resolve_config(get_registry().get("model", name).replace(**options))
 
 
@@ -139,7 +142,7 @@ def resolve(name: str, pretrained: bool | str | os.PathLike | None = None, *, st
         described = resolve_source(name, strict=strict, **options)
         return Resolved(described.config, requested=described.requested)  # its architecture alone
     model_name, tag, revision = catalog.lookup(name, pretrained is True)
-    config = get_config(model_name, **{**(tag.config_options() if tag else {}), **options})
+    config = _model_config(model_name, {**(tag.config_options() if tag else {}), **options})
     if pretrained is None or pretrained is False:
         return Resolved(config, requested=options)
     if pretrained is True:
