@@ -34,7 +34,7 @@ from benchmarks import plan_inputs
 from benchmarks.launchers.assign import Assignment
 from benchmarks.machine import environment
 from benchmarks.spec import Ablation, Scale
-from benchmarks.suite import RESULTS, Run, key_form, with_threads
+from benchmarks.suite import RESULTS, Run, with_threads
 from benchmarks.training import dataset_classes, dataset_images, model_options, train_images  # noqa: F401 (planning.dataset_classes: the tests)
 from vitzoo.io import write_text
 
@@ -98,8 +98,7 @@ def input_side(model_key: str) -> int:
 
 def _model_key(run: Run) -> str:
     train = run.config["train"]  # the images of one forward pass: a micro-batch where accumulation is used
-    # the options in their key form (suite.key_form), as the recorded probes were keyed
-    return json.dumps({"model": run.config["model"], "options": key_form(model_options(run)),
+    return json.dumps({"model": run.config["model"], "options": model_options(run),
                        "batch": train.get("micro_batch") or train["batch_size"]}, sort_keys=True)
 
 

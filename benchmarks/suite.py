@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 from benchmarks.machine import environment
-from vitzoo.config import FLAT_NAMES, PART_OPTIONS
 from vitzoo.io import write_text
 
 RESULTS = Path(__file__).parent / "results"
@@ -41,23 +40,6 @@ SAFE_NAME = re.compile(r"[A-Za-z0-9._-]+")
 def numerics_of(record: dict[str, Any]) -> int:
     """The numerics version a record was measured with (0: before versions were recorded)."""
     return int(record.get("numerics", 0))
-
-
-def key_form(options: dict[str, Any]) -> dict[str, Any]:
-    """Model options as run keys hash them: a part's option that had a flat name before parts owned their
-    options (`vitzoo.config.FLAT_NAMES`: stem_options["layers"] was resnet_layers) under that name, so that
-    a run keeps the key it was measured under however its spec spells the option."""
-    form = dict(options)
-    for flat, (part, owner, option, _default) in FLAT_NAMES.items():
-        key = PART_OPTIONS[part]
-        if isinstance(form.get(key), dict) and option in form[key] and form.get(part, owner) == owner:
-            nested = dict(form[key])
-            form[flat] = nested.pop(option)
-            if nested:
-                form[key] = nested
-            else:
-                del form[key]
-    return form
 
 
 # The threads per process every committed run of a training ablation trained with (two runs at once, one
@@ -82,13 +64,10 @@ class Run:
 
     @property
     def key(self) -> str:
-        """Identifies the result: a hash of the ablation, config and seed (not of the label), the model's
-        options in their key form (`key_form`), and the threads per process when they are stated and differ
-        from COMMITTED_THREADS: the order of a float32 sum, so a run's last bits, and through training a
-        seed's worth of noise, depend on them. A run of COMMITTED_THREADS, or of unstated threads, keeps the
-        key it had before threads were keyed."""
-        config = {**self.config, "options": key_form(self.config["options"])} if "options" in self.config else self.config
-        fields = {"ablation": self.ablation, "config": config, "seed": self.seed}
+        """Identifies the result: a hash of the ablation, config and seed (not of the label), and of the
+        threads per process where they are stated and differ from COMMITTED_THREADS (the order of a float32
+        sum, so a run's last bits, depends on them)."""
+        fields = {"ablation": self.ablation, "config": self.config, "seed": self.seed}
         if self.threads is not None and self.threads != COMMITTED_THREADS:
             fields["threads"] = self.threads
         text = json.dumps(fields, sort_keys=True)

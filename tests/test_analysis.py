@@ -80,4 +80,4 @@ def test_principal_components_of_patch_filters(tiny):
     assert torch.all(explained[:-1] >= explained[1:]) and explained.sum() <= 1.0 + 1e-6
     assert torch.allclose(components.reshape(6, -1).norm(dim=1), torch.ones(6), atol=1e-5)
     with pytest.raises(ValueError, match="linear patch projection"):
-        patch_embedding_components(vitzoo.create("vit_ti16", **{**tiny, "patch_size": 2}, stem="resnet", resnet_layers=()))
+        patch_embedding_components(vitzoo.create("vit_ti16", **{**tiny, "patch_size": 2}, stem="resnet", stem_options={"layers": ()}))

@@ -455,7 +455,8 @@ def test_every_committed_run_key_is_still_the_key_of_its_run(ablation):
     give their runs: every record's key is the hash of its own ablation, config, seed and the threads it
     trained with (benchmarks.suite.Run.key: a training run's, on the CPU); the spec, at the scale its README
     and findings.json record, plans exactly the runs results.json holds, every one of them committed and at
-    the thread count the committed runs share; the superseded records are in the archive, each with why."""
+    the thread count the committed runs share; the superseded records are in the archive, each with why
+    and under the key of its own run."""
     from benchmarks.archive import archived_records, superseded
     from benchmarks.scales import SCALES
 
@@ -476,6 +477,9 @@ def test_every_committed_run_key_is_still_the_key_of_its_run(ablation):
     assert len(archived) == ARCHIVED.get(ablation, 0)
     assert len(superseded(archived, runs, stated["scale"])) == len(archived)  # each still superseded, with a reason
     assert not {r["key"] for r in archived} & committed
+    for r in archived:  # their keys too are the ones today's code computes for their runs
+        threads = r.get("threads") if spec.trains else None
+        assert suite.Run(ablation, r["label"], r["config"], r["seed"], threads=threads).key == r["key"], r["key"]
 
 
 def test_every_committed_trial_and_speed_key_is_still_the_key_of_its_run():

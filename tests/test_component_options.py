@@ -1,7 +1,6 @@
 """Each part of a model owns its options: a component declares them (its `Options` dataclass), the
 config carries them beside the part's name (`stem_options`, ...), and config.json, the Hub, the CLI, run
-keys and pretrained tags carry them too. What earlier releases wrote with flat names (resnet_layers,
-representation_size) still loads and means the same; a training run works out its model once."""
+keys and pretrained tags carry them too; a training run works out its model once."""
 
 from __future__ import annotations
 
@@ -76,7 +75,6 @@ def test_the_cli_has_a_flag_per_component_option_and_help_lists_them(capsys):
     shown = capsys.readouterr().out
     assert "stem 'convstem' options (with --stem convstem" in shown and "--stem.extra-layers" in shown
     assert "--stem.layers" in shown and "--head.representation-size" in shown
-    assert "--resnet-layers" not in shown  # the flat flags are read, not offered
 
 
 # ------------------------------------------------------------------ the paper's parts own theirs
@@ -91,40 +89,57 @@ def test_options_of_one_part_change_one_by_one_and_a_new_part_starts_from_its_de
     hybrid = vitzoo.get_config("vit_b16_hybrid")
     assert hybrid.replace(stem_options={"numerics": "timm"}).stem_options["layers"] == [3, 4, 9]
     assert hybrid.replace(stem="patch", patch_size=16).stem_options == {}
-    assert hybrid.replace(resnet_layers=(3, 4, 6)).stem_options["layers"] == [3, 4, 6]  # the flat name, as before
 
 
-def test_a_flat_name_given_for_another_part_is_refused_naming_the_part_that_owns_it():
-    with pytest.raises(ConfigError, match="resnet_layers=.* is an option of stem='resnet', not of stem='patch'"):
-        vitzoo.get_config("vit_b16", resnet_layers=(3, 4, 9))
+@pytest.mark.parametrize("given", ["create", "config.json", "replace"])
+def test_a_parts_option_given_as_a_model_option_is_refused_naming_where_it_goes(given, tmp_path):
+    """`resnet_layers` is the ResNet stem's option `layers`: given beside the model's own options (in a
+    call, a saved config.json, a config's copy) it is an unknown option, and the error says where it goes."""
+    where = r"unknown model option 'resnet_layers'\. It is the ResNet stem's: stem_options=\{'layers': \.\.\.\}"
+    with pytest.raises(ConfigError, match=where):
+        if given == "create":
+            vitzoo.create("vit_b16_hybrid", resnet_layers=(3, 4, 9), device="meta")
+        elif given == "replace":
+            vitzoo.get_config("vit_b16_hybrid").replace(resnet_layers=(3, 4, 9))
+        else:
+            saved = vitzoo.create("vit_ti16", img_size=32, num_classes=2)
+            saved.save_pretrained(tmp_path)
+            document = json.loads((tmp_path / "config.json").read_text())
+            document["model"]["resnet_layers"] = [1]
+            (tmp_path / "config.json").write_text(json.dumps(document))
+            vitzoo.from_pretrained(tmp_path)
+
+
+def test_the_cli_refuses_a_parts_option_given_as_a_model_option(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(["train", "vit_b16_hybrid", "--resnet-layers", "3,4,9"])
+    assert exit_.value.code == 2 and "unrecognized arguments: --resnet-layers" in capsys.readouterr().err
 
 
 # --------------------------------------------------------- what was written before means the same
 def committed_model_configs() -> list[dict]:
     configs = {}
-    for path in sorted(RESULTS.glob("*/results.json")):
-        for record in json.loads(path.read_text()).get("runs", []):
+    for path in sorted(RESULTS.rglob("*.json")):
+        document = json.loads(path.read_text())
+        runs = document.get("runs", []) if isinstance(document, dict) else []
+        for record in [entry.get("record", entry) for entry in runs]:  # the archives' entries hold one
             if "model_config" in record:
                 configs[json.dumps(record["model_config"], sort_keys=True)] = record
     return list(configs.values())
 
 
 def test_every_committed_model_config_loads_and_builds_the_model_it_measured():
-    """The model_config of every committed run (the earlier ones written with the flat names, the later
-    with the parts' options) loads, and builds a model with exactly the parameter count the run recorded;
-    a hybrid's ResNet lands in its stem's options."""
+    """The model_config of every committed run, archived ones too, loads and builds a model with exactly
+    the parameter count the run recorded; a hybrid's ResNet is its stem's options."""
     records = committed_model_configs()
     assert len(records) > 20
     for record in records:
-        flat = record["model_config"]
-        config = ViTConfig.from_dict(flat)
+        written = record["model_config"]
         with torch.device("meta"):
-            model = vitzoo.VisionTransformer(config)
+            model = vitzoo.VisionTransformer(ViTConfig.from_dict(written))
         assert vitzoo.count_params(model) == record["params"], record["key"]
-        if flat["stem"] == "resnet":
-            written = flat.get("stem_options") or {"layers": flat["resnet_layers"], "numerics": flat["resnet_numerics"]}
-            assert tuple(model.config.stem_options["layers"]) == tuple(written["layers"])
-            assert model.config.stem_options["numerics"] == written["numerics"]
+        if written["stem"] == "resnet":
+            assert model.config.stem_options == written["stem_options"], record["key"]
 
 
 def test_every_pretrained_tag_resolves_with_its_options_in_their_parts():
@@ -134,15 +149,12 @@ def test_every_pretrained_tag_resolves_with_its_options_in_their_parts():
             assert config.stem_options["numerics"] == "timm", name
 
 
-def test_a_run_key_is_the_same_whichever_way_its_spec_spells_a_parts_option():
-    train = {"steps": 1}
-    flat = suite.Run("hybrid", "R1", {"model": "vit_b16_hybrid", "options": {"resnet_layers": (1,), "depth": 0}, "train": train})
-    nested = suite.Run("hybrid", "R1", {"model": "vit_b16_hybrid", "options": {"stem_options": {"layers": (1,)}, "depth": 0},
-                                        "train": train})
-    assert flat.key == nested.key
-    other = suite.Run("hybrid", "R1", {"model": "vit_b16_hybrid", "options": {"stem_options": {"layers": (2,)}, "depth": 0},
-                                       "train": train})
-    assert other.key != flat.key
+def test_a_run_key_hashes_a_parts_options():
+    def key(layers: tuple) -> str:
+        options = {"stem_options": {"layers": layers}, "depth": 0}
+        return suite.Run("hybrid", "R1", {"model": "vit_b16_hybrid", "options": options, "train": {"steps": 1}}).key
+
+    assert key((1,)) == key((1,)) != key((2,))
 
 
 # -------------------------------------------------------------------- a run works its model out once

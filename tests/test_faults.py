@@ -366,14 +366,14 @@ def test_a_moved_or_copied_run_resumes(tmp_path, uninterrupted, how):
 @pytest.mark.parametrize("options, fragment", [
     ({"num_classes": True}, "num_classes must be an int, got True"),
     ({"head_options": {"representation_size": "64"}, "head": "mlp"}, "representation_size must be an int, got '64'"),
-    ({"representation_size": 0, "head": "mlp"}, "representation_size must be > 0"),
+    ({"head_options": {"representation_size": 0}, "head": "mlp"}, "representation_size must be > 0"),
     ({"embed_dim": 64.0}, "embed_dim must be an int"),
     ({"norm_eps": float("nan")}, "norm_eps must be a finite number"),
     ({"dropout": float("inf")}, "dropout must be a finite number"),
     ({"std": 0}, "std must be > 0"),
     ({"std": (0.5, -0.5, 0.5)}, "std must be > 0"),
     ({"mean": float("nan")}, "mean must be a finite number"),
-    ({"stem": "resnet", "resnet_layers": (True,)}, "option layers must be positive block counts"),
+    ({"stem": "resnet", "stem_options": {"layers": (True,)}}, "option layers must be positive block counts"),
 ])
 def test_a_model_option_of_the_wrong_type_or_range_is_one_config_error(options, fragment):
     """Every number option of a model: a bool or text where a number belongs, NaN, infinite, zero or

@@ -13,7 +13,7 @@ import vitzoo.inference
 from vitzoo.inference import compile_for_inference, compile_for_training
 from vitzoo import precision
 
-HYBRID = dict(stem="resnet", resnet_layers=(1,), patch_size=1)
+HYBRID = dict(stem="resnet", stem_options={"layers": (1,)}, patch_size=1)
 
 
 def perturbed(options):

@@ -37,7 +37,7 @@ def shapes_seen_by(module, run):
 
 @pytest.mark.parametrize("options", [
     dict(), dict(pos_embed="relative"), dict(pos_embed="learned_2d", pos_embed_mode="every_layer"),
-    dict(pos_embed="none"), dict(pool="gap"), dict(head="mlp", representation_size=16),
+    dict(pos_embed="none"), dict(pool="gap"), dict(head="mlp", head_options={"representation_size": 16}),
 ], ids=["learned_1d", "relative", "every_layer", "none", "gap", "mlp_head"])
 def test_forward_computes_the_last_block_only_for_the_tokens_the_pool_reads(tiny, options):
     """A class-token pool reads one token of the last block's output: `forward` computes that block's
@@ -90,7 +90,7 @@ def test_an_attention_bias_without_a_row_per_query_is_named(tiny):
 
 
 def test_reset_classifier_gives_a_zero_head_and_updates_the_config(tiny):
-    model = perturbed(vitzoo.create("vit_ti16", **tiny, head="mlp", representation_size=16))
+    model = perturbed(vitzoo.create("vit_ti16", **tiny, head="mlp", head_options={"representation_size": 16}))
     model.reset_classifier(3)
     assert model.config.num_classes == 3 and model.head.fc.weight.shape == (3, 16)
     assert torch.count_nonzero(model.head.fc.weight) == 0
@@ -336,7 +336,7 @@ def test_non_square_images(tiny):
 
 
 def test_hybrid_any_resolution():
-    model = vitzoo.create("vit_ti16", stem="resnet", resnet_layers=(1, 1), patch_size=1, img_size=(32, 48), num_classes=2)
+    model = vitzoo.create("vit_ti16", stem="resnet", stem_options={"layers": (1, 1)}, patch_size=1, img_size=(32, 48), num_classes=2)
     assert model.grid == (4, 6)
     assert model(torch.randn(1, 3, 32, 48)).shape == (1, 2)
 

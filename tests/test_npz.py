@@ -34,8 +34,8 @@ def logits_close(model, params, fields, img_size, atol=1e-4):
         ({"patch_size": 8, "classifier": "token"}, {"patch_size": 8}),
         ({"patch_size": 8, "classifier": "gap"}, {"patch_size": 8}),
         ({"patch_size": 8, "classifier": "token", "representation_size": 24}, {"patch_size": 8}),
-        ({"patch_size": 1, "resnet_layers": (1, 1), "classifier": "token"}, {"patch_size": 1, "stem": "resnet", "resnet_layers": (1, 1)}),
-        ({"patch_size": 2, "resnet_layers": (), "classifier": "gap"}, {"patch_size": 2, "stem": "resnet", "resnet_layers": ()}),
+        ({"patch_size": 1, "resnet_layers": (1, 1), "classifier": "token"}, {"patch_size": 1, "stem": "resnet", "stem_options": {"layers": (1, 1)}}),
+        ({"patch_size": 2, "resnet_layers": (), "classifier": "gap"}, {"patch_size": 2, "stem": "resnet", "stem_options": {"layers": ()}}),
     ],
     ids=["token", "gap", "pre_logits", "r-hybrid", "root-only-hybrid"],
 )
@@ -54,14 +54,16 @@ def test_groupnorm_parameters_stored_as_1x1x1xC_load_too(tmp_path):
     fields = {**VIT, "patch_size": 1, "resnet_layers": (1,)}
     params = make_checkpoint(tmp_path / "old.npz", img_size=32, groupnorm_4d=True, **fields)
     assert params["gn_root/scale"].shape == (1, 1, 1, 64)
-    model = vitzoo.create("vit_ti16", pretrained=tmp_path / "old.npz", img_size=32, stem="resnet", resnet_layers=(1,), patch_size=1, **OPTIONS)
+    model = vitzoo.create("vit_ti16", pretrained=tmp_path / "old.npz", img_size=32, stem="resnet",
+                          stem_options={"layers": (1,)}, patch_size=1, **OPTIONS)
     logits_close(model, params, fields, 32)
 
 
 def test_odd_resolution_exercises_tf_same_padding(tmp_path):
     fields = {**VIT, "patch_size": 1, "resnet_layers": (1, 1)}
     params = make_checkpoint(tmp_path / "h.npz", img_size=48, seed=5, **fields)
-    model = vitzoo.create("vit_ti16", pretrained=tmp_path / "h.npz", img_size=48, stem="resnet", resnet_layers=(1, 1), patch_size=1, **OPTIONS)
+    model = vitzoo.create("vit_ti16", pretrained=tmp_path / "h.npz", img_size=48, stem="resnet",
+                          stem_options={"layers": (1, 1)}, patch_size=1, **OPTIONS)
     logits_close(model, params, fields, 48)
 
 

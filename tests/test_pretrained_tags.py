@@ -56,7 +56,7 @@ def small_resnet(tag: PretrainedTag) -> tuple[int, ...] | None:
 
 
 def shrink(tag: PretrainedTag) -> dict:
-    return {**SMALL, **({"resnet_layers": small_resnet(tag)} if small_resnet(tag) else {})}
+    return {**SMALL, **({"stem_options": {"layers": small_resnet(tag)}} if small_resnet(tag) else {})}
 
 
 # ------------------------------------------------------------------------------------------- the peers
@@ -273,10 +273,10 @@ def test_a_repo_holding_another_format_than_its_tag_says_is_refused(server, tmp_
     api.create_repo("alice/moved", exist_ok=True)
     api.upload_folder(repo_id="alice/moved", folder_path=tmp_path / "hf")
     moved = PretrainedTag(**{**tag.__dict__, "hub_id": "alice/moved"})
-    from vitzoo.pretrained import load_tag
+    from vitzoo.pretrained import resolve_tag
 
     with pytest.raises(vitzoo.CheckpointError, match="holds transformers weights, not the timm weights"):
-        load_tag(moved, vitzoo.get_config("vit_l32", **moved.config_options(), **SMALL), {})
+        resolve_tag(moved, vitzoo.get_config("vit_l32", **moved.config_options(), **SMALL), {}).build()
 
 
 # ------------------------------------------------------------------------------------------- preprocessing

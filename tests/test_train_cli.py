@@ -14,17 +14,17 @@ DATA = ["--data", "synthetic", "--train-limit", "256", "--test-limit", "128", "-
 
 def test_model_options_come_from_the_config_fields():
     args = build_parser().parse_args(["train", "vit_ti16", "--img-size", "28", "--patch-size", "4", "--pos-embed", "learned_2d",
-                                      "--pool", "gap", "--resnet-layers", "2,2", "--stem", "resnet", "--drop-path", "0.1",
-                                      "--representation-size", "none", "--dynamic-img-size", "--mean", "0.1,0.2,0.3",
+                                      "--pool", "gap", "--stem.layers", "2,2", "--stem", "resnet", "--drop-path", "0.1",
+                                      "--dynamic-img-size", "--mean", "0.1,0.2,0.3",
                                       "--betas", "0.9,0.95", "--epochs", "2", "--hflip"])
     cfg = config_from_args(args)
     assert cfg.model_options == {"img_size": (28, 28), "patch_size": 4, "pos_embed": "learned_2d", "pool": "gap",
-                                 "resnet_layers": (2, 2), "stem": "resnet", "drop_path": 0.1, "representation_size": None,
+                                 "stem_options": {"layers": (2, 2)}, "stem": "resnet", "drop_path": 0.1,
                                  "dynamic_img_size": True, "mean": (0.1, 0.2, 0.3)}
     assert cfg.betas == (0.9, 0.95) and cfg.epochs == 2 and cfg.hflip is True and cfg.lr is None
     assert cfg.out == "runs/vit_ti16"
-    args = build_parser().parse_args(["train", "--resnet-layers", "()", "--img-size", "32,48"])  # "" is refused: no value
-    assert config_from_args(args).model_options == {"resnet_layers": (), "img_size": (32, 48)}
+    args = build_parser().parse_args(["train", "--stem.layers", "()", "--img-size", "32,48"])  # "" is refused: no value
+    assert config_from_args(args).model_options == {"stem_options": {"layers": ()}, "img_size": (32, 48)}
 
 
 def test_train_resume_and_eval(tmp_path, capsys):

@@ -48,7 +48,7 @@ def test_hybrids_take_patch_size_one_on_the_resnet_map(name, layers, stride):
 
 
 def test_hybrid_root_only_has_stride_four():
-    model = vitzoo.create("vit_ti16", stem="resnet", resnet_layers=(), patch_size=2, img_size=32, num_classes=3)
+    model = vitzoo.create("vit_ti16", stem="resnet", stem_options={"layers": ()}, patch_size=2, img_size=32, num_classes=3)
     assert model.stride == (8, 8)
     assert model(torch.randn(1, 3, 32, 32)).shape == (1, 3)
 
@@ -62,7 +62,7 @@ def test_named_models_run_at_their_resolution(name):
 
 def test_depth_zero_is_the_stem_norm_and_head_alone():
     """The ResNet baseline of Figure 5: the hybrid's ResNet, pooled, with no Transformer layer."""
-    model = vitzoo.create("vit_ti16", stem="resnet", resnet_layers=(1,), patch_size=1, depth=0, pos_embed="none",
+    model = vitzoo.create("vit_ti16", stem="resnet", stem_options={"layers": (1,)}, patch_size=1, depth=0, pos_embed="none",
                           pool="gap", img_size=32, num_classes=3)
     assert len(model.encoder.blocks) == 0
     assert model(torch.randn(2, 3, 32, 32)).shape == (2, 3)

@@ -23,7 +23,7 @@ import torch
 from vitzoo import catalog, inference  # noqa: F401  (`vitzoo.inference.for_inference` after `import vitzoo`)
 from vitzoo.catalog import list_pretrained
 from vitzoo.options import described as in_words  # a value in an error, never its tensors
-from vitzoo.config import FLAT_NAMES, PART_OPTIONS, ViTConfig, fold_flat_names, from_timm_names
+from vitzoo.config import ViTConfig, from_timm_names
 from vitzoo.errors import (
     CheckpointError,
     ConfigError,
@@ -46,8 +46,6 @@ from vitzoo.version import __version__ as __version__  # the release, kept in a 
 from vitzoo.weights.layout import HUB_PREFIX
 
 
-# the component that owns a part's flat names ("stem" -> "resnet"), for options given without a model
-FLAT_OWNERS = {part: owner for part, owner, _option, _default in FLAT_NAMES.values()}
 
 
 def list_models(pattern: str = "*", pretrained: bool = False) -> list[str]:
@@ -74,8 +72,11 @@ def get_config(name: str, **options) -> ViTConfig:
     """The config of a named model with options changed (timm's names of the same options taken too:
     drop_rate, global_pool, class_token, ...); unknown option names fail at once."""
     name, implied = catalog.from_timm_name(name)  # vit_tiny_patch16_224: vit_ti16 at 224 px
-    options = {**implied, **from_timm_names(options)}
-    ViTConfig.check_option_names(options)
+    return _model_config(name, {**implied, **from_timm_names(options)})
+
+
+def _model_config(name: str, options: dict) -> ViTConfig:
+    """The registered model's config with `options` (in vitzoo's names) changed, resolved."""
     return resolve_config(get_registry().get("model", name).replace(**options))
 
 
@@ -133,15 +134,14 @@ def resolve(name: str, pretrained: bool | str | os.PathLike | None = None, *, st
         described = resolve_source(name, strict=strict, **options)
         return Resolved(described.config, requested=described.requested)  # its architecture alone
     model_name, tag, revision = catalog.lookup(name, pretrained is True)
-    config = get_config(model_name, **{**(tag.config_options() if tag else {}), **options})
-    requested = config_changes(options, config)
+    config = _model_config(model_name, {**(tag.config_options() if tag else {}), **options})
     if pretrained is None or pretrained is False:
-        return Resolved(config, requested=requested)
+        return Resolved(config, requested=options)
     if pretrained is True:
-        return resolve_tag(tag, config, requested, revision, strict=strict)
+        return resolve_tag(tag, config, options, revision, strict=strict)
     if tag is not None:  # a local copy of the tag's files
-        return resolve_tag_copy(tag, config, pretrained, requested, strict=strict)
-    return resolve_pretrained(config, pretrained, requested, strict=strict)
+        return resolve_tag_copy(tag, config, pretrained, options, strict=strict)
+    return resolve_pretrained(config, pretrained, options, strict=strict)
 
 
 def from_pretrained(
@@ -163,15 +163,7 @@ def resolve_source(source: str | os.PathLike | Mapping[str, torch.Tensor] | torc
     _check_arguments(source=source, strict=strict)
     options = from_timm_names(options)
     ViTConfig.check_option_names(options)
-    return resolve_pretrained(None, source, config_changes(options), strict=strict)
-
-
-def config_changes(options: dict, config: ViTConfig | None = None) -> dict:
-    """The options a user gave, as a config holds them: the flat names of earlier releases in their part's
-    dict, the part being the one named in `options`, else `config`'s, else the flat name's owner."""
-    parts = {part: options.get(part, getattr(config, part) if config is not None else FLAT_OWNERS.get(part))
-             for part in PART_OPTIONS}
-    return fold_flat_names(options, parts)
+    return resolve_pretrained(None, source, options, strict=strict)
 
 
 def _check_arguments(**given) -> None:

@@ -10,7 +10,8 @@
 A tag (`vitzoo.tags.PretrainedTag`) is registered through the `vitzoo_pretrained_tags` hook like any
 plugin's component. Without `pretrained=True` a tag name builds the tag's architecture (resolution,
 classes, preprocessing) with fresh weights, as timm does. Downloading and loading a tag's weights is
-`vitzoo.pretrained.load_tag`, through huggingface_hub (`vitzoo.checkpoints.hub`): this module imports no model.
+`vitzoo.pretrained.resolve_tag`, through huggingface_hub (`vitzoo.checkpoints.hub`): this module imports
+no model.
 """
 
 from __future__ import annotations

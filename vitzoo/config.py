@@ -20,15 +20,6 @@ from vitzoo.options import Options, check_fields, check_number, closest, describ
 
 # The parts a model is built from: the field naming each, and the field holding its own options.
 PART_OPTIONS = {"stem": "stem_options", "pos_embed": "pos_embed_options", "pool": "pool_options", "head": "head_options"}
-# The flat names vitzoo gave two parts' options before parts owned them (config.json files, pretrained
-# tags, run keys and code written then): flat name -> (part, the component that owns it, its option
-# name there, the flat default). They are read forever (`fold_flat_names`); a config holds only the dicts.
-FLAT_NAMES = {
-    "resnet_layers": ("stem", "resnet", "layers", ()),
-    "resnet_width": ("stem", "resnet", "width", 1),
-    "resnet_numerics": ("stem", "resnet", "numerics", "official"),
-    "representation_size": ("head", "mlp", "representation_size", None),
-}
 
 
 def _json_form(value: Any) -> Any:
@@ -40,28 +31,6 @@ def _json_form(value: Any) -> Any:
     return value
 
 
-def fold_flat_names(options: dict[str, Any], parts: dict[str, str] | None = None) -> dict[str, Any]:
-    """`options` with the flat names of `FLAT_NAMES` moved into their part's options dict.
-
-    `parts`: the part names of the config they change (for `replace`; else the defaults). A flat name
-    goes to its part when the part named is its owner ("resnet_layers" to `stem_options["layers"]` when
-    stem="resnet"); for another part it must be at its flat default, which old config.json files wrote
-    for every model, and is dropped; else it is an error naming the part that owns it. An option given
-    both ways is taken from the dict.
-    """
-    folded = {k: v for k, v in options.items() if k not in FLAT_NAMES}
-    for name, (part, owner, option, default) in FLAT_NAMES.items():
-        if name not in options:
-            continue
-        value = options[name]
-        chosen = folded.get(part, (parts or {}).get(part, ViTConfig.__dataclass_fields__[part].default))
-        if chosen == owner:
-            key = PART_OPTIONS[part]
-            folded[key] = {option: value, **(folded.get(key) or {})}
-        elif _json_form(value) != _json_form(default):
-            raise ConfigError(f"{name}={value!r} is an option of {part}={owner!r}, not of {part}={chosen!r}; "
-                              f"choose {part}={owner!r} or drop {name}")
-    return folded
 # timm's names for options vitzoo spells otherwise, taken where the meaning is the same (`from_timm_names`)
 TIMM_SYNONYMS = {"drop_rate": "dropout", "attn_drop_rate": "attn_dropout", "drop_path_rate": "drop_path"}
 POOLS_OF_TIMM = {"token": "token", "avg": "gap"}  # timm's global_pool -> vitzoo's pool
@@ -134,7 +103,11 @@ class ViTConfig(Options):
     """Every option of a Vision Transformer, with the defaults of ViT-B/16 at 224 px."""
 
     KIND = "model"  # in errors: "unknown model option ..."
-    OTHER_NAMES = {  # timm's names without a vitzoo equivalent: what to do instead
+    OTHER_NAMES = {  # names of no option here (timm's, a part's own): what to give instead
+        "resnet_layers": "It is the ResNet stem's: stem_options={'layers': ...}",
+        "resnet_width": "It is the ResNet stem's: stem_options={'width': ...}",
+        "resnet_numerics": "It is the ResNet stem's: stem_options={'numerics': ...}",
+        "representation_size": "It is the MLP head's: head_options={'representation_size': ...}",
         "mlp_ratio": "vitzoo takes mlp_dim, the MLP's width (timm's mlp_ratio times embed_dim)",
         "qkv_bias": "vitzoo's attention always has q, k and v biases, as the paper's",
         "no_embed_class": "vitzoo adds the position embedding to the class token too, as the paper does",
@@ -242,20 +215,10 @@ class ViTConfig(Options):
             )
 
     # ------------------------------------------------------------- reading and changing
-    @classmethod
-    def check_option_names(cls, options) -> None:
-        super().check_option_names([name for name in options if name not in FLAT_NAMES])
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ViTConfig:
-        """A config from its JSON form, today's or the flat names of earlier releases' files."""
-        return super().from_dict(fold_flat_names(data) if isinstance(data, dict) else data)
-
     def replace(self, **changes: Any) -> ViTConfig:
         """A copy with some options changed. A part's options dict changes the options it names and
         keeps the others, while the part stays; naming another part starts from its defaults (only the
         options given with it)."""
-        changes = fold_flat_names(changes, {part: changes.get(part, getattr(self, part)) for part in PART_OPTIONS})
         self.check_option_names(changes)
         for part, key in PART_OPTIONS.items():
             if changes.get(part, getattr(self, part)) != getattr(self, part):
@@ -276,5 +239,4 @@ class ViTConfig(Options):
         return self.embed_dim // self.num_heads
 
 
-__all__ = ["ViTConfig", "PART_OPTIONS", "FLAT_NAMES", "fold_flat_names", "merge_options", "INTERPOLATIONS", "ACTIVATIONS",
-           "HYBRID_NUMERICS"]
+__all__ = ["ViTConfig", "PART_OPTIONS", "merge_options", "INTERPOLATIONS", "ACTIVATIONS", "HYBRID_NUMERICS"]

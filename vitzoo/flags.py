@@ -1,7 +1,7 @@
 """Command-line flags from dataclass fields: one flag per field of an options dataclass (TrainConfig,
 ViTConfig, a component's Options), typed by the field's annotation, set only when given.
 
-`--img-size 28` is (28, 28) for a pair, `--betas 0.9,0.95` a tuple, `--representation-size none` None,
+`--img-size 28` is (28, 28) for a pair, `--betas 0.9,0.95` a tuple, `--head.representation-size none` None,
 `--hflip` / `--no-hflip` a bool; the help names each field's type and default.
 """
 

@@ -20,7 +20,7 @@ from vitzoo.labels import LABEL_SETS
 from vitzoo.model import VisionTransformer
 from vitzoo.registry import resolve_config, shape_differences
 from vitzoo.tags import PretrainedTag
-from vitzoo.weights.converted import HEAD_KEYS, HEAD_OPTIONS, ConvertedWeights, check_state_dict, kind_fits, resolve_head
+from vitzoo.weights.converted import HEAD_KEYS, HEAD_OPTIONS, ConvertedWeights, check_state_dict, decided_options, kind_fits
 from vitzoo.weights.infer import infer_config
 from vitzoo.checkpoints.native import check_size
 from vitzoo.checkpoints.sources import open_source
@@ -132,7 +132,6 @@ def resolve_pretrained(
     requested: dict[str, Any],
     strict: bool = True,
     expected_format: str | None = None,
-    **hub_options: Any,
 ) -> Resolved:
     """The model of `config` with the weights at `source`, worked out without building it.
 
@@ -141,7 +140,7 @@ def resolve_pretrained(
     options, e.g. `num_heads`, override it). `expected_format`: the weight format the source must
     hold (a pretrained tag knows it). The labels are the class names the source gives.
     """
-    src = open_source(source, **hub_options)
+    src = open_source(source)
     location = src.location or os.fspath(source)
     if expected_format is not None and src.checkpoint.format != expected_format:
         raise CheckpointError(f"{location} holds {src.checkpoint.format} weights, not the {expected_format} weights "
@@ -151,39 +150,40 @@ def resolve_pretrained(
     return resolved
 
 
-def load_pretrained(config: ViTConfig | None, source: str | os.PathLike, requested: dict[str, Any], strict: bool = True,
-                    expected_format: str | None = None, **hub_options: Any) -> VisionTransformer:
+def load_pretrained(config: ViTConfig | None, source: str | os.PathLike, requested: dict[str, Any],
+                    strict: bool = True) -> VisionTransformer:
     """`resolve_pretrained(...).build()`: the model holding the weights at `source`."""
-    return resolve_pretrained(config, source, requested, strict, expected_format, **hub_options).build()
+    return resolve_pretrained(config, source, requested, strict).build()
 
 
 def _resolve(config: ViTConfig | None, src, location: str, requested: dict[str, Any]) -> Resolved:
+    """The config to build, made once: a base (the saved config, the one given, or the one the weights
+    imply) changed once by the user's options, the source's hints and what the weights decide."""
+    checkpoint, others = src.checkpoint, {k: v for k, v in requested.items() if k not in HEAD_OPTIONS}
+    load_size = None
     if src.saved_config is not None:
         # the saved config decides the model (also under a model name); the user's options change it
         try:  # the saved config resolved first: a component no plugin provides is config.json's to name
-            saved = resolve_config(src.saved_config)
+            base = resolve_config(src.saved_config)
         except ConfigError as exc:
             raise ConfigError(f"{location}/config.json: {exc}") from exc
-        differ = shape_differences(saved, config) if config is not None else []
+        differ = shape_differences(base, config) if config is not None else []
         if differ:  # the name is then only a label, which may surprise (training warns alike)
             warnings.warn(f"{location} holds another model than the one requested: {', '.join(differ)}; "
                           "loading the saved model", stacklevel=5)
-        checkpoint = src.checkpoint
-        checkpoint.config = {k: getattr(saved, k) for k in HEAD_OPTIONS}
-        built = resolve_config(saved.replace(**{k: v for k, v in requested.items() if k not in HEAD_OPTIONS}))
-        built = resolve_head(built, checkpoint, requested)
-        return Resolved(built, checkpoint, location, load_size=saved.img_size)
-    checkpoint = src.checkpoint
-    _check_options_known(checkpoint, location)
-    if config is not None:  # the preprocessing the source states (a timm repo's crop, mean, std), unless asked otherwise
-        config = config.replace(**{k: v for k, v in src.hints.items() if k not in requested})
-    if config is None:
-        overrides = {k: v for k, v in requested.items() if k not in HEAD_OPTIONS}
+        checkpoint.config = {k: getattr(base, k) for k in HEAD_OPTIONS}
+        changes, load_size = others, base.img_size
+    elif config is not None:  # the preprocessing the source states (a timm repo's crop, mean, std), unless asked
+        _check_options_known(checkpoint, location)
+        base, changes = config, {k: v for k, v in src.hints.items() if k not in requested}
+    else:
+        _check_options_known(checkpoint, location)
         try:
-            config = infer_config(checkpoint, overrides, src.hints, location)
+            base, changes = infer_config(checkpoint, others, src.hints, location), {}
         except ConfigError as exc:
             raise CheckpointError(f"cannot build a model for the weights at {location}: {exc}") from exc
-    return Resolved(resolve_config(resolve_head(config, checkpoint, requested)), checkpoint, location)
+    changes = {**changes, **decided_options(checkpoint.config, requested)}
+    return Resolved(resolve_config(base.replace(**changes)), checkpoint, location, load_size=load_size)
 
 
 def resolve_tag(tag: PretrainedTag, config: ViTConfig, requested: dict[str, Any], revision: str | None = None,
@@ -225,8 +225,3 @@ def resolve_tag_copy(tag: PretrainedTag, config: ViTConfig, source: str | os.Pat
                     "" if resolved.labels is not None else f" (without the tag's class names)", tag.num_classes, tag.name)
     return resolved
 
-
-def load_tag(tag: PretrainedTag, config: ViTConfig, requested: dict[str, Any], revision: str | None = None,
-             strict: bool = True) -> VisionTransformer:
-    """`resolve_tag(...).build()`."""
-    return resolve_tag(tag, config, requested, revision, strict).build()

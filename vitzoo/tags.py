@@ -4,7 +4,7 @@ A tag is data (`PretrainedTag`): the Hub repo that holds the weights, their form
 weights expect (resolution, classes, normalisation, crop, interpolation). A plugin provides tags
 through the `vitzoo_pretrained_tags` hook; the paper's are in `vitzoo.zoo.PRETRAINED`. Looking them up
 in the registry (`MODEL.TAG@REVISION`, listing, the table in docs/pretrained.md) is `vitzoo.catalog`; downloading
-and loading a tag's weights is `vitzoo.pretrained.load_tag`. This module imports nothing of vitzoo.
+and loading a tag's weights is `vitzoo.pretrained.resolve_tag`. This module imports nothing of vitzoo.
 """
 
 from __future__ import annotations

@@ -147,7 +147,7 @@ def read_config(path: str | os.PathLike) -> ViTConfig:
         raise ConfigError(f"{path}: the saved model config is not valid: {exc}") from exc
     check_size(config, f"{path} describes", f"the file is damaged or was edited; save the model again, or fix {Path(path).name}")
     missing = [name for name in ViTConfig.field_names() if name not in document["model"]]
-    if missing:  # save_pretrained writes every option: these were left out by hand, or by an older vitzoo
+    if missing:  # save_pretrained writes every option: these were left out by hand
         warnings.warn(f"{path} does not give the model options {', '.join(missing)}; their defaults are used: "
                       + ", ".join(f"{name}={getattr(config, name)!r}" for name in missing), stacklevel=2)
     return config

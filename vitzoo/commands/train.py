@@ -22,9 +22,9 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from vitzoo.config import FLAT_NAMES, PART_OPTIONS, ViTConfig, merge_options
+from vitzoo.config import PART_OPTIONS, ViTConfig, merge_options
 from vitzoo.errors import ConfigError
-from vitzoo.flags import add_dataclass_flags, converter
+from vitzoo.flags import add_dataclass_flags
 from vitzoo.registry import COMPONENT_KINDS, get_registry, options_class
 from vitzoo.train.config import (
     DECODES,
@@ -73,15 +73,6 @@ def _constructible(declared) -> bool:
     return True
 
 
-def add_flat_name_flags(parser: argparse.ArgumentParser) -> None:
-    """The flags of the flat names earlier releases had (--resnet-layers, --representation-size): still
-    read, not listed (the parts' flags replace them)."""
-    hints = {"resnet_layers": tuple[int, ...], "resnet_width": int, "resnet_numerics": str, "representation_size": int | None}
-    for name in FLAT_NAMES:
-        parser.add_argument("--" + name.replace("_", "-"), dest=MODEL_PREFIX + name, default=argparse.SUPPRESS,
-                            type=converter(hints[name]), help=argparse.SUPPRESS)
-
-
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train or fine-tune a model (torchrun for several processes)",
                        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -94,7 +85,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_dataclass_flags(p.add_argument_group("model options (ViTConfig fields, passed to vitzoo.create; default: the "
                                              "named model's: vitzoo info MODEL)"), ViTConfig, exclude=set(PART_OPTIONS.values()),
                         dest_prefix=MODEL_PREFIX, show_defaults=False)
-    add_flat_name_flags(p)
     add_part_flags(p)
     p.set_defaults(func=run_train)
 

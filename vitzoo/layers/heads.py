@@ -62,7 +62,7 @@ class LinearHead(nn.Module):
 
 @dataclass
 class MLPHeadOptions(Options):
-    """`head_options` of head="mlp" (the flat name before: representation_size)."""
+    """`head_options` of head="mlp"."""
 
     KIND = "head 'mlp'"
 

@@ -45,7 +45,7 @@ class PatchEmbedding(nn.Module):
 
 @dataclass
 class ResNetOptions(Options):
-    """The hybrid's ResNet (`stem_options` of stem="resnet"; flat names before: resnet_layers, ...)."""
+    """The hybrid's ResNet (`stem_options` of stem="resnet")."""
 
     KIND = "stem 'resnet'"
     SHAPE = ("layers", "width")  # numerics change the numbers, not the architecture

@@ -57,22 +57,12 @@ def rng_state(device: torch.device | str | None = None) -> dict[str, Any]:
     return state
 
 
-def _own_cuda_state(saved: Any, device: torch.device) -> torch.Tensor | None:
-    """This GPU's state: checkpoints before one-GPU states held a list of every visible GPU's."""
-    if isinstance(saved, (list, tuple)):
-        index = device.index or 0
-        return saved[index] if index < len(saved) else None
-    return saved
-
-
 def set_rng_state(state: dict[str, Any], device: torch.device | str | None = None) -> None:
     """Restore `rng_state(device)`; a device state saved on another kind of device is left alone."""
     torch.set_rng_state(state["torch"])
     device = torch.device(device) if device is not None else None
     if device is not None and device.type == "cuda" and state.get("cuda") is not None:
-        own = _own_cuda_state(state["cuda"], device)
-        if own is not None:
-            torch.cuda.set_rng_state(own, device)
+        torch.cuda.set_rng_state(state["cuda"], device)
     if device is not None and device.type == "mps" and state.get("mps") is not None:
         torch.mps.set_rng_state(state["mps"])
     random.setstate(state["python"])

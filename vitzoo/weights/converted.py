@@ -130,11 +130,10 @@ def check_state_dict(model: torch.nn.Module, state_dict: dict[str, torch.Tensor]
 HEAD_OPTIONS = ("num_classes", "head", "head_options")
 
 
-def resolve_head(config: ViTConfig, checkpoint: ConvertedWeights, requested: dict[str, Any]) -> ViTConfig:
-    """The config to build: the checkpoint decides its options (act, norm_eps, pool, head, ...) unless the
-    user asked otherwise; another number of classes or another head asked for replaces the checkpoint's
+def decided_options(decided: dict[str, Any], requested: dict[str, Any]) -> dict[str, Any]:
+    """The options the weights decide (`decided`: act, norm_eps, pool, head, ...) unless the user asked
+    otherwise (`requested`); another number of classes or another head asked for replaces the weights'
     head by a zero-initialised linear one (the model then drops its head's weights)."""
-    decided = checkpoint.config
     changes: dict[str, Any] = {}
     for option, value in decided.items():
         if option in HEAD_OPTIONS or option not in requested or requested[option] == value:
@@ -159,4 +158,4 @@ def resolve_head(config: ViTConfig, checkpoint: ConvertedWeights, requested: dic
             head=head,
             head_options=requested.get("head_options", {}) if head != "linear" else {},
         )
-    return config.replace(**changes)
+    return changes
