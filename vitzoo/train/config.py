@@ -131,7 +131,7 @@ class TrainConfig(Options):
     momentum: float | None = _help("SGD momentum", default=None)
     schedule: str | None = _help("linear | cosine | constant decay after the warm-up", default=None)
     warmup: float | None = _help(
-        "warm-up: steps (>= 1) or a fraction of the run (< 1)", default=None)
+        "warm-up: steps (>= 1) or a fraction of the run (< 1; 0.05: the first 5%)", default=None)
     clip_grad: float | None = _help("clip the global gradient norm to this (0: off)", default=None)
     reset_head: bool | None = _help(
         "replace the head by a zero-initialised linear layer", default=None)
