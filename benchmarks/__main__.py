@@ -9,11 +9,11 @@ ablation to where architecture matters on a 2-core CPU (hours), `paper` is the p
 `gpu` the paper's cells sized for a day on one 8-GPU node, `rehearsal` the paper's code path with every
 dimension shrunk (minutes, CPU or GPU), `quick` is for tests (`--quick` is short for it).
 
-Where runs go (benchmarks/launchers/): on the CPU `--workers N` runs go at once, each of
+Where runs go (benchmarks/runner.py): on the CPU `--workers N` runs go at once, each of
 `--processes-per-run` gloo processes (the rehearsal's default: 2); on `--device cuda` each run is a
 data-parallel job over `--gpus-per-run` GPUs (default: every visible GPU), started by PyTorch's elastic
 launcher, runs side by side on disjoint GPU sets; `--launcher slurm` submits each run as a SLURM job of
-`--nodes` x `--gpus-per-node` through submitit (requeued on preemption, resumed from its checkpoint),
+`--nodes` x `--gpus-per-node` through submitit (benchmarks/slurm.py; requeued on preemption, resumed),
 from a login node without GPUs (planned at `--gpu-tflops` per GPU, as `--dry-run` plans), and waits
 unless `--no-wait` (a later invocation collects); what a job asks for is in docs/gpus.md. `--dry-run`
 prints the plan for that same assignment (runs, FLOPs, minutes, device-hours) and trains nothing.
@@ -36,19 +36,19 @@ import contextlib
 import dataclasses
 import importlib.util
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
 
 from benchmarks import plan as planning
 from benchmarks.ablations import ABLATIONS
-from benchmarks.execute import execute
-from benchmarks.execute import records as measured
 from benchmarks.figures import MATPLOTLIB_MISSING
-from benchmarks.launchers import flags as launcher_flags
-from benchmarks.launchers.assign import LAUNCHERS, Assignment, assign, common_share
-from benchmarks.launchers.resources import MEM_BASE_GB, MEM_PER_LOADER_WORKER_GB, SlurmOptions, signal_delay_s
+from benchmarks.assignment import LAUNCHERS, assign, common_share
+from benchmarks.runner import execute
+from benchmarks.runner import records as measured
 from benchmarks.scales import SCALES, get_scale
+from benchmarks.slurm import MEM_BASE_GB, MEM_PER_LOADER_WORKER_GB, SlurmOptions, signal_delay_s
 from benchmarks.spec import Ablation, Scale, report
 from benchmarks.suite import NUMERICS_VERSION, RESULTS, ResultStore, numerics_of, with_threads
 from benchmarks.verdict import RULE
@@ -61,6 +61,10 @@ REHEARSAL_OUT = Path("runs") / "rehearsal"  # the rehearsal's results never mix 
 BENCH_OUT = Path("runs") / "bench"
 PROG = "python -m benchmarks"
 NOT_ABLATIONS = ("speed", "loader")  # benchmarks of LIST that are not ablations
+# the flags only --launcher slurm reads (another launcher would ignore them: refused instead)
+SLURM_FLAGS = ("nodes", "gpus_per_node", "partition", "account", "time_limit_min", "cpus_per_task",
+               "mem_per_task_gb", "signal_delay_s", "no_wait")
+SLURM_COMMANDS = ("sbatch", "srun", "sacct")  # what submitit calls to submit and follow the jobs
 
 
 def build_parser(prog: str = PROG) -> ArgumentParser:
@@ -93,8 +97,8 @@ def build_parser(prog: str = PROG) -> ArgumentParser:
                         help="CUDA: GPUs of each run, one process each (default every visible GPU); the GPUs are cut "
                              "into disjoint sets of this size, one run on each at once")
     parser.add_argument("--launcher", choices=LAUNCHERS, default="local",
-                        help="local (PyTorch's elastic launcher on this machine), slurm (a SLURM job per run, through "
-                             "submitit), submitit-local (SLURM's code path on this machine, for checking it)")
+                        help="local (this machine: a process pool, or PyTorch's elastic launcher for a run of several "
+                             "processes), slurm (a SLURM job per run, through submitit)")
     slurm = parser.add_argument_group("SLURM (--launcher slurm)")
     slurm.add_argument("--nodes", type=int, default=None, help="nodes of each run's job (default 1)")
     slurm.add_argument("--gpus-per-node", type=int, default=None,
@@ -142,9 +146,10 @@ def parse(argv: list[str] | None, prog: str = PROG) -> argparse.Namespace:
     for flag in ("time_limit_min", "mem_per_task_gb", "signal_delay_s", "gpu_tflops"):
         if getattr(args, flag) is not None and not 0 < getattr(args, flag) < float("inf"):
             parser.error(f"--{flag.replace('_', '-')} must be positive (a finite number), got {getattr(args, flag)}")
-    refused = launcher_flags.refusal(args)
-    if refused:
-        parser.error(refused)
+    ignored = ["--" + f.replace("_", "-") for f in SLURM_FLAGS if getattr(args, f) not in (None, False)]
+    if ignored and args.launcher != "slurm":
+        parser.error(f"{', '.join(ignored)}: read by --launcher slurm only; --launcher {args.launcher} would ignore "
+                     "them: give --launcher slurm, or leave them out")
     if args.launcher == "slurm" and args.device == "auto":
         parser.error("--device auto under --launcher slurm would be decided on this login node, which cannot see the "
                      "compute nodes' GPUs; say --device cuda or --device cpu")
@@ -182,14 +187,6 @@ def batch_share_of(names: list[str], scale: Scale) -> int:
     trainings = [train for name in names if name in ABLATIONS and ABLATIONS[name].parallel
                  for run in ABLATIONS[name].runs(scale) for train in (run.config["train"], *run.config.get("more_train", ()))]
     return common_share(trainings)
-
-
-def assignment_for(spec: Ablation, assignment: Assignment) -> Assignment:
-    """A timing ablation (cost) measures in one process, one point at a time, alone on the machine."""
-    if spec.parallel:
-        return assignment
-    return dataclasses.replace(assignment, processes_per_run=1, nodes=1, slots=assignment.slots[:1] or ((),),
-                               threads_per_process=max(assignment.threads_per_process * assignment.processes_per_run, 1))
 
 
 def numerics_versions(records: list[dict]) -> dict[int, int]:
@@ -235,7 +232,7 @@ def run_ablation(spec: Ablation, scale: Scale, store: ResultStore, args: argpars
     if measure is None:
         from benchmarks.training import measure
     # the keys hold the threads each run trains with (benchmarks.suite.Run.key)
-    runs = with_threads(spec.runs(scale), assignment_for(spec, args.assignment).keyed_threads(spec.trains))
+    runs = with_threads(spec.runs(scale), (args.assignment if spec.parallel else args.assignment.alone()).keyed_threads(spec.trains))
     if args.report_only:  # the runs measured so far, e.g. of a suite still running, of any numerics version
         # and of any thread count: a run's record at this machine's threads, else at the committed runs' (the
         # settings line names the thread counts of the runs reported)
@@ -246,8 +243,8 @@ def run_ablation(spec: Ablation, scale: Scale, store: ResultStore, args: argpars
         # the warning before a job's limit covers the plan's longest evaluation, unless --signal-delay-s says
         cluster = dataclasses.replace(args.slurm, signal_delay_s=args.slurm.signal_delay_s
                                       or signal_delay_s(plan.longest_eval_min))
-        records = execute(runs, measure, store, assignment_for(spec, args.assignment), quiet=args.quiet,
-                          cluster=cluster, wait=not args.no_wait, minutes=minutes)
+        records = execute(runs, measure, store, args.assignment if spec.parallel else args.assignment.alone(),
+                          quiet=args.quiet, slurm_options=cluster, wait_for_jobs=not args.no_wait, minutes=minutes)
     if not records:
         return f"(no results of {spec.name} at --scale {scale.name} in {out} yet)"
     if spec.report is not None:  # its own report: the body, or the body and the verdicts
@@ -274,9 +271,12 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
 
         return gpu_check.main(argv[1:])
     args = parse(argv, prog)
-    no_slurm = launcher_flags.slurm_missing(args)
-    if no_slurm:  # before the plan and anything written: submitit's own refusal came as a traceback after them
-        print(f"{prog}: error: {no_slurm}", file=sys.stderr)
+    missing = [name for name in SLURM_COMMANDS if shutil.which(name) is None]
+    if args.launcher == "slurm" and missing and not (args.dry_run or args.report_only):
+        # said before the plan and anything written
+        print(f"{prog}: error: --launcher slurm needs SLURM's commands on PATH, and "
+              f"{', '.join(missing)} are not found here: run from a SLURM login node, or plan with "
+              "--dry-run", file=sys.stderr)
         return 2
     scale = args.scale_settings
     start = time.perf_counter()
@@ -296,12 +296,12 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     numerics = None if args.report_only else NUMERICS_VERSION
     stores = {spec.name: ResultStore(args.out / spec.name, numerics=numerics) for spec in specs}
     plans = {spec.name: planning.plan_ablation(spec, scale, stores[spec.name].keys(),
-                                               assignment_for(spec, args.assignment), args.gpu_tflops) for spec in specs}
+                                               (args.assignment if spec.parallel else args.assignment.alone()), args.gpu_tflops) for spec in specs}
     print(planning.describe(list(plans.values()), scale, args.assignment, args.gpu_tflops), flush=True)
     if args.dry_run:
         return 0
     problems = [p for p in plans.values() if p.problem and p.to_measure]
-    if args.launcher != "local" and problems and not args.report_only:  # a job's time limit comes from the plan
+    if args.launcher == "slurm" and problems and not args.report_only:  # a job's time limit comes from the plan
         print(f"\nnothing submitted: the plan of {problems[0].name} found a problem: {problems[0].problem}",
               file=sys.stderr, flush=True)
         return 2

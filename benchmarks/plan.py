@@ -1,5 +1,5 @@
 """What an ablation will cost before it starts: training FLOPs of every run, and minutes on the devices
-of the assignment the launchers will use (`benchmarks.launchers.assign`: processes per run, runs at
+of the assignment the launchers will use (`benchmarks.assignment`: processes per run, runs at
 once), estimated from a short measured throughput probe on the device itself, in the run's precision,
 with TF32 and at its micro-batch (or, for GPUs that are not here, from a stated GPU throughput).
 `python -m benchmarks all --dry-run` prints it with a live probe. A run's processes are assumed to
@@ -31,7 +31,7 @@ import torch
 
 import vitzoo
 from benchmarks import plan_inputs
-from benchmarks.launchers.assign import Assignment
+from benchmarks.assignment import Assignment
 from benchmarks.machine import environment
 from benchmarks.spec import Ablation, Scale
 from benchmarks.suite import RESULTS, Run, with_threads

@@ -1,6 +1,6 @@
 """What every ablation's runs share: a run keyed by its config, the results store that survives
 interruption and is shared by many processes, the record of a measured run, tables and figures.
-Where a number was measured is `benchmarks.machine`; how runs are measured, `benchmarks.execute`.
+Where a number was measured is `benchmarks.machine`; how runs are executed, `benchmarks.runner`.
 
 A run's key hashes its config, not the code that trained it; the code is named by NUMERICS_VERSION,
 stored in every record: a record of another version is not a result of the current code, so the

@@ -14,8 +14,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from benchmarks.execute import execute
-from benchmarks.launchers.assign import assign
+from benchmarks.assignment import assign
+from benchmarks.runner import execute
 from benchmarks.suite import RESULTS, ResultStore, Run, markdown_table
 from benchmarks.training import measure
 

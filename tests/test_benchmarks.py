@@ -97,13 +97,9 @@ def test_the_data_ablation_trains_nested_subsets_for_the_same_steps_and_stops_on
 
 
 @pytest.mark.slow
-def test_a_second_run_reuses_every_result(results, monkeypatch):
+def test_a_second_run_reuses_every_result(results):
+    """A run measured again would leave a new record (its wall time, its date): none does."""
     before = {a: (results / a / "results.json").read_text() for a in ABLATIONS}
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("a run with an existing result was measured again")
-
-    monkeypatch.setattr("benchmarks.execute._measured", refuse)  # every measurement of every ablation
     assert bench.main(["all", "--quick", "--quiet", "--out", str(results)]) == 0
     assert {a: (results / a / "results.json").read_text() for a in ABLATIONS} == before
 
@@ -114,13 +110,12 @@ def test_run_keys_depend_on_config_and_seed_not_on_labels():
     assert a.key != suite.Run("x", "label a", {"lr": 2}, 0).key != suite.Run("x", "label a", {"lr": 1}, 1).key
 
 
-def test_report_only_reports_runs_of_every_numerics_version_and_says_loudly_that_they_mix(tmp_path, monkeypatch):
+def test_report_only_reports_runs_of_every_numerics_version_and_says_loudly_that_they_mix(tmp_path):
     """One table, one code version: --report-only keeps reporting what is there, and the README says
     which numerics versions its runs are of, loudly when they mix; a suite would measure the old ones again."""
     from benchmarks.ablations.pos_embed import SPEC
     from benchmarks.scales import SCALES
 
-    monkeypatch.setattr("benchmarks.execute._measured", lambda *a, **k: pytest.fail("--report-only trained"))
     runs = SPEC.runs(SCALES["main"])
     records = [{"key": r.key, "ablation": r.ablation, "label": r.label, "group": r.group, "config": r.config,
                 "seed": r.seed, "metrics": {"test_acc": 0.85 + 0.01 * i, "fewshot_5": 0.8 + 0.01 * i}, "flops": 1.0,
@@ -135,6 +130,7 @@ def test_report_only_reports_runs_of_every_numerics_version_and_says_loudly_that
     assert f"numerics version 0 (recorded before the version existed), {suite.NUMERICS_VERSION}. " in readme
     assert json.loads((tmp_path / "pos_embed" / "findings.json").read_text())["numerics"] == [0, suite.NUMERICS_VERSION]
     assert suite.ResultStore(tmp_path / "pos_embed").keys() == {r["key"] for r in records if "numerics" in r}
+    assert not (tmp_path / "pos_embed" / "runs").exists()  # nothing trained
 
 
 def test_the_summary_names_the_numerics_versions_and_findings_of_an_earlier_rule(tmp_path):
@@ -352,7 +348,7 @@ def test_the_main_job_and_every_cpu_ablation_plan_within_their_budgets():
     thread per model, the CPU it was measured on recorded beside it), with the workers each is meant to
     run with (two one-thread processes on two cores). A model no one has probed fails with how to record it."""
     from benchmarks import plan
-    from benchmarks.launchers.assign import Assignment
+    from benchmarks.assignment import Assignment
     from benchmarks.scales import SCALES
 
     recorded, measured_on = plan.recorded_throughput()
@@ -369,7 +365,7 @@ def test_the_main_job_and_every_cpu_ablation_plan_within_their_budgets():
 
 def test_a_plan_with_a_recorded_probe_names_a_model_nobody_probed():
     from benchmarks import plan
-    from benchmarks.launchers.assign import assign
+    from benchmarks.assignment import assign
     from benchmarks.scales import SCALES
 
     with pytest.raises(KeyError, match="python -m benchmarks.plan --record"):
@@ -377,13 +373,15 @@ def test_a_plan_with_a_recorded_probe_names_a_model_nobody_probed():
 
 
 @pytest.mark.slow
-def test_dry_run_prints_the_plan_of_both_scales_and_trains_nothing(capsys, monkeypatch):
-    monkeypatch.setattr("benchmarks.execute._measured", lambda *a, **k: pytest.fail("a dry run trained"))
-    assert bench.main(["pos_embed", "data", "--scale", "cpu", "--dry-run", "--workers", "2"]) == 0
+def test_dry_run_prints_the_plan_of_both_scales_and_trains_nothing(capsys, monkeypatch, tmp_path):
+    out = tmp_path / "out"
+    assert bench.main(["pos_embed", "data", "--scale", "cpu", "--dry-run", "--workers", "2", "--out", str(out)]) == 0
+    assert not out.exists()
     text = capsys.readouterr().out
     assert "--scale cpu" in text and "measured throughput probe" in text and "| pos_embed | 28 |" in text  # 8 cells x 3 seeds, 2 of them x 5
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)  # the stated GPU throughput, GPU or not
-    assert bench.main(["all", "--scale", "paper", "--device", "cuda", "--dry-run"]) == 0
+    assert bench.main(["all", "--scale", "paper", "--device", "cuda", "--dry-run", "--out", str(out)]) == 0
+    assert not out.exists()
     text = capsys.readouterr().out
     assert "--scale paper" in text and "TFLOP/s" in text and "| all |" in text
 
@@ -558,16 +556,16 @@ def test_matplotlib_is_the_benchmarks_extra_and_no_module_of_vitzoo_imports_it()
     assert not drawing
 
 
-def test_without_matplotlib_the_benchmarks_say_how_to_install_it_before_they_train(monkeypatch, capsys):
+def test_without_matplotlib_the_benchmarks_say_how_to_install_it_before_they_train(monkeypatch, capsys, tmp_path):
     from benchmarks import figures
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if not installed
     with pytest.raises(ModuleNotFoundError, match=re.escape("pip install -e '.[bench]'")):
         figures.plt()
-    monkeypatch.setattr("benchmarks.execute._measured", lambda *a, **k: pytest.fail("trained without matplotlib"))
     with pytest.raises(SystemExit):
-        bench.main(["pos_embed", "--quick", "--quiet"])
+        bench.main(["pos_embed", "--quick", "--quiet", "--out", str(tmp_path / "out")])
     assert "pip install -e '.[bench]'" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()  # said before anything trained
 
 
 def test_the_operator_profile_sets_each_operator_of_vitzoo_beside_the_peer_s():
@@ -591,7 +589,7 @@ def test_the_operator_profile_sets_each_operator_of_vitzoo_beside_the_peer_s():
 def test_runs_measured_side_by_side_record_the_threads_each_trained_with(tmp_path):
     """With --workers 2 each run trains in a worker process with its share of the cores: the record says
     that share, not the launching process's threads (the last bits of a float32 sum depend on it)."""
-    from benchmarks.launchers.assign import assign
+    from benchmarks.assignment import assign
 
     share = assign("cpu", workers=2).threads_per_process
     assert bench.main(["head", "--quick", "--quiet", "--workers", "2", "--out", str(tmp_path)]) == 0

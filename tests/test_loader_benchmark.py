@@ -12,7 +12,7 @@ import torch
 
 from benchmarks import gpu_check, gpu_steps, plan, plan_inputs
 from benchmarks.ablations import ABLATIONS
-from benchmarks.launchers.assign import Assignment
+from benchmarks.assignment import Assignment
 from benchmarks.loader_data import PhotoSpec, mean_file_bytes, photo_folder
 from benchmarks.scales import SCALES, get_scale
 

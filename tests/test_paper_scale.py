@@ -16,8 +16,7 @@ import torch
 
 from benchmarks import plan as planning
 from benchmarks.ablations import ABLATIONS
-from benchmarks.launchers import local
-from benchmarks.launchers.assign import Assignment, assign, batch_share, default_per_run
+from benchmarks.assignment import Assignment, assign, batch_share, default_per_run
 from benchmarks.rehearsal_data import FolderSpec, image_folder
 from benchmarks.scales import get_scale, rehearsal_model
 from benchmarks.suite import ResultStore, Run, run_folder
@@ -180,7 +179,7 @@ def test_runs_at_once_see_only_their_own_gpu_set_and_the_plan_counts_the_same(mo
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
     assignment = assign("cuda", gpus_per_run=2)
     runs = [Run("fake", f"run {i}", {"model": "vit_ti16", "options": {}, "train": {}}, seed=i) for i in range(4)]
-    from benchmarks.execute import execute
+    from benchmarks.runner import execute
 
     results = execute(runs, _report_gpus, ResultStore(tmp_path), assignment, quiet=True)  # the suite's own path
     assert len(results) == 4
@@ -217,7 +216,7 @@ def _fail_or_sleep(run, device, out):
 def test_a_failed_run_cancels_the_runs_not_started_and_keeps_those_running(tmp_path):
     """One failure in a long queue is reported as soon as the runs already going are in, not after every
     queued run has trained."""
-    from benchmarks.execute import execute
+    from benchmarks.runner import execute
 
     runs = [Run("fake", "broken", {"x": 0}, 0, {"fails": True})] + [Run("fake", "fine", {"x": 1}, s) for s in range(1, 13)]
     store = ResultStore(tmp_path)

@@ -88,3 +88,26 @@ def test_two_ranks_on_one_gpu_are_refused_on_every_rank_naming_them():
     distributed.refuse_shared_gpus([("node1", "GPU-a"), ("node1", "GPU-b"), ("node2", "GPU-a")])  # distinct: fine
     with pytest.raises(ConfigError, match=r"ranks 0, 2 all work on GPU GPU-a of node1.*--gpus-per-task"):
         distributed.refuse_shared_gpus([("node1", "GPU-a"), ("node1", "GPU-b"), ("node1", "GPU-a")])
+
+
+def _fail_on_rank_1(run, device, out):
+    """Rank 1 fails once the process group exists; rank 0 waits as in an NCCL collective whose peer
+    is gone: for ever (gloo would notice the closed connection and fail too)."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=600))
+    if dist.get_rank() == 1:
+        raise RuntimeError("rank 1 fails on purpose")
+    dist.distributed_c10d._get_default_store().wait(["never set"], datetime.timedelta(seconds=600))
+
+
+@pytest.mark.slow
+def test_a_failing_rank_fails_its_run_through_the_elastic_launcher_with_its_error(tmp_path):
+    from benchmarks.assignment import assign
+    from benchmarks.runner import execute
+    from benchmarks.suite import ResultStore, Run
+
+    store = ResultStore(tmp_path)
+    with pytest.raises(RuntimeError, match=r"(?s)rank 1 failed.*rank 1 fails on purpose.*logs of every rank"):
+        execute([Run("x", "failing", {}, 0)], _fail_on_rank_1, store, assign("cpu", processes_per_run=2), quiet=True)
+    assert not store.keys()  # no record: the run is not done

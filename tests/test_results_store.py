@@ -7,8 +7,8 @@ import json
 import multiprocessing
 import shutil
 
-from benchmarks.execute import execute
-from benchmarks.launchers.assign import assign
+from benchmarks.assignment import assign
+from benchmarks.runner import execute
 from benchmarks.suite import NUMERICS_VERSION, RECORD, RESULTS, ResultStore, Run, record_folder, run_folder
 
 NOW = {"numerics": NUMERICS_VERSION}  # a record of the current code

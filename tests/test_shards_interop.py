@@ -108,8 +108,8 @@ def test_the_rehearsal_run_on_shards_equals_the_run_on_its_folder(tmp_path):
     launcher, a loader worker decoding JPEGs) on the folder and on its shards: the same dataset, order and
     augmentation, so the same final loss, test accuracy and curve, bit for bit."""
     from benchmarks.ablations import ABLATIONS
-    from benchmarks.execute import execute
-    from benchmarks.launchers.assign import assign
+    from benchmarks.assignment import assign
+    from benchmarks.runner import execute
     from benchmarks.scales import get_scale
     from benchmarks.suite import ResultStore, Run
     from benchmarks.training import measure

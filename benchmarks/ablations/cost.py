@@ -124,7 +124,7 @@ def probed(name: str, options: dict, batch: int) -> dict:
     """`probe` in a process of its own, forked from a fork server (the one the launcher uses, or one
     started here with the same imports): a fresh process for the memory it measures, without a fresh
     interpreter importing torch."""
-    from benchmarks.launchers.local import PRELOAD
+    from benchmarks.runner import PRELOAD
 
     if "forkserver" in multiprocessing.get_all_start_methods():
         multiprocessing.set_forkserver_preload([*PRELOAD, __name__])  # read only if no server runs yet

@@ -5,19 +5,18 @@ on PATH. Jobs run here as processes, with the environment SLURM gives them; each
 a folder under $SLURM_STANDIN_STATE (required):
 
     STATE/sbatch.jsonl, srun.jsonl   every sbatch script and srun command line received, in order
-    STATE/unknown                    job ids (or `*`) that sacct and scontrol do not know: UNKNOWN
+    STATE/unknown                    job ids (or `*`) that sacct does not know: UNKNOWN
     STATE/jobs/<id>/                 state, options.json, batch.sh, restarts, and while it runs: runner,
                                      group (the batch script's process group), tasks (the step's pids)
 
-What it honours: the #SBATCH options submitit writes (tasks, CPUs, GPUs, time limit, --signal,
---requeue, --output/--error with %j and %t); srun's --cpus-per-task (a step without it gets 1 CPU per
-task, as Slurm 22.05-23.02 give it: they do not pass sbatch's on) and --kill-on-bad-exit (the other
-tasks get SIGTERM, then SIGKILL after $SLURM_STANDIN_KILL_WAIT_S, default 2); signals to srun are
-passed to its tasks; `scontrol requeue` restarts the batch script with SLURM_RESTART_COUNT + 1, and is
-refused for a job submitted without --requeue (a site with JobRequeue=0); `scancel [--signal=SIG]`;
-sinfo's partition MaxTime ($SLURM_STANDIN_MAXTIME, default infinite). With $SLURM_STANDIN_HOLD=1 at
-submission a job stays PENDING (its script recorded, never run). Jobs of several nodes are recorded,
-not run: there is one node.
+What it honours: the #SBATCH options submitit writes (tasks, CPUs, GPUs, --requeue, --output and
+--error with %j and %t; a time limit and --signal are recorded, not enforced); srun's --cpus-per-task
+(a step without it gets 1 CPU per task, as Slurm 22.05-23.02 give it) and --kill-on-bad-exit (the
+other tasks get SIGTERM, then SIGKILL after $SLURM_STANDIN_KILL_WAIT_S, default 2); signals to srun
+are passed to its tasks; `scontrol requeue` restarts the batch script with SLURM_RESTART_COUNT + 1,
+refused for a job submitted without --requeue; `scancel --signal=SIG`; sinfo's MaxTime
+($SLURM_STANDIN_MAXTIME, default infinite). With $SLURM_STANDIN_HOLD=1 at submission a job stays
+PENDING (its script recorded, never run), as does a job of several nodes: there is one node.
 """
 
 from __future__ import annotations
@@ -75,7 +74,7 @@ def options(args: list[str]) -> tuple[dict, list[str]]:
 
 
 def known(job_id: str) -> bool:
-    """Whether sacct and scontrol know the job (STATE/unknown lists those they do not)."""
+    """Whether sacct knows the job (STATE/unknown lists those it does not)."""
     unknown = (state_dir() / "unknown").read_text().split() if (state_dir() / "unknown").exists() else []
     return job_dir(job_id).is_dir() and "*" not in unknown and str(job_id) not in unknown
 
@@ -158,12 +157,9 @@ def job_environment(job_id: str, opts: dict, restarts: int) -> dict:
 
 
 def run_job(job_id: str) -> int:
-    """The controller and the node in one: runs the batch script, requeued, cancelled, signalled and
-    timed out as SLURM would."""
+    """The controller and the node in one: runs the batch script, and again when requeued."""
     opts = json.loads(read(job_id, "options.json"))
     write(job_id, "runner", str(os.getpid()))
-    limit_s = float(opts.get("time", 0)) * 60 or float("inf")
-    sig_name, _, delay = str(opts.get("signal", "")).partition("@")
     restarts = 0
     while True:
         write(job_id, "restarts", str(restarts))
@@ -173,30 +169,22 @@ def run_job(job_id: str) -> int:
         batch = subprocess.Popen(["bash", str(job_dir(job_id) / "batch.sh")], env=job_environment(job_id, opts, restarts),
                                  stdout=out, stderr=err, cwd=opts["submit_dir"], start_new_session=True)
         write(job_id, "group", str(batch.pid))
-        started, warned, ending = time.time(), not sig_name, None
-        while batch.poll() is None and ending is None:
+        requeued = False
+        while batch.poll() is None and not requeued:
             time.sleep(0.1)
-            if not warned and time.time() - started >= limit_s - float(delay or 0):
-                warned = True  # the warning goes to the step's tasks, as SLURM's --signal does
-                signal_all([int(p) for p in read(job_id, "tasks").split()], getattr(signal, "SIG" + sig_name))
-            if (job_dir(job_id) / "requeue").exists():
-                ending = "REQUEUED"
-            elif (job_dir(job_id) / "cancel").exists():
-                ending = "CANCELLED"
-            elif time.time() - started >= limit_s:
-                ending = "TIMEOUT"
-        if ending is not None:
+            requeued = (job_dir(job_id) / "requeue").exists()
+        if requeued:
             end_group(batch.pid)
         batch.wait()
         out.close(), err.close()
         (job_dir(job_id) / "tasks").unlink(missing_ok=True)
-        if ending == "REQUEUED":
+        if requeued:
             (job_dir(job_id) / "requeue").unlink()
             write(job_id, "state", "REQUEUED")
             restarts += 1
             continue
         write(job_id, "exit_code", str(batch.returncode))
-        write(job_id, "state", ending or ("COMPLETED" if batch.returncode == 0 else "FAILED"))
+        write(job_id, "state", "COMPLETED" if batch.returncode == 0 else "FAILED")
         return 0
 
 
@@ -276,35 +264,15 @@ def scontrol(args: list[str]) -> int:
             return 1
         (job_dir(job_id) / "requeue").touch()
         return 0
-    if words[:2] == ["show", "job"]:
-        job_id = words[2]
-        if not known(job_id):
-            print("slurm_load_jobs error: Invalid job id specified", file=sys.stderr)
-            return 1
-        print(f"JobId={job_id} JobState={read(job_id, 'state')} Restarts={read(job_id, 'restarts', '0')}")
-        return 0
     print(f"scontrol (stand-in): {' '.join(args)} is not supported", file=sys.stderr)
     return 1
 
 
 def scancel(args: list[str]) -> int:
-    ids, sig, i = [], None, 0
-    while i < len(args):  # scancel [--signal=SIG | --signal SIG | -s SIG] ID...
-        if args[i] in ("--signal", "-s"):
-            sig, i = args[i + 1], i + 1
-        elif args[i].startswith("--signal="):
-            sig = args[i].partition("=")[2]
-        else:
-            ids.append(args[i])
-        i += 1
-    for job_id in ids:
-        if sig:  # to the tasks of the running step, as scancel --signal does
-            name = sig.upper() if sig.upper().startswith("SIG") else "SIG" + sig.upper()
-            signal_all([int(p) for p in read(job_id, "tasks").split()], getattr(signal, name))
-        elif read(job_id, "state") == "PENDING" and not read(job_id, "runner"):
-            write(job_id, "state", "CANCELLED")
-        else:
-            (job_dir(job_id) / "cancel").touch()
+    """scancel --signal=SIG ID...: the signal to the tasks of the running step."""
+    sig = next(a.partition("=")[2] for a in args if a.startswith("--signal="))
+    for job_id in (a for a in args if not a.startswith("-")):
+        signal_all([int(p) for p in read(job_id, "tasks").split()], getattr(signal, "SIG" + sig.upper()))
     return 0
 
 
