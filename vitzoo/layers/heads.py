@@ -62,22 +62,23 @@ class LinearHead(nn.Module):
 
 @dataclass
 class MLPHeadOptions(Options):
-    """`head_options` of head="mlp" (the flat name before: representation_size)."""
+    """`head_options` of head="mlp"."""
 
     KIND = "head 'mlp'"
 
-    representation_size: int | None = field(default=None, metadata={"help": "the width of the pre-logits Dense + "
-                                                                            "tanh layer (required)"})
+    representation_size: int | None = field(default=None, metadata={
+        "help": "the width of the pre-logits Dense + tanh layer (required)"})
 
     def __post_init__(self) -> None:
         check_fields(self, {"representation_size": "> 0"})
         if self.representation_size is None:
-            raise ConfigError("head='mlp' needs head_options={'representation_size': N} (the width of its "
-                              "pre-logits layer; --head.representation-size N on the command line)")
+            raise ConfigError("head='mlp' needs head_options={'representation_size': N} (the "
+                              "width of its pre-logits layer; --head.representation-size N on the "
+                              "command line)")
 
 
 class MLPHead(nn.Module):
-    """Pre-logits Dense + tanh of `representation_size`, then the classifier (pre-training heads)."""
+    """Pre-logits Dense + tanh of `representation_size`, then the classifier (pre-training)."""
 
     Options = MLPHeadOptions
 
