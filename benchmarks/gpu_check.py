@@ -58,7 +58,7 @@ def no_gpu_reason() -> str | None:
     """Why CUDA cannot be used here, or None when it can."""
     if torch.cuda.is_available():
         return None
-    from vitzoo.train.gpu_support import cuda_unavailable
+    from vitzoo.train.distributed import cuda_unavailable
 
     return cuda_unavailable() or "no CUDA GPU is visible to this torch (torch.cuda.is_available() is False)"
 
@@ -86,7 +86,7 @@ def run_child(argv: list[str], limit: float) -> dict[str, Any]:
 # ---------------------------------------------------------------------------- the steps
 def environment(out: Path) -> dict[str, Any]:
     from vitzoo.precision import native_bf16
-    from vitzoo.train.gpu_support import unsupported_gpu
+    from vitzoo.train.distributed import unsupported_gpu
 
     gpus = []
     for i in range(torch.cuda.device_count()):

@@ -188,7 +188,7 @@ def measure_worker_start(files: list[int], workers: list[int], passes: int) -> d
 
 def measure_first_batch(folder: Path, scale: str) -> dict[str, float]:
     """Seconds from making a scale's training loader (one forked worker) to its first micro-batch."""
-    from vitzoo.train.sampler import GlobalBatchSampler
+    from vitzoo.train import GlobalBatchSampler
 
     setup = scale_pipeline(scale)
     files = datasets.load_split(str(folder), "train")

@@ -5,14 +5,42 @@ from __future__ import annotations
 
 import datetime
 import os
+import platform
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from vitzoo.machine import CPU_FLAGS, cpu_flags, cpu_model
+from vitzoo import precision
 from vitzoo.train.distributed import pick_device
+
+# the instruction sets the CPU's matrix and element-wise kernels dispatch on (oneDNN, PyTorch's
+# vectorised kernels): two CPUs of one name and family can still differ here
+CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "avx512_fp16",
+             "amx_tile", "amx_bf16", "amx_fp16", "sve", "bf16")
+
+
+def cpu_model() -> str:
+    """The CPU's model name and family (Linux: /proc/cpuinfo), e.g. "AMD EPYC (family 25)": a number
+    is only comparable beside its CPU."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() or platform.machine()
+    pairs = (line.split(":", 1) for line in info.splitlines() if ":" in line)
+    fields = {k.strip(): v.strip() for k, v in pairs}
+    name = fields.get("model name", platform.machine())
+    return f"{name} (family {fields['cpu family']})" if "cpu family" in fields else name
+
+
+def cpu_flags() -> list[str]:
+    """The CPU_FLAGS this CPU has, in that order; elsewhere than Linux the vector width PyTorch
+    dispatches to (torch.backends.cpu.get_cpu_capability())."""
+    present = precision.cpu_flags()
+    if not present:
+        return [torch.backends.cpu.get_cpu_capability().lower()]
+    return [flag for flag in CPU_FLAGS if flag in present]
 
 
 def git_commit() -> str:

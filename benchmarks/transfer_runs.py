@@ -157,9 +157,9 @@ def publish_rehearsal_weights(tags: list[str], endpoint: str, token: str | None 
 
 @contextlib.contextmanager
 def serve_weights(root: Path, tags: list[str]) -> Iterator[str]:
-    """A loopback Hub (vitzoo.testing.hubserver) under `root` serving every tag's stand-in weights, with
+    """A loopback Hub (tests.hubserver) under `root` serving every tag's stand-in weights, with
     HF_ENDPOINT pointing at it while the rehearsal runs (its processes inherit it); yields its URL."""
-    from vitzoo.testing.hubserver import HubServer
+    from tests.hubserver import HubServer
 
     saved = {k: os.environ.get(k) for k in ("HF_ENDPOINT", "HF_HUB_DISABLE_XET")}
     with HubServer(Path(root)) as server:

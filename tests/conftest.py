@@ -9,12 +9,6 @@ import torch
 # cores: more threads than cores only spin against each other.
 WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // WORKERS)))
-# `--precision auto` and `vitzoo.inference` measure the CPU's fastest precision: the suite computes in float32
-# on every machine instead (tests/test_fastest.py measures, with this unset); subprocesses inherit it
-os.environ["VITZOO_CPU_PRECISION"] = "float32"
-# ... and `vitzoo.inference.for_inference`'s compile="auto" stays eager without measuring, so that tests do not
-# wait for compilations they are not about (tests/test_fastest.py measures, with this unset)
-os.environ["VITZOO_COMPILE"] = "0"
 
 TINY = dict(embed_dim=32, depth=2, num_heads=2, mlp_dim=64, img_size=32, patch_size=8, num_classes=5)
 
@@ -33,7 +27,7 @@ def _seed():
 @pytest.fixture
 def hermetic_hub(monkeypatch, tmp_path):
     """A Hugging Face environment of the test's own (tests/hub_testing.py): the cache in tmp_path, no
-    stray token, LFS uploads. Returns tmp_path."""
+    stray token, no Xet uploads. Returns tmp_path."""
     from hub_testing import hermetic_hub_environment  # imported by the tests that use the Hub only
 
     hermetic_hub_environment(monkeypatch, tmp_path)
@@ -42,10 +36,10 @@ def hermetic_hub(monkeypatch, tmp_path):
 
 @pytest.fixture
 def hub_server(hermetic_hub, monkeypatch):
-    """The loopback Hub (vitzoo.testing.hubserver) in tmp_path/hub, taking TOKEN, as HF_ENDPOINT (vitzoo
-    hands the current HF_ENDPOINT to huggingface_hub)."""
+    """The loopback Hub (tests/hubserver) in tmp_path/hub, taking TOKEN, as HF_ENDPOINT (vitzoo hands
+    the current HF_ENDPOINT to huggingface_hub)."""
     from hub_testing import TOKEN
-    from vitzoo.testing.hubserver import HubServer
+    from hubserver import HubServer
 
     with HubServer(hermetic_hub / "hub", token=TOKEN) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
@@ -54,8 +48,13 @@ def hub_server(hermetic_hub, monkeypatch):
 
 @pytest.fixture
 def one_second(monkeypatch):
-    """Hub waits of one second (VITZOO_HUB_TIMEOUT), for tests of a server that does not answer."""
-    monkeypatch.setenv("VITZOO_HUB_TIMEOUT", "1")
+    """Hub waits of one second (HF_HUB_DOWNLOAD_TIMEOUT, HF_HUB_ETAG_TIMEOUT), for tests of a server
+    that does not answer."""
+    from huggingface_hub import constants
+
+    for name in ("HF_HUB_DOWNLOAD_TIMEOUT", "HF_HUB_ETAG_TIMEOUT"):
+        monkeypatch.setenv(name, "1")
+        monkeypatch.setattr(constants, name, 1)
 
 
 # The modules whose fixtures train for minutes, longest first. With `--dist loadfile` a module runs whole on

@@ -1,10 +1,12 @@
-"""What the Hub tests share: a hermetic Hugging Face environment, a tiny model with random weights, a
-model pulled once into the cache, and `within` for calls that must not wait forever. The fixtures built
-on them (`hermetic_hub`, `hub_server`, `one_second`) are in tests/conftest.py."""
+"""What the Hub tests share: a hermetic Hugging Face environment, a tiny model with random weights,
+a model pulled once into the cache, `within` for calls that must not wait forever, and checks of
+the cache and of two models. The fixtures built on them (`hermetic_hub`, `hub_server`,
+`one_second`) are in tests/conftest.py."""
 
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import torch
 from huggingface_hub import constants
@@ -16,7 +18,7 @@ TINY = dict(embed_dim=32, depth=2, num_heads=2, mlp_dim=64, img_size=32, patch_s
 
 
 def hermetic_hub_environment(monkeypatch, tmp_path) -> None:
-    """A cache of our own, no stray token, LFS uploads (the test server has no Xet storage)."""
+    """A cache of our own, no stray token, no Xet uploads (the test server has no Xet storage)."""
     monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
@@ -40,7 +42,7 @@ def tiny(seed: int = 0, **changes):
 def pulled_once(model, repo_id: str, root, monkeypatch) -> None:
     """`model` pushed to a loopback Hub in `root` and pulled once, so that the cache holds it; the Hub is
     gone afterwards (HF_ENDPOINT still names it: the test points it elsewhere)."""
-    from vitzoo.testing.hubserver import HubServer
+    from hubserver import HubServer
 
     with HubServer(root, token=TOKEN) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
@@ -71,3 +73,26 @@ def within(seconds: float, call):
     if "error" in outcome:
         raise outcome["error"]
     return outcome["value"]
+
+
+def cache_dir() -> Path:
+    return Path(constants.HF_HUB_CACHE)
+
+
+def assert_cache_clean() -> None:
+    """Nothing half-written: no partial blobs, every snapshot entry points to a complete file."""
+    root = cache_dir()
+    if not root.exists():
+        return
+    assert not list(root.rglob("*.incomplete"))
+    for link in root.glob("models--*/snapshots/*/*"):
+        assert link.exists(), f"dangling {link}"
+
+
+def assert_same_model(a, b):
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys()
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        assert torch.equal(a(x), b(x))

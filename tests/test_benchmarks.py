@@ -165,6 +165,7 @@ def test_speed_benchmark_measures_every_contestant_on_the_same_weights(tmp_path)
     a spread, the matrix-product ceiling at the model's shapes, peak memory of a training step, the
     CPU's flags, a table and a figure."""
     from benchmarks.speed import measure
+    from vitzoo.precision import fastest as rule
 
     out = measure.main(quick=True, out=tmp_path / "speed")
     data = json.loads((out / "results.json").read_text())
@@ -189,11 +190,17 @@ def test_speed_benchmark_measures_every_contestant_on_the_same_weights(tmp_path)
     assert set(fastest["speeds"]) == {"vitzoo float32", "vitzoo.fast()"} | {
         f"{lib} {dtype}" for lib in ("timm", "torchvision") for dtype in ("float32", "bf16")}
     assert all(fastest["peer_best"][lib].startswith(lib + " ") for lib in ("timm", "torchvision"))
-    assert fastest["choice"].startswith("float32: VITZOO_CPU_PRECISION=float32")  # the suite fixes the CPU's choice
+    assert fastest["choice"] == f"{rule('cpu')}; eager"  # the device's rule, eager
     readme = (out / "README.md").read_text()
     assert "Each at its fastest" in readme and "over vitzoo float32" in readme
     assert "faster peer" in readme and "speed-up" in readme and "Matrix-product ceilings" in readme
     assert "![speed](speed.png)" in readme and (out / "speed.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_speed_help_prints_the_usage_without_measuring():
+    done = subprocess.run([sys.executable, "-m", "benchmarks.speed", "--help"], capture_output=True,
+                          text=True, timeout=120, cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0 and "--only inference|training|fastest" in done.stdout, done.stderr
 
 
 def test_speed_repetitions_rotate_so_that_no_contestant_always_follows_the_same_one():

@@ -44,7 +44,7 @@ def test_vitzoo_bench_help_names_vitzoo_bench(capsys):
 
 def test_a_directory_that_is_not_empty_is_refused_in_plain_words(tmp_path, capsys):
     """"choose another the directory" was the refusal of `vitzoo pull REPO DIR` into a non-empty DIR."""
-    from vitzoo.train.rundir import check_new_directory
+    from vitzoo.train.checkpoint import check_new_directory
 
     (tmp_path / "notes.txt").write_text("mine")
     with pytest.raises(ValueError) as refused:

@@ -47,7 +47,7 @@ def test_a_components_options_are_checked_by_it_with_the_fix_named():
 
 
 def test_the_option_travels_through_config_json_and_a_hub_round_trip(tmp_path, monkeypatch):
-    from vitzoo.testing.hubserver import HubServer
+    from hubserver import HubServer
 
     hermetic_hub_environment(monkeypatch, tmp_path)
     model = vitzoo.create("vit_s16", stem="convstem", stem_options={"extra_layers": 2}, **SMALL).eval()

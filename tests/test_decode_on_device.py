@@ -15,7 +15,7 @@ from vitzoo.data.on_device import decode_batch, decode_jpegs
 from vitzoo.errors import ConfigError
 from vitzoo.train import TrainConfig, Trainer, fit
 from vitzoo.train.distributed import Env
-from vitzoo.train.inputs import resolve_decode
+from vitzoo.train.build import resolve_decode
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 CROP_AND_FLIP = data.Augment(random_resized_crop=0.08, hflip=True)
@@ -171,7 +171,7 @@ def test_a_run_with_loader_workers_decodes_on_the_device_from_their_bytes(folder
     images, labels = next(trainer.inputs.micro_batches(0, trainer.steps_per_epoch))
     assert images.shape == (6, 3, 16, 16) and images.dtype == torch.uint8 and labels.shape == (6,)
     keys = next(iter(trainer.inputs.sampler))
-    assert torch.equal(images, torch.stack([trainer.train_set[k][0] for k in keys]))
+    assert torch.equal(images, torch.stack([trainer.inputs.train_set[k][0] for k in keys]))
 
 
 @CUDA

@@ -4,12 +4,12 @@ standing in for torch.cuda / torch.mps), and on a GPU (skipped without one) wher
 import pytest
 import torch
 from torch.overrides import TorchFunctionMode
+from train_testing import TINY
 
 import vitzoo
 from vitzoo import evaluate, precision
-from vitzoo.train import TrainConfig, build, distributed, evaluation, fit, gpu_support, loop, state
+from vitzoo.train import TrainConfig, build, checkpoint, distributed, fit, loop
 
-TINY = dict(embed_dim=32, depth=2, num_heads=2, mlp_dim=64, img_size=28, patch_size=7)
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
@@ -79,9 +79,9 @@ def test_the_mps_random_state_is_checkpointed_and_restored(monkeypatch):
     restored = []
     monkeypatch.setattr(torch.mps, "get_rng_state", lambda *a, **k: saved.clone())
     monkeypatch.setattr(torch.mps, "set_rng_state", lambda state, *a, **k: restored.append(state))
-    rngs = state.rng_state(torch.device("mps"))
+    rngs = checkpoint.rng_state(torch.device("mps"))
     assert torch.equal(rngs["mps"], saved) and "cuda" not in rngs
-    state.set_rng_state(rngs, torch.device("mps"))
+    checkpoint.set_rng_state(rngs, torch.device("mps"))
     assert len(restored) == 1 and torch.equal(restored[0], saved)
 
 
@@ -107,9 +107,9 @@ class FakeCudaRng:
 def test_a_rank_saves_and_restores_only_its_own_gpus_random_state(monkeypatch):
     """The rank on cuda:1 saves cuda:1's state alone, and restores it onto cuda:1."""
     fake = FakeCudaRng(monkeypatch)
-    rngs = state.rng_state(torch.device("cuda", 1))
+    rngs = checkpoint.rng_state(torch.device("cuda", 1))
     assert fake.read == [torch.device("cuda", 1)]
-    state.set_rng_state(rngs, torch.device("cuda", 1))
+    checkpoint.set_rng_state(rngs, torch.device("cuda", 1))
     assert [(d, s.tolist()) for d, s in fake.written] == [(torch.device("cuda", 1), [1, 1, 1, 1])]
 
 
@@ -117,18 +117,18 @@ def test_resume_from_an_old_checkpoint_on_a_machine_with_fewer_gpus_does_not_cra
     """Old checkpoints hold every visible GPU's state; a rank whose GPU is not among them keeps its
     fresh state, one whose GPU is restores that GPU's entry."""
     fake = FakeCudaRng(monkeypatch)
-    old = {**state.rng_state(), "cuda": [torch.zeros(4, dtype=torch.uint8), torch.ones(4, dtype=torch.uint8)]}
-    state.set_rng_state(old, torch.device("cuda", 3))
+    old = {**checkpoint.rng_state(), "cuda": [torch.zeros(4, dtype=torch.uint8), torch.ones(4, dtype=torch.uint8)]}
+    checkpoint.set_rng_state(old, torch.device("cuda", 3))
     assert fake.written == []
-    state.set_rng_state(old, torch.device("cuda", 1))
+    checkpoint.set_rng_state(old, torch.device("cuda", 1))
     assert [(d, s.tolist()) for d, s in fake.written] == [(torch.device("cuda", 1), [1, 1, 1, 1])]
 
 
 def test_a_cpu_resume_of_a_gpu_checkpoint_ignores_the_gpu_state(monkeypatch):
     """A checkpoint written on CUDA resumes on the CPU: the CUDA state is not touched."""
     fake = FakeCudaRng(monkeypatch)
-    rngs = state.rng_state(torch.device("cuda", 0))
-    state.set_rng_state(rngs, torch.device("cpu"))
+    rngs = checkpoint.rng_state(torch.device("cuda", 0))
+    checkpoint.set_rng_state(rngs, torch.device("cpu"))
     assert fake.written == []
 
 
@@ -147,12 +147,11 @@ def test_more_processes_than_gpus_is_an_error_at_start_naming_the_counts(monkeyp
 @pytest.mark.parametrize(("native", "expected"), [(True, torch.bfloat16), (False, torch.float16)])
 def test_auto_precision_is_bf16_only_on_gpus_that_have_it_natively(monkeypatch, native, expected):
     """precision=auto: bf16 where the GPU computes it natively (A100, H100), fp16 with the loss scaler
-    where it only emulates it (T4, V100), as gpu-half is; gpu-half is float32 on the CPU (where auto
-    measures: tests/test_fastest.py)."""
+    where it only emulates it (T4, V100), as gpu-half is; both are float32 on the CPU."""
     monkeypatch.setattr(precision, "native_bf16", lambda device: native)
     for rule in ("auto", "gpu-half"):
-        assert build.resolve_precision(tiny_config(precision=rule), torch.device("cuda", 0)) == expected
-    assert build.resolve_precision(tiny_config(precision="gpu-half"), torch.device("cpu")) is None
+        assert precision.training_dtype(rule, torch.device("cuda", 0)) == expected
+        assert precision.training_dtype(rule, torch.device("cpu")) is None
 
 
 @CUDA
@@ -167,9 +166,9 @@ def test_native_bf16_asks_about_the_training_gpu_without_emulation():
 def test_cuda_random_state_survives_a_save_and_restore():
     """Restoring the saved state of the training GPU replays its random numbers."""
     device = torch.device("cuda", 0)
-    rngs = state.rng_state(device)
+    rngs = checkpoint.rng_state(device)
     first = torch.rand(8, device=device)
-    state.set_rng_state(rngs, device)
+    checkpoint.set_rng_state(rngs, device)
     assert torch.equal(torch.rand(8, device=device), first)
 
 
@@ -298,9 +297,9 @@ def test_per_step_values_stay_on_the_device_until_log_time(monkeypatch):
         counted.setdefault("training", reads.count - counted["before"])
         return real(*args, **kwargs)
 
-    real = evaluation.classification_sums
+    real = build.classification_sums
     monkeypatch.setattr(loop, "Metrics", LoopStarts)
-    monkeypatch.setattr(evaluation, "classification_sums", first_evaluation)
+    monkeypatch.setattr(build, "classification_sums", first_evaluation)
     with reads:
         summary = fit(tiny_config(steps=8, log_every=4))
     # 2 log points; in each of the 2 epochs, the sampler's order and the loader's seed (host tensors)
@@ -348,10 +347,9 @@ def test_the_training_loader_is_made_once_with_persistent_workers_and_evaluation
     """Over three epochs with evaluations, one training loader is made, its workers persisting between
     epochs and evaluations; each evaluation (steps 4 and 8, and the final one) makes a loader whose
     workers end with it."""
-    from vitzoo.train import inputs
 
     made = []
-    real_loader, real_eval_loader = inputs.DataLoader, inputs.eval_loader
+    real_loader, real_eval_loader = build.DataLoader, build.eval_loader
 
     def training_loader(*args, **kwargs):
         made.append(("train", kwargs.get("persistent_workers")))
@@ -362,8 +360,8 @@ def test_the_training_loader_is_made_once_with_persistent_workers_and_evaluation
         made.append(("eval", loader.persistent_workers))
         return loader
 
-    monkeypatch.setattr(inputs, "DataLoader", training_loader)
-    monkeypatch.setattr(inputs, "eval_loader", evaluation_loader)
+    monkeypatch.setattr(build, "DataLoader", training_loader)
+    monkeypatch.setattr(build, "eval_loader", evaluation_loader)
     summary = fit(tiny_config(steps=12, eval_every=4, num_workers=1))
     assert summary["status"] == "finished"
     assert made == [("train", True), ("eval", False), ("eval", False), ("eval", False)]
@@ -429,14 +427,14 @@ def test_the_end_of_run_few_shot_evaluation_uses_the_loops_sharded_features(monk
     """Few-shot features come from the loop's sharing extractor with the configured workers; in one
     process that gives what the plain evaluation gives."""
     seen = {}
-    real = evaluation.fewshot_linear_accuracy
+    real = build.fewshot_linear_accuracy
 
     def capture(model, train_set, test_set, shots, **kwargs):
         seen["features"] = kwargs.get("features")
         seen["plain"] = real(model, train_set, test_set, shots, draws=kwargs["draws"], seed=kwargs["seed"])
         return real(model, train_set, test_set, shots, **kwargs)
 
-    monkeypatch.setattr(evaluation, "fewshot_linear_accuracy", capture)
+    monkeypatch.setattr(build, "fewshot_linear_accuracy", capture)
     summary = fit(tiny_config(fewshot=(1, 2)))
     assert seen["features"] is not None
     assert summary["fewshot"] == {str(k): v for k, v in seen["plain"].items()}
@@ -463,7 +461,7 @@ def test_fp16_on_cuda_trains_with_the_loss_scaler(tmp_path):
     summary = fit(tiny_config(tmp_path, device="cuda", precision="fp16", checkpoint_every=2))
     assert summary["status"] == "finished" and summary["precision"] == "float16"
     assert summary["final_loss"] is not None and summary["final_loss"] == summary["final_loss"]
-    saved = torch.load(state.latest(tmp_path / "run" / "checkpoints") / state.STATE_NAME, weights_only=True)
+    saved = torch.load(checkpoint.latest(tmp_path / "run" / "checkpoints") / checkpoint.STATE_NAME, weights_only=True)
     assert saved["scaler"]["scale"] > 0
 
 
@@ -541,7 +539,7 @@ def driver_probes(tmp_path, monkeypatch):
     seeing no CUDA and no MPS."""
     gpus, node = tmp_path / "gpus", tmp_path / "nvidia0"
     gpus.mkdir()
-    monkeypatch.setattr(gpu_support, "NVIDIA_PROBES", (gpus, node))
+    monkeypatch.setattr(distributed, "NVIDIA_PROBES", (gpus, node))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
     monkeypatch.setattr(torch.version, "cuda", "13.0")
@@ -613,7 +611,7 @@ def test_this_gpu_is_one_the_torch_build_has_kernels_for():
     is right), `auto` picks the GPU without a warning, and the GPU computes."""
     import warnings
 
-    assert gpu_support.unsupported_gpu(0) is None, torch.cuda.get_arch_list()
+    assert distributed.unsupported_gpu(0) is None, torch.cuda.get_arch_list()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert distributed.pick_device("auto") == torch.device("cuda", 0)
@@ -631,7 +629,7 @@ def test_the_host_copy_of_the_weights_is_a_copy_that_training_does_not_change():
     """keep_best's weights and those a checkpoint writes are copies on the host, not views of the
     live parameters (on the CPU, where a `.to("cpu")` would be the parameter itself)."""
     model = vitzoo.create("vit_ti16", **TINY)
-    copy = state.host_copy(model)
+    copy = checkpoint.host_copy(model)
     assert copy.keys() == model.state_dict().keys()
     assert all(t.device.type == "cpu" and not shares_memory_with_a_parameter(t, model) for t in copy.values())
     before = copy["head.fc.weight"].clone()
@@ -674,11 +672,11 @@ def test_saving_a_checkpoint_allocates_almost_nothing_on_the_gpu(tmp_path):
     torch.cuda.synchronize()
     base = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
-    state.save(tmp_path / "checkpoints", 1, model, {"optimizer": optimizer.state_dict()})
-    best = state.host_copy(model)
+    checkpoint.save(tmp_path / "checkpoints", 1, model, {"optimizer": optimizer.state_dict()})
+    best = checkpoint.host_copy(model)
     torch.cuda.synchronize()
     assert torch.cuda.max_memory_allocated() - base < size / 4, (torch.cuda.max_memory_allocated() - base, size)
     assert all(t.device.type == "cpu" for t in best.values())
     reloaded = vitzoo.create("vit_s16", num_classes=10)
-    state.load(state.latest(tmp_path / "checkpoints"), reloaded)
+    checkpoint.load(checkpoint.latest(tmp_path / "checkpoints"), reloaded)
     assert all(torch.equal(reloaded.state_dict()[k], v) for k, v in best.items())

@@ -182,7 +182,7 @@ def test_with_a_routable_host_name_the_ranks_agree_over_a_gloo_group_on_the_host
     fake = FakeNcclGroup(monkeypatch)
     monkeypatch.setattr(distributed, "host_addresses", resolver("10.1.2.3"))
     assert distributed.host_agreement(torch.device("cpu")) == ("gloo group", torch.device("cpu"))
-    assert fake.new_groups == [{"backend": "gloo", "timeout": distributed.collective_timeout()}] and len(recwarn) == 0
+    assert fake.new_groups == [{"backend": "gloo", "timeout": distributed.COLLECTIVE_TIMEOUT}] and len(recwarn) == 0
 
 
 def test_a_rank_whose_own_host_is_fine_follows_the_ranks_that_are_not(monkeypatch, recwarn):

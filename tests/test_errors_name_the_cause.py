@@ -68,20 +68,20 @@ def test_a_full_disk_during_a_checkpoint_is_said_to_be_one(tmp_path, monkeypatch
     import shutil
     from collections import namedtuple
 
-    from vitzoo.train import state
+    from vitzoo.train import checkpoint
 
     model = tiny()
-    state.save(tmp_path / "checkpoints", 1, model, {"step": 1})
+    checkpoint.save(tmp_path / "checkpoints", 1, model, {"step": 1})
 
     def full(obj, f):
         raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 64 vs 0")
 
-    monkeypatch.setattr(state.torch, "save", full)
+    monkeypatch.setattr(checkpoint.torch, "save", full)
     monkeypatch.setattr(shutil, "disk_usage", lambda path: namedtuple("usage", "total used free")(10**9, 10**9, 4096))
     with pytest.raises(OSError, match=r"the disk is full: checkpoint step_00000002 \(model.safetensors and state.pt\).*"
                                       r"0.0 MB are free there.*the last good checkpoint, step_00000001, is kept"):
-        state.save(tmp_path / "checkpoints", 2, model, {"step": 2})
-    assert state.latest(tmp_path / "checkpoints").name == "step_00000001"
+        checkpoint.save(tmp_path / "checkpoints", 2, model, {"step": 2})
+    assert checkpoint.latest(tmp_path / "checkpoints").name == "step_00000001"
 
 
 @pytest.mark.parametrize("log_every", [1, 3])

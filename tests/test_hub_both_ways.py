@@ -1,7 +1,7 @@
-"""vitzoo's pushes load in timm and transformers (issue 35.12): a push is written in timm's layout where timm
-builds the model (`timm.create_model("hf-hub:...", pretrained=True)`), in transformers' with
-format="transformers" (`ViTForImageClassification.from_pretrained`), in vitzoo's own for a model neither
-builds, with the card saying so; vitzoo loads every layout exactly. Each on the loopback Hub."""
+"""vitzoo's pushes load in timm and transformers: a push is written in timm's layout where timm builds
+the model (`timm.create_model("hf-hub:...", pretrained=True)`), in transformers' with
+format="transformers" (`ViTForImageClassification.from_pretrained`), in vitzoo's own for a model
+neither builds, with the card saying so; vitzoo loads every layout exactly. Each on the test Hub."""
 
 from __future__ import annotations
 

@@ -52,13 +52,9 @@ LAYERS: tuple[Layer, ...] = (
         "vitzoo/envvars.py": "vitzoo's environment variables, read one way: a value that means nothing is refused",
         "vitzoo/argvalues.py": "the command lines' parser: an empty or blank value is refused, naming its option",
         "vitzoo/version.py": "the version",
-        "vitzoo/refname.py": "git's rules for branch and tag names, which the Hub applies to revisions",
-        "vitzoo/precision.py": "numeric precision: --precision's names and dtypes, which one on which device, the "
-                               "one autocast context, the dtype of sums kept on a device",
-        "vitzoo/machine.py": "the CPU a measurement or a choice belongs to",
-        "vitzoo/fastest.py": "which precision this machine computes a model fastest in, measured once",
-        "vitzoo/measurements.py": "a timing kept only when its repeats agree, and for the machine it was made on",
-        "vitzoo/compile_gain.py": "what compiling a model gains, timed in turns and bounded by its FLOPs",
+        "vitzoo/precision.py": "numeric precision: --precision's names and dtypes, the rule of which one a device "
+                               "computes fastest in (a GPU's bf16 support, a CPU's flags), the one autocast "
+                               "context, the dtype of sums kept on a device",
         "vitzoo/flags.py": "command-line flags from an options dataclass's fields",
         "vitzoo/weights/layout.py": "the names of the files a model directory or Hub repo holds, the Hub prefix, "
                                     "the token grid",
@@ -89,17 +85,16 @@ LAYERS: tuple[Layer, ...] = (
         "vitzoo/checkpoints/": "files: `sources` (a file, directory or Hub repo read into converted weights), "
                                "`native` (save_pretrained's directory), `card` (its model card), `publish` (pushing it), "
                                "`layouts` (timm's, transformers' or vitzoo's config keys and names, as the library that builds the model reads them)",
-        "vitzoo/hub/": "transport only: `transport`, `settings`, `explain` for its errors, `cache` for its "
-                       "verification and repair, `deadline` for how long a call may wait",
+        "vitzoo/checkpoints/hub.py": "the Hub through huggingface_hub: pull into its cache, hashes checked; push a "
+                                     "folder as one commit; no call waits for ever; its errors named",
     }),
     Layer("Lookups and orchestration", "the model a name or a source describes", {
         "vitzoo/catalog.py": "pretrained tags: checked, listed, looked up",
         "vitzoo/pretrained.py": "the model a source describes: where weights become a model",
         "vitzoo/__init__.py": "the public face: `create`, `from_pretrained`, `list_*`",
         "vitzoo/transforms.py": "the preprocessing the weights expect",
-        "vitzoo/inference.py": "`for_inference`: the model in its fastest precision, compiled where that pays (it reads "
-                               "only leaves, so the package's face imports it)",
-        "vitzoo/fast.py": "the deprecated old name of `inference`",
+        "vitzoo/inference.py": "`for_inference`: the model in its device's fastest precision, compiled if asked (it "
+                               "reads only leaves, so the package's face imports it)",
         "vitzoo/export.py": "`export_onnx`: a model as an ONNX file through torch's exporter, checked with onnxruntime",
     }),
     Layer("Training and evaluation", "what is done with a model", {
@@ -107,11 +102,10 @@ LAYERS: tuple[Layer, ...] = (
                         "`on_device`: the bytes and each sample's crop and flip from the workers, decoded and applied "
                         "on the training device; `sharding` writes a folder as tar shards, `shards` and `shard_index` "
                         "read them",
-        "vitzoo/train/": "config and recipes; `build`: model, optimizer, precision; `start`: the batch split, the run's "
-                         "length and schedule, the model as the loop calls it; `loop`: the `Trainer`; `summary`: what "
-                         "a run leaves behind; `inputs`: its input pipeline, decoded in the workers or on the device; "
-                         "`groups`: the optimizer's parameter groups (layer-wise decay); `ema`: the moving average of the weights; "
-                         "`distributed`, `sampler`, `signals`, `state`, `evaluation`, `metrics`, `rundir`",
+        "vitzoo/train/": "`config`: the knobs and recipes; `build`: data, model, precision, input "
+                         "pipeline, evaluations; `optim`: parameter groups, schedule, EMA; `loop`: the "
+                         "`Trainer`; `checkpoint`: exact resume and the run directory; `summary`: "
+                         "metrics and summary.json; `distributed`: processes, devices, signals",
         "vitzoo/evaluate.py": "top-1 and top-5 accuracy, the paper's few-shot linear evaluation, a linear probe",
         "vitzoo/analysis.py": "looking inside a trained ViT (section 4.5)",
     }),
@@ -120,10 +114,6 @@ LAYERS: tuple[Layer, ...] = (
         "vitzoo/__main__.py": "`python -m vitzoo`",
         "vitzoo/commands/": "`train` and `eval`, `predict`, `list` and `info`, `push`, `pull` and `convert`, `export`, `shard`, `bench`",
     }),
-    Layer("The test Hub", "beside the package: nothing of vitzoo imports it", {
-        "vitzoo/testing/": "a Hub-compatible HTTP server for hermetic tests and air-gapped rehearsals; it imports "
-                           "`refname` to refuse the ref names the Hub refuses",
-    }, stands_on="Leaves"),
     Layer("The benchmarks", "beside the package: they import it, it never imports them", {
         "benchmarks/ablations/": "the {ablations}, one declarative spec each",
         "benchmarks/": "the framework that plans, runs and judges them, and the benchmarks that are not ablations "
@@ -256,7 +246,7 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def placement(path: str, layers: tuple[Layer, ...] = LAYERS) -> tuple[int, str] | None:
     """The layer (its index in `layers`) and the row of the table that place the module at `path` (from
-    the repository's root, as `vitzoo/hub/cache.py`): the longest path of the table that holds it."""
+    the repository's root, as `vitzoo/checkpoints/hub.py`): the longest path of the table that holds it."""
     held = [(len(key), index, key) for index, layer in enumerate(layers) for key in layer.modules
             if path == key or (key.endswith("/") and path.startswith(key))]
     return max(held)[1:] if held else None
@@ -334,8 +324,7 @@ def test_the_graph_is_read_from_the_code():
     assert {"vitzoo.model", "vitzoo.registry"} <= set(graph)
     assert "vitzoo.registry" in graph["vitzoo.model"]
     assert "vitzoo.checkpoints.publish" in graph["vitzoo.commands.weights"]  # inside run_push
-    assert {"vitzoo.hub.cache", "vitzoo.hub.settings"} <= graph["vitzoo.hub.transport"]  # from vitzoo.hub import ...
-    assert "vitzoo.testing.hubserver.server" in graph["vitzoo.testing.hubserver"]  # from .server import ...
+    assert "vitzoo.checkpoints.hub" in graph["vitzoo.checkpoints.sources"]  # from vitzoo.checkpoints import hub
     assert "vitzoo.config" not in graph["vitzoo.hookspecs"]  # under if TYPE_CHECKING
     assert "vitzoo.config" in import_graph(type_checking=True)["vitzoo.hookspecs"]
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]

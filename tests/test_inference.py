@@ -1,6 +1,8 @@
-"""Fast paths compute what the plain model computes: within 1e-4 in float32, within bf16's rounding in bf16."""
+"""`for_inference` and the compiled paths compute what the plain model computes: within 1e-4 in
+float32, within bf16's rounding in bf16."""
 
 import copy
+from pathlib import Path
 
 import pytest
 import torch
@@ -9,7 +11,7 @@ from torch._dynamo.utils import counters
 import vitzoo
 import vitzoo.inference
 from vitzoo.inference import compile_for_inference, compile_for_training
-from vitzoo.precision import Choice
+from vitzoo import precision
 
 HYBRID = dict(stem="resnet", resnet_layers=(1,), patch_size=1)
 
@@ -85,14 +87,15 @@ def features_and_logits(model, x):
 @pytest.mark.parametrize("compile", [pytest.param(False, id="eager"),
                                      pytest.param(True, id="compiled", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("extra", [{}, HYBRID], ids=["vit", "hybrid"])
-def test_inference_in_float32_equals_the_plain_model(tiny, extra, compile):
+def test_inference_in_float32_equals_the_plain_model_eager_or_compiled(tiny, extra, compile):
     model = perturbed({**tiny, **extra}).eval()
     x = torch.randn(4, 3, 32, 32)
     with torch.inference_mode():
         expected = model(x)
     tokens = features_and_logits(model, x)
-    fast = vitzoo.inference.for_inference(model, dtype=torch.float32, compile=compile, example=x)
+    fast = vitzoo.inference.for_inference(model, torch.float32, compile=compile)
     assert torch.allclose(fast(x), expected, atol=1e-4)
+    assert fast.describe() == f"float32: asked for; {'compiled' if compile else 'eager'}"
     assert torch.allclose(features_and_logits(fast.model, x), tokens, atol=1e-4)
 
 
@@ -108,7 +111,7 @@ def test_inference_in_bf16_equals_the_autocast_model_within_bf16_rounding(tiny, 
     with torch.autocast("cpu", dtype=torch.bfloat16):
         autocast = features_and_logits(model, x)
     weights = {name: p.data_ptr() for name, p in model.named_parameters()}
-    fast = vitzoo.inference.for_inference(model, dtype=torch.bfloat16, compile=compile, example=x)
+    fast = vitzoo.inference.for_inference(model, "bf16", compile=compile)
     assert fast.model is model and all(p.dtype == torch.bfloat16 and not p.requires_grad for p in model.parameters())
     assert set(fast.state_dict()) == {f"model.{name}" for name in model.state_dict()}
     assert all(p.data_ptr() != weights[name] for name, p in model.named_parameters())  # cast, not copied beside
@@ -120,38 +123,27 @@ def test_inference_in_bf16_equals_the_autocast_model_within_bf16_rounding(tiny, 
     assert torch.allclose(logits.float(), got[:, -tiny["num_classes"]:], atol=0.03 * scale)
 
 
-def test_inference_refuses_what_it_cannot_do(tiny):
+@pytest.mark.parametrize("asked", ["half", "int8", torch.int8, None])
+def test_a_precision_for_inference_does_not_know_is_refused_naming_the_choices(tiny, asked):
     model = vitzoo.create("vit_ti16", **tiny)
-    with pytest.raises(ValueError, match="dtype must be .auto. or one of"):
-        vitzoo.inference.for_inference(model, dtype=torch.int8)
-    with pytest.raises(ValueError, match="compile must be"):
-        vitzoo.inference.for_inference(model, compile="always")
-    with pytest.raises(ValueError, match="example must be a batch of floating-point images"):
-        vitzoo.inference.for_inference(model, compile=True, example=torch.zeros(2, 3, 32, 32, dtype=torch.uint8))
+    choices = "float32, bfloat16, float16, fp32, bf16, fp16"
+    with pytest.raises(ValueError, match=rf"use 'auto' or one of {choices}$"):
+        vitzoo.inference.for_inference(model, asked)
 
 
-# ---------------------------------------------------------------------------- the default half precision
-@pytest.mark.parametrize(("native", "expected"), [(True, torch.bfloat16), (False, torch.float16)])
-def test_the_default_inference_dtype_is_fp16_on_gpus_that_only_emulate_bf16(monkeypatch, native, expected):
-    """bf16 where the GPU computes it natively (A100, H100), fp16 where it only emulates it (T4, V100),
-    by the training's own test of the GPU; bf16 on the CPU."""
-    from vitzoo import precision
-
-    asked = []
-    monkeypatch.setattr(precision, "native_bf16", lambda device: asked.append(device) or native)
-    assert precision.half_of(torch.device("cuda", 1)) == expected
-    assert asked == [torch.device("cuda", 1)]
-    assert precision.half_of("cpu") == torch.bfloat16
+def test_compile_is_a_switch_of_true_or_false(tiny):
+    with pytest.raises(ValueError, match=r"compile='auto': use True or False"):
+        vitzoo.inference.for_inference(vitzoo.create("vit_ti16", **tiny), compile="auto")
 
 
-def test_for_inference_without_a_dtype_takes_the_fastest_precision_of_the_models_device(tiny, monkeypatch):
-    asked = []
-    monkeypatch.setattr(vitzoo.inference, "fastest_precision",
-                        lambda model, device, batch: asked.append(device) or Choice(torch.float16, "the fastest"))
+@pytest.mark.parametrize(("flags", "dtype"), [({"amx_bf16"}, torch.bfloat16), (set(), torch.float32)])
+def test_for_inference_by_default_computes_in_the_precision_of_the_device_rule(tiny, monkeypatch,
+                                                                               flags, dtype):
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset(flags))
     fast = vitzoo.inference.for_inference(vitzoo.create("vit_ti16", **tiny))
-    assert asked == [torch.device("cpu")] and fast.dtype == torch.float16
-    assert all(p.dtype == torch.float16 for p in fast.model.parameters())
-    assert fast.describe() == "float16: the fastest; eager: decided at the first call"
+    assert fast.dtype == dtype and all(p.dtype == dtype for p in fast.model.parameters())
+    assert fast(torch.randn(2, 3, 32, 32)).dtype == dtype
+    assert fast.describe() == f"{precision.fastest('cpu')}; eager"
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -170,28 +162,21 @@ def test_for_inference_on_a_gpu_infers_in_its_native_half_precision(tiny):
     assert (logits.float() - exact).abs().max() <= 0.03 * exact.abs().max()
 
 
-# ---------------------------------------------------------------------------- the name
-def test_the_readmes_line_runs_after_import_vitzoo_alone_and_the_old_name_still_works_with_a_warning():
-    """The README's `fast = vitzoo.inference.for_inference(model)` in a fresh process that only ran `import
-    vitzoo` (the package imports the module); `vitzoo.fast`, its deprecated old name, still gives the same
-    function, warning once."""
+def test_the_readmes_line_runs_after_import_vitzoo_alone():
+    """The README's `fast = vitzoo.inference.for_inference(model)` in a fresh process that only ran
+    `import vitzoo` (the package imports the module)."""
     import re
     import subprocess
     import sys
-    from pathlib import Path
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    (line,) = re.findall(r"^fast = vitzoo\.\w+\.for_inference\(model\).*$", readme, re.M)
+    (line,) = re.findall(r"^fast = vitzoo\.inference\.for_inference\(model\).*$", readme, re.M)
     script = "\n".join([
-        "import warnings, vitzoo",
-        "model = vitzoo.create('vit_ti16', embed_dim=32, depth=1, num_heads=2, mlp_dim=64, img_size=32, patch_size=8)",
+        "import vitzoo",
+        "model = vitzoo.create('vit_ti16', embed_dim=32, depth=1, num_heads=2, mlp_dim=64,"
+        " img_size=32, patch_size=8)",
         line,
-        "assert fast.describe().startswith('float32: ')",
-        "with warnings.catch_warnings(record=True) as caught:",
-        "    warnings.simplefilter('always')",
-        "    old = vitzoo.fast.for_inference",
-        "assert old is vitzoo.inference.for_inference",
-        "assert [str(w.message)[:40] for w in caught] == ['vitzoo.fast is renamed vitzoo.inference '], caught",
+        "assert fast.describe() == f\"{vitzoo.precision.fastest('cpu')}; eager\", fast.describe()",
     ])
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -252,7 +252,7 @@ def test_predict_refuses_a_head_without_class_names_before_downloading(hub_serve
 
     from hub_testing import TOKEN
     from vitzoo.catalog import registered
-    from vitzoo.hub import transport
+    from vitzoo.checkpoints import hub
 
     tag = registered()["vit_ti16.augreg_in21k"]
     api = HfApi(endpoint=hub_server.url, token=TOKEN)
@@ -261,8 +261,8 @@ def test_predict_refuses_a_head_without_class_names_before_downloading(hub_serve
     (tmp_path / "repo" / "config.json").write_text(json.dumps({"architecture": "vit_tiny_patch16_224"}))
     api.upload_folder(folder_path=tmp_path / "repo", repo_id=tag.hub_id)
     downloads = []
-    real = transport.download
-    monkeypatch.setattr(transport, "download", lambda *a, **k: downloads.append(a) or real(*a, **k))
+    real = hub.download
+    monkeypatch.setattr(hub, "download", lambda *a, **k: downloads.append(a) or real(*a, **k))
     Image.new("RGB", (32, 32)).save(tmp_path / "cat.png")
     assert main(["predict", str(tmp_path / "cat.png"), "--model", "vit_ti16.augreg_in21k"]) == 2
     assert downloads == [] and not list((tmp_path / "hf_home" / "hub").glob("models--timm--*"))  # the cache too

@@ -1,5 +1,5 @@
 """Nothing a user has is overwritten (issue 23): `vitzoo convert` and `vitzoo pull DIR` write only into
-a new or empty directory, the rule `vitzoo train --out` follows (vitzoo.train.rundir), and files
+a new or empty directory, the rule `vitzoo train --out` follows (vitzoo.train.checkpoint), and files
 vitzoo writes get the permissions the user's umask gives."""
 
 from __future__ import annotations

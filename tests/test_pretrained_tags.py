@@ -1,6 +1,6 @@
 """Pretrained tags: the released weights by name, from Hub repos laid out exactly as the real ones.
 
-Every registered tag gets a repo on the loopback Hub server (vitzoo.testing.hubserver) under its real
+Every registered tag gets a repo on the loopback Hub server (tests/hubserver) under its real
 name, with the real repo's files: timm's `config.json` (architecture, num_classes, num_features,
 global_pool, pretrained_cfg as timm publishes it), `model.safetensors` and `pytorch_model.bin`, and a
 model card; google's transformers `config.json` (with id2label), the published 160-byte
@@ -34,7 +34,7 @@ from vitzoo.cli import main
 from vitzoo.errors import HubError, PluginError
 from vitzoo.labels import imagenet_1k
 from vitzoo.tags import PretrainedTag
-from vitzoo.testing.hubserver import HubServer
+from hubserver import HubServer
 
 SMALL = dict(embed_dim=32, depth=1, num_heads=2, mlp_dim=64)  # the shrink: width 32, one block, two heads
 TAGS = sorted(registered())

@@ -53,3 +53,32 @@ def test_cli_errors_are_messages(tmp_path, capsys):
             main(["train", "vit_ti16", *wrong])
     assert main(["eval", str(tmp_path)]) == 2
     assert "holds no saved model" in capsys.readouterr().err
+
+
+def test_the_readmes_commands_parse_and_each_says_how_long_it_takes():
+    """Every `vitzoo` line of the README's command-line block parses with today's flags (a train line also
+    into a valid TrainConfig), and says how long it takes, on its line or in the comment line above it;
+    the first training example is the small ViT, which takes minutes, not ViT-Ti."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    from vitzoo.cli import build_parser
+    from vitzoo.commands.train import config_from_args
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = re.search(r"## Command line\n\n```\n(.*?)```", readme, re.S).group(1).splitlines()
+    duration = re.compile(r"\d+(\.\d+)?\s?(s|min|h)\b|seconds|as long as")  # "as long as": the network or disk decides
+    trains = []
+    for above, line in zip([""] + block, block):
+        if not line.startswith("vitzoo "):
+            continue
+        command, _, comment = line.partition("#")
+        assert duration.search(comment) or (above.startswith("#") and duration.search(above)), f"no time: {line}"
+        args = build_parser().parse_args(shlex.split(re.sub(r"\[[^]]*\]", "", command))[1:])
+        if args.command == "train":
+            trains.append(config_from_args(args))
+    assert len(trains) >= 2
+    first = trains[0]
+    assert first.data == "fashion-mnist" and first.epochs == 1 and first.model_options["depth"] == 4
+    assert first.model_options["embed_dim"] == 64

@@ -9,10 +9,10 @@ import subprocess
 import sys
 
 import pytest
+from train_testing import TINY
 
 from vitzoo.train import TrainConfig, fit
 
-TINY = dict(embed_dim=32, depth=2, num_heads=2, mlp_dim=64, img_size=28, patch_size=7)
 ARGS = dict(data="synthetic", train_limit=256, test_limit=64, batch_size=32, steps=8, lr=3e-3, warmup=2,
             log_every=1, checkpoint_every=4, layer_decay=0.75, model_ema_decay=0.8)
 

@@ -11,23 +11,21 @@ from pathlib import Path
 
 import pytest
 import torch
+import train_testing
+from train_testing import TINY
 from torch.utils.data import Subset
 
 import vitzoo
 from vitzoo import data as datasets
 from vitzoo.cli import main
-from vitzoo.train import TrainConfig, Trainer, evaluation, fit, loop
+from vitzoo.train import TrainConfig, Trainer, build, fit, loop
 
-TINY = dict(embed_dim=32, depth=2, num_heads=2, mlp_dim=64, img_size=28, patch_size=7)
 REAL_LOSS = loop.loss_fn  # before any test wraps it
 
 
 def tiny_config(tmp_path=None, **changes) -> TrainConfig:
-    base = dict(model="vit_ti16", model_options=dict(TINY), data="synthetic", train_limit=256, test_limit=128,
-                val_size=200, batch_size=32, steps=8, lr=3e-3, warmup=2, log_every=1, checkpoint_every=0, quiet=True,
-                tensorboard=False, device="cpu", out=str(tmp_path / "run") if tmp_path is not None else None)
-    base.update(changes)
-    return TrainConfig(**base)
+    """The shared tiny run with a validation split of 200 images."""
+    return train_testing.tiny_config(tmp_path, **{"val_size": 200, **changes})
 
 
 def fit_with_model(config: TrainConfig):
@@ -54,13 +52,13 @@ def metric_lines(run: Path) -> list[dict]:
 def spy_evaluations(monkeypatch) -> list[int]:
     """Record the size of every dataset the training loop evaluates top-1 on."""
     sizes = []
-    real = evaluation.classification_sums
+    real = build.classification_sums
 
     def spy(model, dataset, **kwargs):
         sizes.append(len(dataset))
         return real(model, dataset, **kwargs)
 
-    monkeypatch.setattr(evaluation, "classification_sums", spy)
+    monkeypatch.setattr(build, "classification_sums", spy)
     return sizes
 
 
@@ -85,21 +83,21 @@ PEAKED = dict(steps=16, eval_every=2, schedule="constant", train_limit=256, fews
 # ---------------------------------------------------------------------------- the split
 def test_validation_split_is_fixed_disjoint_and_training_subsets_nest(monkeypatch):
     seen = {}
-    real_fewshot = evaluation.fewshot_linear_accuracy
+    real_fewshot = build.fewshot_linear_accuracy
 
     def capture(model, train_set, test_set, shots, **kwargs):
         seen["fewshot_train"] = train_set
         return real_fewshot(model, train_set, test_set, shots, **kwargs)
 
-    monkeypatch.setattr(evaluation, "fewshot_linear_accuracy", capture)
-    real_sums = evaluation.classification_sums
+    monkeypatch.setattr(build, "fewshot_linear_accuracy", capture)
+    real_sums = build.classification_sums
 
     def capture_val(model, dataset, **kwargs):
         if len(dataset) == 300:
             seen["val"] = dataset
         return real_sums(model, dataset, **kwargs)
 
-    monkeypatch.setattr(evaluation, "classification_sums", capture_val)
+    monkeypatch.setattr(build, "classification_sums", capture_val)
     runs = {}
     for seed, limit in ((0, 200), (1, 200), (0, 400)):
         fit(tiny_config(seed=seed, train_limit=limit, val_size=300, steps=1, warmup=0, fewshot=(1,)))
@@ -172,14 +170,14 @@ def test_keep_best_evaluates_and_saves_the_weights_of_the_best_step(tmp_path, mo
 
 
 def test_keep_best_ties_keep_the_earliest(tmp_path, monkeypatch):
-    real = evaluation.classification_sums
+    real = build.classification_sums
 
     def flat_validation(model, dataset, **kwargs):  # every validation point scores 50%
         if len(dataset) == 200:
             return torch.tensor([100.0, 180.0, 200.0, 200.0], dtype=torch.float64)
         return real(model, dataset, **kwargs)
 
-    monkeypatch.setattr(evaluation, "classification_sums", flat_validation)
+    monkeypatch.setattr(build, "classification_sums", flat_validation)
     model, summary = fit_with_model(tiny_config(tmp_path / "tie", keep_best=True, eval_every=2, steps=6, schedule="constant", warmup=1))
     assert summary["best_step"] == 2 and summary["best_val_top1"] == summary["val_top1"] == 0.5
     short_model, _ = fit_with_model(tiny_config(tmp_path / "short", eval_every=2, steps=2, schedule="constant", warmup=1))

@@ -19,7 +19,7 @@ from benchmarks.scales import SCALES, get_scale
 from benchmarks.transfer_runs import measure, publish_rehearsal_weights
 from vitzoo.data import TensorImages, keep_classes
 from vitzoo.errors import ConfigError, DataError
-from vitzoo.testing.hubserver import HubServer
+from hubserver import HubServer
 from vitzoo.train import TrainConfig
 
 SPEC = ABLATIONS["transfer"]

@@ -6,7 +6,7 @@
     model = vitzoo.create("vit_b16.orig_in21k_ft_in1k", pretrained=True)   # released weights, by tag
     vitzoo.transforms_for(model)                                          # the preprocessing they expect
     vitzoo.list_models("vit_*"), vitzoo.list_pretrained("vit_b16*"), vitzoo.list_components()
-    fast = vitzoo.inference.for_inference(model)                          # fastest precision, compiled where faster
+    fast = vitzoo.inference.for_inference(model)                          # the device's fastest precision
     vitzoo.create("vit_b16", features_only=True, out_indices=(3, 7, 11))   # feature maps, as timm's
     vitzoo.export_onnx(model, "vit.onnx")                                 # ONNX, checked with onnxruntime
 """
@@ -44,16 +44,6 @@ from vitzoo.tags import PretrainedTag
 from vitzoo.transforms import transforms_for
 from vitzoo.version import __version__ as __version__  # the release, kept in a leaf that any module may read
 from vitzoo.weights.layout import HUB_PREFIX
-
-
-def __getattr__(name: str):
-    """`vitzoo.fast`, the deprecated name of `vitzoo.inference`, after `import vitzoo` alone as before
-    (with its warning); anything else is missing as usual."""
-    if name == "fast":
-        import vitzoo.fast
-
-        return vitzoo.fast
-    raise AttributeError(f"module 'vitzoo' has no attribute {name!r}")
 
 
 # the component that owns a part's flat names ("stem" -> "resnet"), for options given without a model

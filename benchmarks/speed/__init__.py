@@ -26,9 +26,9 @@ is also timed with each of scaled_dot_product_attention's kernels forced (`vitzo
 `vitzoo[mem_efficient]`, `vitzoo[cudnn]`, `vitzoo[math]`); training batches are 8x larger there.
 
 Each at its fastest (inference, batch 8): every peer eager in float32 and in the device's half precision
-under autocast, its faster one counted, against `vitzoo.inference.for_inference(model)` with no argument (the contestant `vitzoo.fast()`) (the
-precision `vitzoo.fastest` measures this machine computes fastest, compiled where that measured faster)
-and vitzoo's eager float32.
+under autocast, its faster one counted, against `vitzoo.inference.for_inference(model)` with no
+argument (the contestant `vitzoo.fast()`: the precision `vitzoo.precision.fastest` picks for the
+device, eager) and vitzoo's eager float32.
 
 The modules, in the order a case is measured:
 

@@ -68,7 +68,7 @@ def inference(case: Case, batches: list[int], reps: int, compile_at: int | None,
                 fresh_compiler()
                 contestants["vitzoo+compile"] = runner(compile_for_inference(model, x, autocast=dtype))
                 if dtype is not None:
-                    compiled = for_inference(copy.deepcopy(model), dtype, compile=True, example=x)
+                    compiled = for_inference(copy.deepcopy(model), dtype, compile=True)
                     contestants["vitzoo.fast+compile"] = runner(compiled, mixed=None)
                 for lib, peer in peers.items():
                     contestants[f"{lib}+compile"] = runner(compile_for_inference(peer, x, autocast=dtype))
@@ -85,15 +85,15 @@ def inference(case: Case, batches: list[int], reps: int, compile_at: int | None,
 
 def at_their_fastest(case: Case, batch: int, reps: int, device: torch.device) -> list[dict]:
     """Each contestant at its own fastest: every peer eager in float32 and in its device's half precision
-    under autocast, vitzoo eager in float32, and `vitzoo.inference.for_inference(model)` with no argument (the
-    precision `vitzoo.fastest` picks on this machine, compiled where that measured faster: settled at
-    the warm-up call, before the timing), interleaved in one run."""
+    under autocast, vitzoo eager in float32, and `vitzoo.inference.for_inference(model)` with no
+    argument (the precision `vitzoo.precision.fastest` picks for this device, eager), interleaved in
+    one run."""
     torch.manual_seed(0)
     peers = {lib: build().eval().to(device) for lib, build in case.peers.items()}
     model = converted(next(iter(peers.values())).cpu(), case).eval().to(device)
     for peer in peers.values():
         peer.to(device)
-    fast = for_inference(copy.deepcopy(model))  # "auto" twice: measured here (or read from this machine's cache)
+    fast = for_inference(copy.deepcopy(model))
     x = torch.randn(batch, 3, case.img_size, case.img_size, device=device)
 
     def runner(m, mixed=None):

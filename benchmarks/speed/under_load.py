@@ -1,18 +1,14 @@
-"""The fast path beside a competing process (issue 33 item 14): does `for_inference(model)` degrade no
-worse than eager when another process is busy on one of the cores?
+"""The fast path beside a competing process: does `for_inference(model)` degrade no worse than eager
+when another process is busy on one of the cores?
 
     python -m benchmarks.speed.under_load [--depth 4] [--batch 4] [--reps 5] [--out DIR]
 
 One ViT-S/16 (at `--depth` layers: small enough to compile in a minute on 2 cores), in the precision
-this machine computes fastest (`vitzoo.fastest`), timed in two phases, alone and beside a competitor (a
-busy loop pinned to the last core, as another user's process would be), each contestant's calls
-interleaved with the others' so that the machine's load hits all alike:
-
-- `eager`: the plain model; `fast eager`: `for_inference(model, compile=False)` (weights cast once);
-- `compiled`: `for_inference(model, compile=True)`: what a compile gain kept from a quiet moment ran
-  before, unchecked (0.37x eager bf16 in the issue, beside one busy process on 2 cores);
-- `for_inference()`: `compile="auto"` with such a gain kept (1.24x, as the issue measured quietly),
-  settled in the phase itself: checked at this use and measured again where compiled is slower.
+the CPU computes fastest (`vitzoo.precision.fastest`), timed in two phases, alone and beside a
+competitor (a busy loop pinned to the last core, as another user's process would be), each
+contestant's calls interleaved with the others' so that the machine's load hits all alike:
+`eager` (the plain model), `fast eager` (`for_inference(model)`: weights cast once) and `compiled`
+(`for_inference(model, compile=True)`).
 
 Recorded with the CPU, threads, `OMP_WAIT_POLICY` and the load average before and after each phase, in
 benchmarks/results/speed/under_load.json and under_load.md (one measurement each time, not a store).
@@ -27,7 +23,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -37,14 +32,12 @@ import torch
 import vitzoo
 from benchmarks.machine import environment
 from benchmarks.suite import RESULTS, markdown_table
-from vitzoo import measurements, precision
+from vitzoo import precision
 from vitzoo.argvalues import ArgumentParser
-from vitzoo.fastest import fastest_precision
-from vitzoo.inference import COMPILE_CACHE, compile_key, for_inference
+from vitzoo.inference import for_inference
 from vitzoo.io import write_text
 
 OUT = RESULTS / "speed"
-QUIET_GAIN = 1.24  # the compile gain the issue measured on the quiet machine, kept as if measured here
 
 
 def competitor(core: int) -> subprocess.Popen:
@@ -71,21 +64,17 @@ def phase(model: torch.nn.Module, dtype: torch.dtype, x: torch.Tensor, reps: int
     try:
         time.sleep(1.0 if loaded else 0.0)
         load_before = os.getloadavg()[0]
-        eager_fast = for_inference(copy.deepcopy(model), dtype, compile=False)
-        compiled = for_inference(copy.deepcopy(model), dtype, compile=True, example=x)
-        auto = for_inference(copy.deepcopy(model), dtype, compile="auto")
-        measurements.store(COMPILE_CACHE, compile_key(auto, x.to(dtype)),
-                           {"gain": QUIET_GAIN, "spread": 0.0, "eager_s": 1.0, "compiled_s": 1.0 / QUIET_GAIN, "least_s": 0.0})
-        auto(x)  # settles compile="auto" here, in this phase's conditions
+        eager_fast = for_inference(copy.deepcopy(model), dtype)
+        compiled = for_inference(copy.deepcopy(model), dtype, compile=True)
         mixed = None if dtype == torch.float32 else dtype
 
         def eager():
             with torch.inference_mode(), precision.autocast(x.device, mixed):
                 model(x)
 
-        timings = interleaved({"eager": eager, "fast eager": lambda: eager_fast(x), "compiled": lambda: compiled(x),
-                               "for_inference()": lambda: auto(x)}, reps)
-        return {"loaded": loaded, "load_before": load_before, "load_after": os.getloadavg()[0], "auto": auto.describe(),
+        timings = interleaved({"eager": eager, "fast eager": lambda: eager_fast(x),
+                               "compiled": lambda: compiled(x)}, reps)
+        return {"loaded": loaded, "load_before": load_before, "load_after": os.getloadavg()[0],
                 "timings": timings}
     finally:
         if hog is not None:
@@ -109,8 +98,6 @@ def report(record: dict) -> str:
         f"{record['reps']} interleaved repetitions per phase. The load average (1 min) before and after each phase "
         "counts the other users of this shared machine too.",
         markdown_table(["phase", "load", "contestant", "images/s", "min-max", "over eager"], rows),
-        "`for_inference()` settled as: " + "; ".join(f"{'beside a busy process' if p['loaded'] else 'alone'}: {p['auto']}"
-                                                    for p in record["phases"]),
     ]) + "\n"
 
 
@@ -128,10 +115,8 @@ def main(argv: list[str] | None = None) -> Path:
     torch.manual_seed(0)
     model = vitzoo.create("vit_s16", depth=args.depth).eval()
     x = torch.randn(args.batch, 3, 224, 224)
-    with tempfile.TemporaryDirectory() as cache:  # the kept measurements of this run only, not the user's
-        os.environ["VITZOO_CACHE"] = cache
-        choice = fastest_precision(model, "cpu", batch=args.batch)
-        phases = [phase(model, choice.dtype, x, args.reps, loaded) for loaded in (False, True)]
+    choice = precision.fastest("cpu")
+    phases = [phase(model, choice.dtype, x, args.reps, loaded) for loaded in (False, True)]
     record = {"model": f"vit_s16 (depth {args.depth})", "batch": args.batch, "dtype": precision.NAMES[choice.dtype],
               "choice": str(choice), "reps": args.reps, "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "unset"),
               "command": " ".join(["python -m benchmarks.speed.under_load", *(argv if argv is not None else sys.argv[1:])]).strip(),

@@ -1,6 +1,6 @@
 """Publishing vitzoo's own format on the Hugging Face Hub: a directory that save_pretrained wrote,
 checked, written in the layout of the library that loads it (`vitzoo.checkpoints.layouts`), then uploaded
-through `vitzoo.hub.transport` as one commit; a model is saved first.
+through `vitzoo.checkpoints.hub` as one commit; a model is saved once, into the folder uploaded.
 
     model.push_to_hub("alice/vit-b16-cifar10")   # config.json, model.safetensors, README.md
     vitzoo push DIRECTORY alice/vit-b16-cifar10  # a directory save_pretrained (or training) wrote
@@ -24,7 +24,7 @@ from vitzoo.checkpoints.card import with_usage
 from vitzoo.checkpoints.layouts import choose, without_library_keys
 from vitzoo.checkpoints.native import read_config, read_json_object, save_pretrained, write_model
 from vitzoo.errors import CheckpointError, ConfigError, HubError
-from vitzoo.hub import transport
+from vitzoo.checkpoints import hub
 from vitzoo.weights.converted import check_state_dict
 from vitzoo.weights.layout import CARD_NAME, CONFIG_NAME, PREPROCESSOR_NAME, SAVED_FILES, WEIGHTS_NAME
 
@@ -72,32 +72,31 @@ def relaid(directory: Path, source: Source, repo_id: str, requested: str, stage:
     return layout
 
 
+def _upload(stage: Path, repo_id: str, **options: Any) -> str:
+    # an earlier transformers push's preprocessor_config.json goes when this layout has none
+    return hub.upload_folder(stage, repo_id, PUSHED_FILES, replaces=(PREPROCESSOR_NAME,), **options)
+
+
 def push_folder(
     directory: str | os.PathLike,
     repo_id: str,
     *,
     model_class: type,
-    token: str | None = None,
-    private: bool = False,
-    revision: str | None = None,
-    commit_message: str = "Upload vitzoo model",
-    endpoint: str | None = None,
     format: str = "auto",
+    **options: Any,
 ) -> str:
     """Upload a directory written by `save_pretrained` as one commit, once it loads as a model of
     `model_class` (`check_loads`), in the layout `format` chooses (see the module's docstring; the
-    directory itself is not changed); create the repo (and the branch `revision`) when they do not exist.
-    Returns the commit's URL."""
+    directory itself is not changed). `options`: those of `hub.upload_folder` (token, private,
+    revision, commit_message, endpoint). Returns the commit's URL."""
     directory = Path(directory)
     if not (directory / WEIGHTS_NAME).exists():
-        raise HubError(f"{directory} has no {WEIGHTS_NAME}; write it with model.save_pretrained(...)")
+        raise HubError(f"{directory} has no {WEIGHTS_NAME}; write it with model.save_pretrained()")
     source = check_loads(directory, model_class, repo_id)
     with tempfile.TemporaryDirectory(prefix="vitzoo-push-") as tmp:
         stage = Path(tmp) / "repo"
         relaid(directory, source, repo_id, format, stage)
-        return transport.upload_folder(stage, repo_id, PUSHED_FILES, commit_message=commit_message, token=token,
-                                       private=private, revision=revision, endpoint=endpoint,
-                                       replaces=(PREPROCESSOR_NAME,))  # an earlier transformers push's
+        return _upload(stage, repo_id, **options)
 
 
 def push_to_hub(
@@ -112,14 +111,17 @@ def push_to_hub(
     card: dict[str, Any] | None = None,
     format: str = "auto",
 ) -> str:
-    """`model.save_pretrained` into a temporary directory in the layout `format` chooses (see the module's
-    docstring: timm's by default where timm builds the model), then `push_folder` it (checked to load as a
-    model of the model's class: one changed by hand after it was built may not)."""
+    """`model.save_pretrained` once, with the card made for `repo_id`, into the folder uploaded, in
+    the layout `format` chooses (see the module's docstring: timm's where timm builds the model);
+    uploaded once it loads as a model of the model's class (one changed by hand after it was built
+    may not). Returns the commit's URL."""
     try:
         layout = choose(model.config, format)
     except ConfigError as exc:
         raise ConfigError(f"nothing was pushed to {repo_id}: {exc}") from exc
     with tempfile.TemporaryDirectory(prefix="vitzoo-push-") as tmp:
-        save_pretrained(model, tmp, card={"repo_id": repo_id, **(card or {})}, layout=layout)
-        return push_folder(tmp, repo_id, model_class=type(model), token=token, private=private, revision=revision,
-                           commit_message=commit_message, endpoint=endpoint, format=layout)
+        stage = Path(tmp) / "repo"
+        save_pretrained(model, stage, card={"repo_id": repo_id, **(card or {})}, layout=layout)
+        check_loads(stage, type(model), repo_id)
+        return _upload(stage, repo_id, token=token, private=private, revision=revision,
+                       commit_message=commit_message, endpoint=endpoint)

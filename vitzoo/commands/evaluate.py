@@ -17,7 +17,7 @@ from vitzoo.errors import ConfigError
 from vitzoo.flags import parse_tuple
 from vitzoo.options import check_number
 from vitzoo.train.config import DEVICES, TrainConfig
-from vitzoo.train.ema import EMA_WEIGHTS_NAME
+from vitzoo.train.optim import EMA_WEIGHTS_NAME
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

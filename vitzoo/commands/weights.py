@@ -15,7 +15,7 @@ from vitzoo.checkpoints.layouts import CHOICES
 from vitzoo.checkpoints.native import is_saved, read_json_object
 from vitzoo.errors import CheckpointError
 from vitzoo.io import atomic_path, staged_directory
-from vitzoo.train.rundir import check_new_directory
+from vitzoo.train.checkpoint import check_new_directory
 from vitzoo.weights.layout import CONFIG_NAME, HUB_PREFIX
 
 
@@ -71,7 +71,7 @@ def _copy_files(snapshot: Path, destination: Path) -> None:
 
 
 def run_pull(args) -> int:
-    from vitzoo.hub.transport import download
+    from vitzoo.checkpoints.hub import download
     from vitzoo.pretrained import load_pretrained
 
     source = args.repo_id if args.repo_id.startswith(HUB_PREFIX) else HUB_PREFIX + args.repo_id

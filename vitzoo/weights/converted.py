@@ -4,7 +4,7 @@ model it builds.
 A weight format (`vitzoo.weights.formats`) turns foreign weights into `ConvertedWeights`: a state dict
 with vitzoo's names and the model options that the weights decide (their GELU, LayerNorm eps,
 pooling, head). `vitzoo.pretrained` builds the model from them. (A training checkpoint, the state
-a run resumes from, is `vitzoo.train.state`.)
+a run resumes from, is `vitzoo.train.checkpoint`.)
 """
 
 from __future__ import annotations

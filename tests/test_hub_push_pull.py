@@ -1,5 +1,5 @@
 """Push to and pull from a Hugging Face Hub, end to end: the real huggingface_hub client over real
-HTTP against vitzoo.testing.hubserver on 127.0.0.1, with the cache in tmp_path."""
+HTTP against the test Hub (tests/hubserver) on 127.0.0.1, with the cache in tmp_path."""
 
 from __future__ import annotations
 
@@ -12,38 +12,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from hub_testing import TOKEN, tiny  # tests/hub_testing.py
-from huggingface_hub import constants
+from hub_testing import TOKEN, assert_cache_clean, assert_same_model, cache_dir, tiny
 
 import vitzoo
+from vitzoo.checkpoints.hub import download, parse
 from vitzoo.errors import CheckpointError, HubError
-from vitzoo.hub.transport import download, parse
 
 
 pytestmark = pytest.mark.usefixtures("hermetic_hub")  # tests/conftest.py
-
-
-def cache_dir() -> Path:
-    return Path(constants.HF_HUB_CACHE)
-
-
-def assert_cache_clean() -> None:
-    """Nothing half-written: no partial blobs, every snapshot entry points to a complete file."""
-    root = cache_dir()
-    if not root.exists():
-        return
-    assert not list(root.rglob("*.incomplete"))
-    for link in root.glob("models--*/snapshots/*/*"):
-        assert link.exists(), f"dangling {link}"
-
-
-def assert_same_model(a, b):
-    sa, sb = a.state_dict(), b.state_dict()
-    assert sa.keys() == sb.keys()
-    assert all(torch.equal(sa[k], sb[k]) for k in sa)
-    x = torch.randn(2, 3, 32, 32)
-    with torch.no_grad():
-        assert torch.equal(a(x), b(x))
 
 
 def test_parse_references():
@@ -100,35 +76,10 @@ def test_offline_after_a_first_pull(hub_server, monkeypatch):
     assert_cache_clean()
 
 
-def test_a_repo_that_does_not_exist(hub_server):
-    with pytest.raises(HubError, match=f"no model repository alice/missing on {re.escape(hub_server.url)}"):
-        vitzoo.from_pretrained("hf-hub:alice/missing")
-    tiny().push_to_hub("alice/exists", token=TOKEN)
-    with pytest.raises(HubError, match="has no revision 'v9'"):
-        vitzoo.from_pretrained("hf-hub:alice/exists@v9")
-    assert_cache_clean()
-
-
-def test_a_wrong_token(hub_server, monkeypatch):
-    with pytest.raises(HubError, match=r"refused the token \(401 Unauthorized\) trying to write to alice/t"):
-        tiny().push_to_hub("alice/t", token="wrong")
-    model = tiny()
-    model.push_to_hub("alice/t", token=TOKEN, private=True)
-    monkeypatch.setenv("HF_TOKEN", "wrong")
-    with pytest.raises(HubError, match=r"refused the token \(401 Unauthorized\) trying to read alice/t: set a valid token"):
-        vitzoo.from_pretrained("hf-hub:alice/t")
-    monkeypatch.delenv("HF_TOKEN")
-    with pytest.raises(HubError, match="no model repository alice/t .*private"):
-        vitzoo.from_pretrained("hf-hub:alice/t")
-    monkeypatch.setenv("HF_TOKEN", TOKEN)
-    assert_same_model(model, vitzoo.from_pretrained("hf-hub:alice/t"))
-    assert_cache_clean()
-
-
 def start_server_process(root: Path) -> tuple[subprocess.Popen, str]:
     process = subprocess.Popen(
-        [sys.executable, "-m", "vitzoo.testing.hubserver", "--root", str(root), "--port", "0", "--token", TOKEN],
-        stdout=subprocess.PIPE, text=True,
+        [sys.executable, "-m", "tests.hubserver", "--root", str(root), "--port", "0", "--token", TOKEN],
+        stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1],
     )
     url = process.stdout.readline().strip()
     assert url.startswith("http://127.0.0.1:"), url
@@ -174,21 +125,6 @@ def test_a_truncated_model_safetensors(hub_server, tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(again.state_dict().values(), model.state_dict().values()))
 
 
-def test_a_config_that_does_not_fit_the_weights(hub_server, tmp_path):
-    from vitzoo.cli import main
-
-    tiny().save_pretrained(tmp_path / "saved")
-    config_path = tmp_path / "saved" / "config.json"
-    document = json.loads(config_path.read_text())
-    document["model"]["mlp_dim"] = 96
-    config_path.write_text(json.dumps(document))
-    # refused before anything is uploaded (the pull could only say so afterwards)
-    assert main(["push", str(tmp_path / "saved"), "alice/misfit", "--token", TOKEN]) == 2
-    with pytest.raises(HubError, match="no model repository alice/misfit"):
-        vitzoo.from_pretrained("hf-hub:alice/misfit")
-    assert_cache_clean()
-
-
 @pytest.mark.slow
 def test_cli_push_and_pull_with_the_usual_environment(hub_server, tmp_path, monkeypatch, capsys):
     """`vitzoo push` / `vitzoo pull` configured only by HF_* variables; then an offline pull in a fresh
@@ -212,18 +148,6 @@ def test_cli_push_and_pull_with_the_usual_environment(hub_server, tmp_path, monk
     assert offline.returncode == 0, offline.stderr
     assert_same_model(model, vitzoo.from_pretrained(tmp_path / "offline"))
     assert_cache_clean()
-
-
-def test_cli_errors_are_one_line_messages(hub_server, monkeypatch, capsys, tmp_path):
-    from vitzoo.cli import main
-
-    assert main(["pull", "alice/nothing-here"]) == 2
-    assert "vitzoo pull: error: no model repository alice/nothing-here" in capsys.readouterr().err
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    assert main(["pull", "alice/nothing-here@v1"]) == 2
-    assert "not in the Hugging Face cache" in capsys.readouterr().err
-    assert main(["push", str(tmp_path), "alice/x"]) == 2  # not a saved model: nothing is uploaded
-    assert "vitzoo push: error:" in capsys.readouterr().err
 
 
 class CuttingProxy:
@@ -291,22 +215,22 @@ class CuttingProxy:
 
 
 def test_the_server_dies_in_the_middle_of_a_download(hub_server, monkeypatch):
-    """The weights are cut off mid-transfer: a clear error, no partial blob or snapshot in the cache,
-    and the next pull (server back) completes."""
+    """The weights are cut off mid-transfer: a clear error, no partial file in the snapshot, and the
+    next pull (server back) completes it."""
     model = tiny(embed_dim=64, mlp_dim=128)  # ~0.4 MB of weights: several TCP reads
     model.push_to_hub("alice/cut", token=TOKEN)
     proxy = CuttingProxy(hub_server.url, b"model.safetensors", keep=20_000)
     try:
         monkeypatch.setenv("HF_ENDPOINT", proxy.url)
-        with pytest.raises(HubError, match=f"broke off while downloading alice/cut.*nothing partial was kept"):
+        with pytest.raises(HubError, match="broke off while downloading alice/cut.*resumes"):
             vitzoo.from_pretrained("hf-hub:alice/cut")
         assert proxy.cuts >= 1
     finally:
         proxy.close()
-    assert_cache_clean()
     assert not list(cache_dir().glob("models--alice--cut/snapshots/*/model.safetensors"))
     monkeypatch.setenv("HF_ENDPOINT", hub_server.url)
     assert_same_model(model, vitzoo.from_pretrained("hf-hub:alice/cut"))
+    assert_cache_clean()
 
 
 def test_a_transformers_repo_with_only_pytorch_model_bin(hub_server, tmp_path):

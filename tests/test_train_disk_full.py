@@ -16,7 +16,7 @@ from safetensors import SafetensorError
 
 from vitzoo.cli import main
 from vitzoo.errors import DiskFull
-from vitzoo.train import TrainConfig, fit, state
+from vitzoo.train import TrainConfig, checkpoint, fit
 
 TINY = dict(embed_dim=32, depth=1, num_heads=2, mlp_dim=64, img_size=28, patch_size=7)
 
@@ -85,7 +85,7 @@ def test_a_full_disk_at_the_end_is_said_keeps_the_last_checkpoint_and_resume_fin
         assert "step_00000002, is kept" in message
         kept = "step_00000002"
     checkpoints = run / "checkpoints"
-    assert state.latest(checkpoints) == checkpoints / kept
+    assert checkpoint.latest(checkpoints) == checkpoints / kept
     assert sorted(p.name for p in checkpoints.iterdir()) == sorted({kept, "latest"})  # nothing half-written
     assert not list(run.rglob("*.tmp")) and not (run / "summary.json").exists()
 
