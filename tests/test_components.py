@@ -200,8 +200,8 @@ def test_fc_norm_moves_the_final_layernorm_after_the_pooling(tiny):
 
 @pytest.mark.parametrize("numerics, gn_eps", [("official", 1e-6), ("timm", 1e-5)])
 def test_resnet_numerics_select_the_standardization_and_groupnorm_eps(numerics, gn_eps):
-    model = vitzoo.create("vit_ti16", stem="resnet", stem_options={"layers": (1,), "numerics": numerics}, patch_size=1,
-                          img_size=32)
+    model = vitzoo.create("vit_ti16", stem="resnet", stem_options={"layers": (1,), "numerics": numerics},
+                          patch_size=1, img_size=32)
     conv = model.stem.backbone.conv_root
     w = conv.weight
     mean, var = w.mean(dim=(1, 2, 3), keepdim=True), w.var(dim=(1, 2, 3), keepdim=True, correction=0)

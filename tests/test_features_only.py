@@ -1,4 +1,4 @@
-"""timm's feature-extraction surface on a vitzoo model (issue 35 item 13): `create(..., features_only=True,
+"""timm's feature-extraction surface on a vitzoo model: `create(..., features_only=True,
 out_indices=...)` gives the chosen blocks' maps as timm's ViT does, with its `feature_info`;
 `prune_intermediate_layers` as timm's; torchvision's FX feature extractor traces a vitzoo model;
 `torch.jit.script` is refused with the reason."""

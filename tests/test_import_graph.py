@@ -45,7 +45,8 @@ LAYERS: tuple[Layer, ...] = (
         "vitzoo/options.py": "the `Options` base, number checks, \"did you mean\"",
         "vitzoo/config.py": "`ViTConfig`: every option of a model, plain data with the option name lists, the single "
                             "source of truth a component receives",
-        "vitzoo/tags.py": "the `PretrainedTag` dataclass",
+        "vitzoo/tags.py": "`PretrainedTag`, released weights as torchvision's Weights: Hub repo, "
+                          "preprocessing (`transforms()`), class names, accuracy",
         "vitzoo/labels.py": "class names, so that logits can be named: the weights' own, else a tag's label set",
         "vitzoo/io.py": "atomic writes, and the cache folder",
         "vitzoo/envvars.py": "vitzoo's environment variables, read one way: a value that means nothing is refused",
@@ -57,8 +58,7 @@ LAYERS: tuple[Layer, ...] = (
         "vitzoo/flags.py": "command-line flags from an options dataclass's fields",
         "vitzoo/weights/layout.py": "the names of the files a model directory or Hub repo holds, the Hub prefix, "
                                     "the token grid",
-        "vitzoo/tracing.py": "whether torch.fx or torch.export is tracing the model, which then takes one path "
-                             "and checks no Proxy's shape",
+        "vitzoo/tracing.py": "whether torch.fx is tracing the model, whose Proxies have no shape to check",
     }),
     Layer("Types a plugin provides", "the contracts every component and weight format is written to", {
         "vitzoo/hookspecs.py": "one typed hook per extension point, the docstring is the contract",
@@ -69,7 +69,8 @@ LAYERS: tuple[Layer, ...] = (
     Layer("Built-in parts", "registered through the hooks exactly as a plugin's are", {
         "vitzoo/layers/": "stems, the BiT ResNet, position embeddings, attention, the encoder block, pooling and "
                           "heads: eq. (1)-(4)",
-        "vitzoo/zoo.py": "Table 1's named models and the released weights' tags",
+        "vitzoo/zoo.py": "the table: Table 1's named models with timm's names, and one row per "
+                         "released checkpoint (its tag)",
         "vitzoo/weights/": "the weight formats (`vitzoo_format`, `official`, `timm`, `torchvision`, `transformers`: "
                            "tensors in, tensors out, no file read) and `infer` (the model a state dict describes)",
         "vitzoo/builtins.py": "all of the above, registered as one plugin",

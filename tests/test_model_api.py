@@ -90,7 +90,8 @@ def test_an_attention_bias_without_a_row_per_query_is_named(tiny):
 
 
 def test_reset_classifier_gives_a_zero_head_and_updates_the_config(tiny):
-    model = perturbed(vitzoo.create("vit_ti16", **tiny, head="mlp", head_options={"representation_size": 16}))
+    model = perturbed(vitzoo.create("vit_ti16", **tiny, head="mlp",
+                                    head_options={"representation_size": 16}))
     model.reset_classifier(3)
     assert model.config.num_classes == 3 and model.head.fc.weight.shape == (3, 16)
     assert torch.count_nonzero(model.head.fc.weight) == 0
@@ -120,146 +121,6 @@ def test_attention_maps_are_probabilities_and_match_the_fast_path(tiny, pos_embe
     assert torch.allclose(slow, model.forward_features(x), atol=1e-5)
 
 
-@pytest.mark.parametrize("pos_embed", ["learned_1d", "relative"])
-def test_bf16_attention_on_the_cpu_is_written_out_and_computes_what_sdpa_computes(tiny, pos_embed, monkeypatch):
-    """In bfloat16 on the CPU the attention is softmax(q k^T / sqrt(d)) v written out (faster there than
-    SDPA's flash kernel): the same tokens as SDPA within bf16's rounding. Float32 keeps SDPA."""
-    from vitzoo.layers import attention
-
-    model = perturbed(vitzoo.create("vit_ti16", **tiny, pos_embed=pos_embed)).bfloat16()
-    image = torch.randn(2, 3, 32, 32, dtype=torch.bfloat16)
-    with torch.no_grad():
-        tokens, grid = model.embed(image)
-    assert attention.explicit_is_faster(tokens) and not attention.explicit_is_faster(tokens.float())
-    with torch.no_grad():
-        written_out = model.encoder(tokens, grid)
-        monkeypatch.setattr(attention, "explicit_is_faster", lambda q: False)
-        sdpa = model.encoder(tokens, grid)
-    torch.testing.assert_close(written_out, sdpa, atol=3e-2, rtol=2e-2)
-
-
-@pytest.mark.parametrize("pos_embed", ["learned_1d", "relative"])
-def test_bf16_inference_writes_large_batches_out_in_chunks_with_the_same_tokens(tiny, pos_embed, monkeypatch):
-    """A batch whose T x T logits exceed CHUNK_LOGITS is written out a few images at a time (fresh
-    30 MB tensors at every layer cost page faults): the tokens are those of the batch at once."""
-    from vitzoo.layers import attention
-
-    model = perturbed(vitzoo.create("vit_ti16", **tiny, pos_embed=pos_embed)).bfloat16()
-    image = torch.randn(5, 3, 32, 32, dtype=torch.bfloat16)
-    with torch.inference_mode():
-        tokens, grid = model.embed(image)
-        whole = model.encoder(tokens, grid)
-        chunk_sizes = []
-        monkeypatch.setattr(attention, "CHUNK_LOGITS", 2 * 2 * 17 * 17)  # two images of 2 heads x 17 tokens
-        original = attention.Attention.softmax_attention
-        monkeypatch.setattr(attention.Attention, "softmax_attention",
-                            lambda self, q, *args, **kwargs: chunk_sizes.append(len(q)) or original(self, q, *args, **kwargs))
-        chunked = model.encoder(tokens, grid)
-    assert chunk_sizes == [2, 2, 1] * model.config.depth
-    torch.testing.assert_close(chunked, whole, atol=0, rtol=0)
-
-
-def attention_ops(model, x, autocast_dtype):
-    """The attention operators in the graph that torch.compile traces of a training forward pass."""
-    ops = set()
-
-    def record(gm, example_inputs):
-        ops.update(str(n.target) for n in gm.graph.nodes if "attention" in str(n.target) or "softmax" in str(n.target))
-        return gm.forward
-
-    torch._dynamo.reset()
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast_dtype is not None):
-        torch.compile(model.train(), backend=record)(x)
-    torch._dynamo.reset()
-    return ops
-
-
-@pytest.mark.parametrize("stored", [False, True])
-@pytest.mark.parametrize("autocast_dtype", [torch.bfloat16, None], ids=["bf16", "float32"])
-def test_training_traces_the_attention_of_its_precision(tiny, stored, autocast_dtype):
-    """The graph torch.compile traces of a training forward pass writes the attention out in bf16 on the
-    CPU, stored probabilities or not, and takes SDPA's flash kernel in float32."""
-    model = vitzoo.create("vit_ti16", **tiny)
-    model.set_attention_probabilities_stored(stored)
-    ops = attention_ops(model, torch.randn(2, 3, 32, 32), autocast_dtype)
-    assert any("scaled_dot_product_attention" in op for op in ops) == (autocast_dtype is None), ops
-
-
-def saved_for_backward(model, x):
-    """The shapes of the floating-point tensors that a bf16 training forward pass of `model` keeps for its
-    backward pass, and the gradients of that pass."""
-    shapes = []
-
-    def pack(tensor):
-        if tensor.is_floating_point():  # not the relative position bias's index of offsets
-            shapes.append(tuple(tensor.shape))
-        return tensor
-
-    model.zero_grad(set_to_none=True)
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor), torch.autocast("cpu", dtype=torch.bfloat16):
-        loss = model.train()(x).float().square().mean()
-    loss.backward()
-    return shapes, {name: p.grad.clone() for name, p in model.named_parameters()}
-
-
-@pytest.mark.parametrize("pos_embed", ["learned_1d", "relative"])
-def test_bf16_training_keeps_the_attention_probabilities_only_when_asked_and_recomputes_them_exactly(tiny, pos_embed):
-    """In bf16 training on the CPU the written-out attention keeps no T x T tensor for the backward pass,
-    which recomputes the probabilities from q and k, as the flash kernel does; a model asked to store
-    them keeps one per layer (their memory, for a step a few percent faster). Recomputed or stored, the gradients
-    are the same to the bit."""
-    model = perturbed(vitzoo.create("vit_ti16", **tiny, pos_embed=pos_embed, attn_dropout=0.0))
-    x = torch.randn(3, 3, 32, 32)  # 3 images, 2 heads, 17 tokens: (3, 2, 17, 17) probabilities per layer
-    # (the last layer's (3, 2, 1, 17): only the class token's output is pooled)
-
-    def probabilities(shapes):
-        return [shape for shape in shapes if len(shape) == 4 and shape[:2] == (3, 2) and shape[3] == 17]
-
-    recomputed, recomputed_grads = saved_for_backward(model, x)
-    model.set_attention_probabilities_stored(True)
-    stored, stored_grads = saved_for_backward(model, x)
-    assert probabilities(recomputed) == [] and len(probabilities(stored)) >= model.config.depth
-    for name, grad in stored_grads.items():
-        torch.testing.assert_close(recomputed_grads[name], grad, atol=0, rtol=0, msg=name)
-
-
-@pytest.mark.parametrize("pos_embed", ["learned_1d", "relative"])
-def test_bf16_gradients_under_torch_func_are_those_of_backward(tiny, pos_embed):
-    """torch.func's transforms (per-sample gradients) cannot run the recomputation's saved-tensor hooks:
-    under them the attention stores its probabilities, and torch.func.grad gives backward's gradients."""
-    from torch.func import functional_call, grad
-
-    model = perturbed(vitzoo.create("vit_ti16", **tiny, pos_embed=pos_embed)).train()
-    x = torch.randn(3, 3, 32, 32)
-    _, expected = saved_for_backward(model, x)
-
-    def loss(params):
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            return functional_call(model, params, (x,)).float().square().mean()
-
-    gradients = grad(loss)({name: p.detach() for name, p in model.named_parameters()})
-    assert gradients.keys() == expected.keys()
-    for name, gradient in gradients.items():
-        torch.testing.assert_close(gradient, expected[name], atol=0, rtol=0, msg=name)
-
-
-def test_bf16_training_with_attention_dropout_recomputes_the_same_mask(tiny):
-    """Recomputed in the backward pass, the attention's dropout draws the forward pass's mask again: the
-    gradients are those of the model that stores its probabilities (and with them the mask), from the same seed."""
-    model = perturbed(vitzoo.create("vit_ti16", **tiny, attn_dropout=0.3))
-    x = torch.randn(3, 3, 32, 32)
-    torch.manual_seed(1)
-    _, recomputed = saved_for_backward(model, x)
-    model.set_attention_probabilities_stored(True)
-    torch.manual_seed(1)
-    _, stored = saved_for_backward(model, x)
-    torch.manual_seed(2)
-    _, other_mask = saved_for_backward(model, x)
-    for name, grad in stored.items():
-        torch.testing.assert_close(recomputed[name], grad, atol=0, rtol=0, msg=name)
-    assert any(not torch.equal(other_mask[name], grad) for name, grad in stored.items())
-
-
 def test_gradient_checkpointing_gives_the_same_gradients(tiny):
     model = perturbed(vitzoo.create("vit_ti16", **tiny)).train()
     x = torch.randn(2, 3, 32, 32)
@@ -282,7 +143,7 @@ def test_set_img_size_resamples_position_embeddings_in_place(tiny, pos_embed, po
         model(torch.randn(1, 3, 32, 32))
 
 
-def test_resampling_to_the_same_grid_and_back_is_the_identity_for_1d(tiny):
+def test_resampling_to_the_same_grid_is_the_identity(tiny):
     model = vitzoo.create("vit_ti16", **tiny)
     before = model.encoder.pos_embed.weight.detach().clone()
     model.set_img_size(32)
@@ -336,7 +197,8 @@ def test_non_square_images(tiny):
 
 
 def test_hybrid_any_resolution():
-    model = vitzoo.create("vit_ti16", stem="resnet", stem_options={"layers": (1, 1)}, patch_size=1, img_size=(32, 48), num_classes=2)
+    model = vitzoo.create("vit_ti16", stem="resnet", stem_options={"layers": (1, 1)}, patch_size=1,
+                          img_size=(32, 48), num_classes=2)
     assert model.grid == (4, 6)
     assert model(torch.randn(1, 3, 32, 48)).shape == (1, 2)
 

@@ -48,7 +48,8 @@ def test_hybrids_take_patch_size_one_on_the_resnet_map(name, layers, stride):
 
 
 def test_hybrid_root_only_has_stride_four():
-    model = vitzoo.create("vit_ti16", stem="resnet", stem_options={"layers": ()}, patch_size=2, img_size=32, num_classes=3)
+    model = vitzoo.create("vit_ti16", stem="resnet", stem_options={"layers": ()}, patch_size=2, img_size=32,
+                          num_classes=3)
     assert model.stride == (8, 8)
     assert model(torch.randn(1, 3, 32, 32)).shape == (1, 3)
 
@@ -81,7 +82,7 @@ def test_hybrids_without_an_official_config_count_as_the_official_code_would_bui
     assert vitzoo.count_params(vitzoo.create(name, device="meta")) == expected
 
 
-# timm's names of the paper's models (issue 35 item 9): its users reach for these first
+# timm's names of the paper's models: its users reach for these first
 @pytest.mark.parametrize("timm_name, name, img_size", [
     ("vit_tiny_patch16_224", "vit_ti16", 224),
     ("vit_base_patch16_384", "vit_b16", 384),
@@ -97,3 +98,25 @@ def test_timms_name_of_a_paper_model_builds_that_model(timm_name, name, img_size
 def test_a_name_near_timms_points_to_vitzoos_name():
     with pytest.raises(vitzoo.ConfigError, match=r"Did you mean vit_ti16 \(timm: vit_tiny_patch16_224\)"):
         vitzoo.create("vit_tiny_patch_16_224", device="meta")
+
+
+def test_the_zoo_releases_46_tags_and_marks_one_default_for_each_of_their_12_models():
+    tags = vitzoo.catalog.registered().values()
+    models = {tag.model for tag in tags}
+    defaults = sorted(tag.model for tag in tags if tag.default)
+    assert len(tags) == 46 and len(models) == 12 and defaults == sorted(models)
+
+
+def test_a_tag_carries_its_repo_preprocessing_class_names_and_accuracy():
+    """As torchvision's Weights: the tag's transforms are those `transforms_for` gives its name."""
+    from vitzoo.labels import imagenet_1k
+
+    tag = vitzoo.catalog.get_tag("vit_b32", "orig_in21k_ft_in1k")
+    assert (tag.hub_id, tag.format, tag.img_size, tag.accuracy) == (
+        "google/vit-base-patch32-384", "transformers", 384, 81.28)
+    image = torch.randint(0, 256, (3, 300, 260), dtype=torch.uint8)
+    for name in (tag.name, "vit_b16.orig_in21k_ft_in1k_224"):
+        tag = vitzoo.catalog.get_tag(*name.split("."))
+        torch.testing.assert_close(tag.transforms()(image), vitzoo.transforms_for(name)(image))
+    assert tag.categories() == imagenet_1k()
+    assert vitzoo.catalog.get_tag("vit_b16", "orig_in21k").categories() is None

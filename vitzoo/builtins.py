@@ -1,4 +1,4 @@
-"""The built-in components and weight formats, registered as a plugin exactly like a third-party one."""
+"""The built-in components, named models, tags and weight formats, registered as a plugin's are."""
 
 from __future__ import annotations
 

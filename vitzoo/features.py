@@ -1,7 +1,7 @@
-"""Feature maps of chosen blocks, as timm's `features_only=True` gives them: `create(name, features_only=True,
-out_indices=...)` returns a `FeatureExtractor`, whose forward is the list of the chosen blocks' outputs as
-(B, D, h, w) maps (timm's ViT features' layout: a dense-prediction neck reads them as a CNN's), and whose
-`feature_info` answers what timm's FeatureInfo answers (channels, reduction, module per map).
+"""Feature maps of chosen blocks, as timm's `features_only=True` gives them: `create(name,
+features_only=True, out_indices=...)` returns a `FeatureExtractor`, whose forward is the list of the
+chosen blocks' outputs as (B, D, h, w) maps (a dense-prediction neck reads them as a CNN's), and
+whose `feature_info` answers what timm's FeatureInfo answers (channels, reduction, module per map).
 """
 
 from __future__ import annotations
@@ -11,16 +11,15 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
-from vitzoo.timm_surface import OUTPUT_FORMATS
+from vitzoo.timm_surface import check_output_format
 
-# timm's default for a ViT's features_only: the last three blocks
-DEFAULT_OUT_INDICES = 3
+DEFAULT_OUT_INDICES = 3  # timm's default for a ViT's features_only: the last three blocks
 
 
 class FeatureInfo:
-    """Per block (the model's `feature_info`: module, num_chs, reduction), read at the chosen `out_indices`
-    as timm's FeatureInfo reads it: `idx=None` gives one value per returned map, an int that block's, a
-    list those blocks'. It lists the blocks the pruned model still has (timm's lists the ones pruned too)."""
+    """Per block (the model's `feature_info`: module, num_chs, reduction), read at the chosen
+    `out_indices` as timm's FeatureInfo reads it: `idx=None` one value per returned map, an int that
+    block's, a list those blocks'. It lists the blocks the pruned model still has."""
 
     def __init__(self, info: list[dict[str, Any]], out_indices: Sequence[int]) -> None:
         self.info = [dict(entry, index=i) for i, entry in enumerate(info)]
@@ -35,7 +34,10 @@ class FeatureInfo:
 
     def get_dicts(self, keys: Sequence[str] | None = None, idx: int | Sequence[int] | None = None):
         chosen = self.out_indices if idx is None else idx
-        pick = (lambda d: d) if keys is None else (lambda d: {k: d[k] for k in keys})
+
+        def pick(entry: dict[str, Any]) -> dict[str, Any]:
+            return entry if keys is None else {k: entry[k] for k in keys}
+
         if isinstance(chosen, (list, tuple)):
             return [pick(self.info[i]) for i in chosen]
         return pick(self.info[chosen])
@@ -60,21 +62,19 @@ class FeatureInfo:
 
 
 class FeatureExtractor(nn.Module):
-    """A model cut after its last chosen block, returning the chosen blocks' tokens as feature maps.
+    """A model cut after its last chosen block, returning the chosen blocks' tokens as maps.
 
     `out_indices` as timm's (an int n: the last n blocks, a list: those, negative from the end);
     `norm` applies the final LayerNorm to each map (without it the norm is pruned, as timm's);
     `output_fmt` "NCHW" (B, D, h, w) or "NLC" (B, h * w, D); the class token is dropped. The blocks
-    after the last chosen one and the head are pruned (`prune_intermediate_layers`), so `self.model`
-    no longer classifies. The maps are computed at any input size the model takes (its img_size, or
-    any with dynamic_img_size=True); h, w = the input's size / `feature_info.reduction()`.
+    after the last chosen one and the head are pruned, so `self.model` no longer classifies. The
+    maps follow the input's size (h, w = its size / `feature_info.reduction()`).
     """
 
-    def __init__(self, model: nn.Module, out_indices: int | Sequence[int] = DEFAULT_OUT_INDICES, norm: bool = False,
-                 output_fmt: str = "NCHW") -> None:
+    def __init__(self, model: nn.Module, out_indices: int | Sequence[int] = DEFAULT_OUT_INDICES,
+                 norm: bool = False, output_fmt: str = "NCHW") -> None:
         super().__init__()
-        if output_fmt not in OUTPUT_FORMATS:
-            raise ValueError(f"output_fmt={output_fmt!r} is not one of {OUTPUT_FORMATS}")
+        check_output_format(output_fmt)
         self.out_indices = tuple(model.prune_intermediate_layers(out_indices, prune_norm=not norm))
         self.model = model
         self.norm = norm
@@ -87,12 +87,9 @@ class FeatureExtractor(nn.Module):
 
     @property
     def pretrained_cfg(self) -> dict[str, Any]:
-        """The preprocessing the weights expect (timm's data helpers read it from a features model too)."""
+        """The preprocessing the weights expect (timm's data helpers read it here too)."""
         return self.model.pretrained_cfg
 
     @property
     def default_cfg(self) -> dict[str, Any]:
         return self.pretrained_cfg
-
-
-__all__ = ["DEFAULT_OUT_INDICES", "FeatureExtractor", "FeatureInfo"]

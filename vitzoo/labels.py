@@ -1,6 +1,6 @@
 """Class names, so that logits can be named: those the weights carry (a transformers config.json's
-id2label, kept as `model.labels`), else a tag's label set. ImageNet-1k's names come with torchvision,
-offline (its weights metadata lists them)."""
+id2label, kept as `model.labels`), else a tag's label set. ImageNet-1k's names come with
+torchvision, offline (its weights metadata lists them)."""
 
 from __future__ import annotations
 
@@ -14,5 +14,4 @@ def imagenet_1k() -> list[str]:
     return list(ViT_B_16_Weights.IMAGENET1K_V1.meta["categories"])
 
 
-# a PretrainedTag's `labels` -> the names
-LABEL_SETS: dict[str, Callable[[], list[str]]] = {"imagenet-1k": imagenet_1k}
+LABEL_SETS: dict[str, Callable[[], list[str]]] = {"imagenet-1k": imagenet_1k}  # a tag's `labels`

@@ -1,15 +1,13 @@
-"""VisionTransformer: eq. (1)-(4) assembled from registered components.
+"""VisionTransformer: eq. (1)-(4), each part looked up by name in the registry.
 
     z_0 = [x_class; x_p^1 E; ...; x_p^N E] + E_pos      (1)  stem, class token, position embedding
     z_l = encoder blocks                                 (2, 3)
     y   = LN(z_L), pooled                                (4)  final norm, then `pool`
     logits = head(y)
 
-`forward_features` returns the normed tokens, `forward_head` pools them and applies the head (the
-split that feature extraction, linear probes and fine-tuning need). `forward` computes what
-`forward_head(forward_features(x))` computes, but when the pool reads only the class token the last
-block skips the patch tokens' outputs, which nothing reads (6.9% of ViT-B/16's FLOPs); hooks on that
-block's MLP see the class token alone.
+`forward_features` returns the normed tokens, `forward_head` pools them and applies the head.
+`forward` computes what the two compute, but when the pool reads only the class token the last
+block computes the class token's output alone (hooks on that block's MLP see it alone).
 """
 
 from __future__ import annotations
@@ -29,24 +27,25 @@ from vitzoo.tracing import fx_tracing
 class VisionTransformer(TimmSurface, nn.Module):
     def __init__(self, config: ViTConfig) -> None:
         super().__init__()
-        registry = get_registry()
         config = resolve_config(config)  # every part known, its options checked and complete
-        parts = {kind: registry.get(kind, getattr(config, kind)) for kind in COMPONENT_KINDS}
+        parts = {kind: get_registry().get(kind, getattr(config, kind)) for kind in COMPONENT_KINDS}
         self.config = config
-        self.stem = parts["stem"](config)
-        grid = self.grid_size(config.img_size)
+        self.stem = parts["stem"](config)  # x_p E of eq. (1)
         self.pool = parts["pool"](config)
         self.num_prefix_tokens = self.pool.num_prefix_tokens
-        # the learnable x_class of eq. (1); zero-initialised as in the official code
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, config.embed_dim)) if self.num_prefix_tokens else None
+        # the tokens of the last block the pool reads (None: all), chosen once here
+        self.tokens_read = getattr(self.pool, "tokens_read", None)
+        # x_class of eq. (1), zero-initialised as in the official code
+        dim = config.embed_dim
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim)) if self.num_prefix_tokens else None
+        # E_pos of eq. (1), eq. (2)-(3) and the LayerNorm of eq. (4)
+        grid = self.grid_size(config.img_size)
         self.encoder = Encoder(config, parts["pos_embed"], grid, self.num_prefix_tokens)
         # timm's fc_norm: the final LayerNorm after the pooling (the encoder's is then the identity)
-        self.fc_norm = nn.LayerNorm(config.embed_dim, eps=config.norm_eps) if config.fc_norm else None
+        self.fc_norm = nn.LayerNorm(dim, eps=config.norm_eps) if config.fc_norm else None
         self.head = parts["head"](config)
-        # the names of the head's classes, in order, when the weights come with them (see vitzoo.labels)
-        self.labels: list[str] | None = None
-        # the pretrained tag the weights were loaded from (vitzoo.tags), if any
-        self.pretrained_tag = None
+        self.labels: list[str] | None = None  # the head's class names, when the weights name them
+        self.pretrained_tag = None  # the vitzoo.tags.PretrainedTag the weights came from, if any
 
     # ------------------------------------------------------------------ geometry
     @property
@@ -58,11 +57,10 @@ class VisionTransformer(TimmSurface, nn.Module):
         """The token grid for an image size; an error if the stem's stride does not divide it."""
         (h, w), (sh, sw) = img_size, self.stride
         if h % sh or w % sw:
-            raise ConfigError(
-                f"img_size={tuple(img_size)} is not divisible by the stem's stride {(sh, sw)} "
-                f"(stem={self.config.stem!r}, patch_size={self.config.patch_size}); use a multiple, "
-                f"e.g. {(max(1, round(h / sh)) * sh, max(1, round(w / sw)) * sw)}"
-            )
+            near = (max(1, round(h / sh)) * sh, max(1, round(w / sw)) * sw)
+            raise ConfigError(f"img_size={tuple(img_size)} is not divisible by the stem's stride "
+                              f"{(sh, sw)} (stem={self.config.stem!r}, patch_size="
+                              f"{self.config.patch_size}); use a multiple, e.g. {near}")
         return (h // sh, w // sw)
 
     @property
@@ -77,40 +75,40 @@ class VisionTransformer(TimmSurface, nn.Module):
             pos_embed.resample(grid)
         self.config = config
 
-    def _check_input(self, x: torch.Tensor) -> tuple[int, int]:
-        """Validate an input batch at the boundary; return its token grid. While torch.fx traces the
-        model (torchvision's `create_feature_extractor`) the input is a Proxy with no shape to check:
-        the graph is then that of the configured img_size, whose grid this returns."""
+    def check_input(self, x: torch.Tensor) -> tuple[int, int]:
+        """Refuse a batch the model cannot read, saying why; return its token grid. Under torch.fx
+        (torchvision's `create_feature_extractor`) the input has no shape: the configured grid."""
         if fx_tracing():
             return self.grid
+        config = self.config
         if not isinstance(x, torch.Tensor):
-            raise InputError(f"expected a torch.Tensor of images (B, C, H, W), got {type(x).__name__}")
+            raise InputError("expected a torch.Tensor of images (B, C, H, W), got "
+                             f"{type(x).__name__}")
         if x.ndim != 4:
             hint = "; add a batch dimension with x.unsqueeze(0)" if x.ndim == 3 else ""
-            raise InputError(f"expected images of shape (B, C, H, W), got a tensor of shape {tuple(x.shape)}{hint}")
+            raise InputError(f"expected images of shape (B, C, H, W), got a tensor of shape "
+                             f"{tuple(x.shape)}{hint}")
         if not x.is_floating_point():
-            raise InputError(
-                f"expected floating-point images, got dtype {x.dtype}; convert with x.float() and normalise "
-                f"with mean={self.config.mean}, std={self.config.std}"
-            )
-        if x.shape[1] != self.config.in_chans:
-            raise InputError(
-                f"expected {self.config.in_chans} input channels (in_chans), got {x.shape[1]} "
-                f"in a tensor of shape {tuple(x.shape)}"
-            )
+            raise InputError(f"expected floating-point images, got dtype {x.dtype}; convert with "
+                             f"x.float() and normalise with mean={config.mean}, std={config.std}")
+        if x.shape[1] != config.in_chans:
+            raise InputError(f"expected {config.in_chans} input channels (in_chans), got "
+                             f"{x.shape[1]} in a tensor of shape {tuple(x.shape)}")
         weight = next(self.parameters(), None)
         if weight is not None and x.device != weight.device:
-            raise InputError(f"the input is on {x.device} but the model is on {weight.device}; move one of them "
-                             f"(x.to({str(weight.device)!r}) or model.to({str(x.device)!r}))")
-        if weight is not None and x.dtype != weight.dtype and not torch.is_autocast_enabled(x.device.type):
-            raise InputError(f"the input is {x.dtype} but the model's weights are {weight.dtype}; convert with "
-                             f"x.to({weight.dtype}), or run under torch.autocast for mixed precision")
+            raise InputError(f"the input is on {x.device} but the model is on {weight.device}; "
+                             f"move one of them (x.to({str(weight.device)!r}) or "
+                             f"model.to({str(x.device)!r}))")
+        if (weight is not None and x.dtype != weight.dtype
+                and not torch.is_autocast_enabled(x.device.type)):
+            raise InputError(f"the input is {x.dtype} but the model's weights are {weight.dtype}; "
+                             f"convert with x.to({weight.dtype}), or run under torch.autocast for "
+                             "mixed precision")
         size = (x.shape[2], x.shape[3])
-        if size != self.config.img_size and not self.config.dynamic_img_size:
-            raise InputError(
-                f"input size {size} differs from the configured img_size {self.config.img_size}; resize the "
-                "input, call model.set_img_size(...) or build the model with dynamic_img_size=True"
-            )
+        if size != config.img_size and not config.dynamic_img_size:
+            raise InputError(f"input size {size} differs from the configured img_size "
+                             f"{config.img_size}; resize the input, call model.set_img_size(...) "
+                             "or build the model with dynamic_img_size=True")
         try:
             return self.grid_size(size)
         except ConfigError as exc:
@@ -118,16 +116,18 @@ class VisionTransformer(TimmSurface, nn.Module):
 
     # ------------------------------------------------------------------ forward
     def embed(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
-        """Image -> [x_class; x_p E] (eq. 1 before E_pos), and the token grid."""
-        grid = self._check_input(x)
+        """Images -> [x_class; x_p E] (eq. 1 before E_pos), and the token grid."""
+        grid = self.check_input(x)
         tokens = self.stem(x)
-        if not fx_tracing() and tokens.shape[1:] != (grid[0] * grid[1], self.config.embed_dim):
-            raise PluginError(
-                f"stem {self.config.stem!r} returned tokens of shape {tuple(tokens.shape)} for a {grid[0]}x{grid[1]} grid "
-                f"(its stride {self.stride}); a stem must return (B, h * w, embed_dim={self.config.embed_dim})"
-            )
+        expected = (grid[0] * grid[1], self.config.embed_dim)
+        if not fx_tracing() and tokens.shape[1:] != expected:
+            raise PluginError(f"stem {self.config.stem!r} returned tokens of shape "
+                              f"{tuple(tokens.shape)} for a {grid[0]}x{grid[1]} grid (its stride "
+                              f"{self.stride}); a stem must return (B, h * w, embed_dim="
+                              f"{self.config.embed_dim})")
         if self.cls_token is not None:
-            tokens = torch.cat([self.cls_token.expand(tokens.shape[0], -1, -1).to(tokens.dtype), tokens], dim=1)
+            cls_token = self.cls_token.expand(tokens.shape[0], -1, -1).to(tokens.dtype)
+            tokens = torch.cat([cls_token, tokens], dim=1)
         return tokens, grid
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
@@ -144,8 +144,8 @@ class VisionTransformer(TimmSurface, nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         tokens, grid = self.embed(x)
-        # a torch.fx graph is traced for feature extraction: its last block gives every token
-        read = None if fx_tracing() else getattr(self.pool, "tokens_read", None)
+        # a torch.fx graph (for feature extraction) computes every token of the last block
+        read = None if fx_tracing() else self.tokens_read
         return self.forward_head(self.encoder(tokens, grid, outputs=read))
 
     @torch.no_grad()
@@ -156,51 +156,51 @@ class VisionTransformer(TimmSurface, nn.Module):
         self.encoder(tokens, grid, attn_maps=maps)
         return maps
 
-    # ------------------------------------------------------------------ training helpers
-    def reset_classifier(self, num_classes: int, global_pool: str | None = None, head: str | None = None) -> None:
+    # ------------------------------------------------------------------ training and saving
+    def reset_classifier(self, num_classes: int, global_pool: str | None = None,
+                         head: str | None = None) -> None:
         """A new zero-initialised head for `num_classes` (fine-tuning); head='linear' also drops the
-        pre-logits layer, as the paper's fine-tuning does. `global_pool` as timm's: the pooling stays
-        (it decides whether there is a class token); naming another one is an error saying so."""
-        if global_pool is not None and POOLS_OF_TIMM.get(global_pool, global_pool) != self.config.pool:
-            raise ConfigError(f"reset_classifier(global_pool={global_pool!r}): this model pools with "
-                              f"{self.config.pool!r}; the pooling decides the class token, so build the model with "
-                              f"pool={POOLS_OF_TIMM.get(global_pool, global_pool)!r} instead")
+        pre-logits layer, as the paper's fine-tuning does. `global_pool` as timm's: the pooling
+        stays (it decides the class token), and naming another one is an error saying so."""
+        pool = POOLS_OF_TIMM.get(global_pool, global_pool)
+        if global_pool is not None and pool != self.config.pool:
+            raise ConfigError(f"reset_classifier(global_pool={global_pool!r}): this model pools "
+                              f"with {self.config.pool!r}; the pooling decides the class token, so "
+                              f"build the model with pool={pool!r} instead")
         changes: dict = {"num_classes": num_classes}
         if head is not None:  # another head starts from its own defaults (ViTConfig.replace)
             changes["head"] = head
         config = resolve_config(self.config.replace(**changes))
-        head_cls = get_registry().get("head", config.head)
         reference = next(self.parameters())
+        head_cls = get_registry().get("head", config.head)
         self.head = head_cls(config).to(device=reference.device, dtype=reference.dtype)
         self.config = config
 
     def no_weight_decay(self) -> set[str]:
-        """Names of parameters that weight decay should skip: the class token and position embeddings."""
+        """Parameters weight decay skips: the class token and the position embeddings."""
         skip = {"cls_token"} if self.cls_token is not None else set()
-        embeddings = {id(p) for module in self.encoder.position_embeddings() for p in module.parameters()}
-        skip |= {name for name, p in self.named_parameters() if id(p) in embeddings}
-        return skip
+        embeddings = {id(p) for module in self.encoder.position_embeddings()
+                      for p in module.parameters()}
+        return skip | {name for name, p in self.named_parameters() if id(p) in embeddings}
 
     def save_pretrained(self, directory, card: dict | None = None, format: str = "vitzoo") -> None:
         """Write config.json, model.safetensors and a README.md model card into `directory`,
-        atomically; `card` may give dataset, metrics, license, tags (see vitzoo.checkpoints.card).
-        `format`: "vitzoo" (vitzoo's own layout), "timm" or "transformers" (that library's config keys and
-        tensor names, refused for a model it cannot build), "auto" (timm's, else transformers', else
-        vitzoo's); vitzoo loads each exactly (see vitzoo.checkpoints.layouts)."""
+        atomically; `card` may give dataset, metrics, license, tags (vitzoo.checkpoints.card).
+        `format`: "vitzoo", "timm" or "transformers" (that library's config keys and tensor names,
+        refused for a model it cannot build), or "auto" (timm's, else transformers', else
+        vitzoo's)."""
         self.check_describable("save")
         native.save_pretrained(self, directory, card=card, layout=format)
 
-    def push_to_hub(self, repo_id: str, token: str | None = None, private: bool = False, revision: str | None = None,
-                    commit_message: str = "Upload vitzoo model", **kwargs) -> str:
-        """Upload what `save_pretrained` writes to the Hugging Face Hub repo `repo_id` (created when
-        missing) as one commit; returns the commit URL. `format="auto"` (the default) writes timm's layout
-        where timm builds the model (`timm.create_model("hf-hub:REPO", pretrained=True)` loads it), else
-        transformers', else vitzoo's; `format="transformers"` writes one `ViTForImageClassification.
-        from_pretrained` loads (refused, saying why, for a model it cannot build). See
-        `vitzoo.checkpoints.publish.push_to_hub`."""
+    def push_to_hub(self, repo_id: str, token: str | None = None, private: bool = False,
+                    revision: str | None = None, commit_message: str = "Upload vitzoo model",
+                    **kwargs) -> str:
+        """Upload what `save_pretrained` writes to the Hub repo `repo_id` (created when missing) as
+        one commit; returns the commit URL. `format="auto"` (the default) writes timm's layout where
+        timm builds the model, else transformers', else vitzoo's (vitzoo.checkpoints.publish)."""
         self.check_describable("push")
         return publish.push_to_hub(self, repo_id, token=token, private=private, revision=revision,
-                           commit_message=commit_message, **kwargs)
+                                   commit_message=commit_message, **kwargs)
 
     def set_grad_checkpointing(self, enable: bool = True) -> None:
         """Recompute each block in the backward pass instead of storing its activations."""

@@ -17,68 +17,71 @@ OUTPUT_FORMATS = ("NCHW", "NLC")
 
 
 def take_indices(blocks: int, indices: int | Sequence[int] | None) -> list[int]:
-    """The blocks to take, as timm counts them: None every block, an int n the last n, a sequence those
-    (negative from the end)."""
+    """The blocks to take, as timm counts them: None every block, an int n the last n, a sequence
+    those (negative from the end)."""
     if indices is None:
         indices = blocks
     if isinstance(indices, int):
         if not 0 < indices <= blocks:
-            raise ValueError(f"indices={indices}: take the last 1 to {blocks} blocks, or name them in a list")
+            raise ValueError(f"indices={indices}: take the last 1 to {blocks} blocks, or name them "
+                             "in a list")
         return list(range(blocks - indices, blocks))
     taken = [i + blocks if i < 0 else i for i in indices]
     if any(not 0 <= i < blocks for i in taken):
-        raise ValueError(f"indices={list(indices)}: the model has blocks 0 to {blocks - 1} (or -1 to -{blocks})")
+        raise ValueError(f"indices={list(indices)}: the model has blocks 0 to {blocks - 1} "
+                         f"(or -1 to -{blocks})")
     return taken
+
+
+def check_output_format(output_fmt: str) -> None:
+    if output_fmt not in OUTPUT_FORMATS:
+        raise ValueError(f"output_fmt={output_fmt!r} is not one of {OUTPUT_FORMATS}")
 
 
 class TimmSurface:
     """Methods and attributes a timm VisionTransformer has, on vitzoo's model."""
 
-    def forward_intermediates(
-        self,
-        x: torch.Tensor,
-        indices: int | Sequence[int] | None = None,
-        return_prefix_tokens: bool = False,
-        norm: bool = False,
-        stop_early: bool = False,
-        output_fmt: str = "NCHW",
-        intermediates_only: bool = False,
-    ):
-        """The tokens after the encoder blocks `indices` (timm's meaning: None all, n the last n, a list
-        those), as (B, D, h, w) feature maps (`output_fmt="NCHW"`) or (B, h * w, D) tokens ("NLC"), the
-        class token apart (`return_prefix_tokens`: pairs of (features, prefix tokens)); `norm` applies
-        the final LayerNorm to each. Returns (the final normed tokens, the intermediates), or the
-        intermediates alone; `stop_early` runs no block after the last one taken (the final tokens are
-        then that block's, normed)."""
-        if output_fmt not in OUTPUT_FORMATS:
-            raise ValueError(f"output_fmt={output_fmt!r} is not one of {OUTPUT_FORMATS}")
+    def forward_intermediates(self, x: torch.Tensor, indices: int | Sequence[int] | None = None,
+                              return_prefix_tokens: bool = False, norm: bool = False,
+                              stop_early: bool = False, output_fmt: str = "NCHW",
+                              intermediates_only: bool = False):
+        """The tokens after the encoder blocks `indices` (None all, n the last n, a list those), as
+        (B, D, h, w) maps ("NCHW") or (B, h * w, D) tokens ("NLC"), the class token apart
+        (`return_prefix_tokens`: pairs of (features, prefix tokens)); `norm` applies the final
+        LayerNorm to each. Returns (the final normed tokens, the intermediates), or the
+        intermediates alone; `stop_early` runs no block after the last one taken."""
+        check_output_format(output_fmt)
         taken = take_indices(len(self.encoder.blocks), indices)
         tokens, (h, w) = self.embed(x)
         outputs: list[torch.Tensor] = []
-        final = self.encoder(tokens, (h, w), layer_outputs=outputs, until=max(taken) if stop_early else None)
+        until = max(taken) if stop_early else None
+        final = self.encoder(tokens, (h, w), layer_outputs=outputs, until=until)
         prefix = self.num_prefix_tokens
         chosen = [self.encoder.norm(outputs[i]) if norm else outputs[i] for i in taken]
         spatial = [t[:, prefix:] for t in chosen]
         if output_fmt == "NCHW":
-            spatial = [t.reshape(t.shape[0], h, w, -1).permute(0, 3, 1, 2).contiguous() for t in spatial]
-        intermediates = list(zip(spatial, [t[:, :prefix] for t in chosen])) if return_prefix_tokens and prefix else spatial
-        return intermediates if intermediates_only else (final, intermediates)
+            spatial = [t.reshape(t.shape[0], h, w, -1).permute(0, 3, 1, 2).contiguous()
+                       for t in spatial]
+        if return_prefix_tokens and prefix:
+            spatial = list(zip(spatial, [t[:, :prefix] for t in chosen]))
+        return spatial if intermediates_only else (final, spatial)
 
     @property
     def feature_info(self) -> list[dict[str, Any]]:
-        """Per encoder block, as timm's ViT lists them: the module, its channels (D) and its reduction
-        (input pixels per token: the stem's stride, an int, or (height, width) when they differ)."""
+        """Per encoder block, as timm's ViT lists them: the module, its channels (D) and its
+        reduction (input pixels per token: an int, or (height, width) when they differ)."""
         sh, sw = self.stride
-        return [{"module": f"encoder.blocks.{i}", "num_chs": self.config.embed_dim, "reduction": sh if sh == sw else (sh, sw)}
-                for i in range(len(self.encoder.blocks))]
+        reduction = sh if sh == sw else (sh, sw)
+        return [{"module": f"encoder.blocks.{i}", "num_chs": self.config.embed_dim,
+                 "reduction": reduction} for i in range(len(self.encoder.blocks))]
 
     def prune_intermediate_layers(self, indices: int | Sequence[int] = 1, prune_norm: bool = False,
                                   prune_head: bool = True) -> list[int]:
-        """Drop what the blocks `indices` (timm's meaning) do not need, in place, as timm's ViT does: the
-        blocks after the last one taken; the final LayerNorm (`prune_norm`); the pooling's fc_norm and
-        the head (`prune_head`: no classes, a linear head). Returns the indices, counted from the first
-        block. The config follows (depth, num_classes, head); a model whose final norm or fc_norm was
-        pruned holds less than any config describes, and `save_pretrained` refuses it."""
+        """Drop what the blocks `indices` do not need, in place, as timm's ViT does: the blocks
+        after the last one taken; the final LayerNorm (`prune_norm`); fc_norm and the head
+        (`prune_head`: no classes, a linear head). Returns the indices from the first block. The
+        config follows (depth, num_classes, head); a model whose final norm or fc_norm was pruned
+        holds less than any config describes, and `save_pretrained` refuses it."""
         taken = take_indices(len(self.encoder.blocks), indices)
         kept = max(taken) + 1
         self.encoder.blocks = self.encoder.blocks[:kept]
@@ -98,19 +101,21 @@ class TimmSurface:
         return taken
 
     def check_describable(self, action: str) -> None:
-        """An ExportError for `action` (saving, pushing) when pruning left the model holding less than its config."""
+        """An ExportError for `action` when pruning left the model holding less than its config."""
         pruned = getattr(self, "pruned_parts", None)
         if pruned:
-            raise ExportError(f"cannot {action} this model: prune_intermediate_layers removed {' and '.join(pruned)}, "
-                              "which no config can describe; save the model before pruning it, or prune without them")
+            raise ExportError(f"cannot {action} this model: prune_intermediate_layers removed "
+                              f"{' and '.join(pruned)}, which no config can describe; save the "
+                              "model before pruning it, or prune without them")
 
     def __prepare_scriptable__(self):
-        """torch.jit.script's first call on a module: refused here with the reason, not a compiler dump."""
+        """torch.jit.script's first call on a module: refused with the reason."""
         raise ExportError(
-            "torch.jit.script cannot compile a vitzoo model: its parts are looked up by name at run time and "
-            "their forward methods take Python options (token grids, optional outputs) TorchScript does not type. "
-            "Use torch.jit.trace(model, example) for a fixed input size, torch.export.export or torch.compile, "
-            "or vitzoo.export_onnx(model, 'model.onnx') for ONNX")
+            "torch.jit.script cannot compile a vitzoo model: its parts are looked up by name at "
+            "run time and their forward methods take Python options (token grids, optional "
+            "outputs) TorchScript does not type. Use torch.jit.trace(model, example) for a fixed "
+            "input size, torch.export.export or torch.compile, or "
+            "vitzoo.export_onnx(model, 'model.onnx')")
 
     @property
     def num_features(self) -> int:
@@ -127,19 +132,20 @@ class TimmSurface:
 
     @property
     def pretrained_cfg(self) -> dict[str, Any]:
-        """The preprocessing the weights expect, as timm's `pretrained_cfg`: what
-        `timm.data.resolve_data_config({}, model=model)` reads (input size, interpolation, crop, mean/std)."""
-        config = self.config
-        tag = self.pretrained_tag
-        return {"input_size": (config.in_chans, *config.img_size), "interpolation": config.interpolation,
-                "crop_pct": config.crop_pct, "crop_mode": "center", "mean": tuple(config.mean), "std": tuple(config.std),
-                "num_classes": config.num_classes, "first_conv": "stem.proj" if config.stem == "patch" else "stem",
+        """The preprocessing the weights expect, as the `pretrained_cfg` that
+        `timm.data.resolve_data_config({}, model=model)` reads."""
+        config, tag = self.config, self.pretrained_tag
+        return {"input_size": (config.in_chans, *config.img_size),
+                "interpolation": config.interpolation, "crop_pct": config.crop_pct,
+                "crop_mode": "center", "mean": tuple(config.mean), "std": tuple(config.std),
+                "num_classes": config.num_classes,
+                "first_conv": "stem.proj" if config.stem == "patch" else "stem",
                 "classifier": "head.fc",
                 **({"tag": tag.tag, "hf_hub_id": tag.hub_id} if tag is not None else {})}
 
     @property
     def default_cfg(self) -> dict[str, Any]:
-        """timm's older name of `pretrained_cfg`."""
+        """timm's other name of `pretrained_cfg`."""
         return self.pretrained_cfg
 
     def get_classifier(self) -> nn.Module:
@@ -147,12 +153,8 @@ class TimmSurface:
         return getattr(self.head, "fc", self.head)
 
     def group_matcher(self, coarse: bool = False) -> dict[str, Any]:
-        """Parameter groups by depth, for timm's layer-wise learning-rate decay
-        (`timm.optim.create_optimizer_v2(model, layer_decay=...)`): the embedding first, each block, the
-        final norm last (the head is what is left)."""
+        """Parameter groups by depth, for timm's layer-wise learning-rate decay: the embedding
+        first, each block, the final norm last (the head is what is left)."""
+        blocks = r"^encoder\.blocks\.(\d+)"
         return {"stem": r"^cls_token|^stem|^encoder\.pos_embed",
-                "blocks": r"^encoder\.blocks\.(\d+)" if coarse else [(r"^encoder\.blocks\.(\d+)", None),
-                                                                     (r"^encoder\.norm", (99999,))]}
-
-
-__all__ = ["OUTPUT_FORMATS", "TimmSurface", "take_indices"]
+                "blocks": blocks if coarse else [(blocks, None), (r"^encoder\.norm", (99999,))]}

@@ -1,7 +1,8 @@
-"""The zoo: the named models of the paper (Table 1) and of the official repository, and the weights
-its authors released for them (pretrained tags, `vitzoo.tags`).
+"""The zoo: the named models of the paper (Table 1, and Ti and S from the official repository) and
+the weights released for them, one row per pretrained tag (`vitzoo.tags.PretrainedTag`).
 
-A name is a complete `ViTConfig`; `vitzoo.create(name, **options)` changes options on top of it.
+A name is a complete `ViTConfig`; `vitzoo.create(name, **options)` changes options on top of it. A
+tag carries its Hub repo, resolution, classes, preprocessing, class names and ImageNet top-1.
 """
 
 from __future__ import annotations
@@ -30,121 +31,137 @@ def vit(size: str, patch_size: int) -> ViTConfig:
 
 def hybrid(size: str, resnet_layers: tuple[int, ...]) -> ViTConfig:
     """Patches of size 1 taken from the ResNet feature map (paper, section 3.1)."""
-    return ViTConfig(stem="resnet", patch_size=1, stem_options={"layers": resnet_layers}, **SIZES[size])
+    return ViTConfig(stem="resnet", patch_size=1, stem_options={"layers": resnet_layers},
+                     **SIZES[size])
 
 
-MODELS: dict[str, ViTConfig] = {
-    "vit_ti16": vit("ti", 16),
-    "vit_s16": vit("s", 16),
-    "vit_s32": vit("s", 32),
-    "vit_b8": vit("b", 8),
-    "vit_b16": vit("b", 16),
-    "vit_b32": vit("b", 32),
-    "vit_l16": vit("l", 16),
-    "vit_l32": vit("l", 32),
-    "vit_h14": vit("h", 14),
-    "vit_b16_hybrid": hybrid("b", R50_S16),
-    "vit_b32_hybrid": hybrid("b", R50_S32),
-    "vit_l16_hybrid": hybrid("l", R50_S16),
-    "vit_l32_hybrid": hybrid("l", R50_S32),
-    "vit_s32_r26_hybrid": hybrid("s", R26_S32),
-    "vit_b32_r26_hybrid": hybrid("b", R26_S32),
+# name -> (config, timm's architecture name, which ends in the resolution: vit_tiny_patch16_224)
+TABLE_1: dict[str, tuple[ViTConfig, str | None]] = {
+    "vit_ti16": (vit("ti", 16), "vit_tiny_patch16"),
+    "vit_s16": (vit("s", 16), "vit_small_patch16"),
+    "vit_s32": (vit("s", 32), "vit_small_patch32"),
+    "vit_b8": (vit("b", 8), "vit_base_patch8"),
+    "vit_b16": (vit("b", 16), "vit_base_patch16"),
+    "vit_b32": (vit("b", 32), "vit_base_patch32"),
+    "vit_l16": (vit("l", 16), "vit_large_patch16"),
+    "vit_l32": (vit("l", 32), "vit_large_patch32"),
+    "vit_h14": (vit("h", 14), "vit_huge_patch14"),
+    "vit_b16_hybrid": (hybrid("b", R50_S16), "vit_base_r50_s16"),
+    "vit_b32_hybrid": (hybrid("b", R50_S32), None),
+    "vit_l16_hybrid": (hybrid("l", R50_S16), None),
+    "vit_l32_hybrid": (hybrid("l", R50_S32), "vit_large_r50_s32"),
+    "vit_s32_r26_hybrid": (hybrid("s", R26_S32), "vit_small_r26_s32"),
+    "vit_b32_r26_hybrid": (hybrid("b", R26_S32), "vit_base_r26_s32"),
 }
+MODELS: dict[str, ViTConfig] = {name: config for name, (config, _) in TABLE_1.items()}
+TIMM_ARCHITECTURES = {timm: name for name, (_, timm) in TABLE_1.items() if timm}
 
-# timm's architecture names of the same models (its name ends in the resolution: `vit_tiny_patch16_224`,
-# `vit_base_patch16_384`), so that a timm user's name builds the model it means (vitzoo.catalog.from_timm_name)
-TIMM_ARCHITECTURES = {
-    "vit_tiny_patch16": "vit_ti16",
-    "vit_small_patch16": "vit_s16",
-    "vit_small_patch32": "vit_s32",
-    "vit_base_patch8": "vit_b8",
-    "vit_base_patch16": "vit_b16",
-    "vit_base_patch32": "vit_b32",
-    "vit_large_patch16": "vit_l16",
-    "vit_large_patch32": "vit_l32",
-    "vit_huge_patch14": "vit_h14",
-    "vit_base_r50_s16": "vit_b16_hybrid",
-    "vit_large_r50_s32": "vit_l32_hybrid",
-    "vit_small_r26_s32": "vit_s32_r26_hybrid",
-    "vit_base_r26_s32": "vit_b32_r26_hybrid",
-}
-
-
-# ------------------------------------------------------------------------------- released weights
-# The paper's ImageNet-21k checkpoints (`orig_in21k`, 224 px) and their ImageNet fine-tunes at 384 px
-# as released (`orig_in21k_ft_in1k`), in the Hub repos that hold them today: timm's ports (timm format,
-# preprocessing from their pretrained_cfg) and, where timm has none, google's transformers ports
-# (ViTImageProcessor: straight bilinear resize, id2label with the ImageNet-1k names). timm's
-# ImageNet-21k ports have no classifier (the released head was dropped). Accuracies: the paper's
-# Table 5 (ImageNet-21k pre-training, ImageNet fine-tuning at 384 px).
+# The released weights, as the Hub holds them today. Per model: (tag, Hub repo, resolution,
+# classes, further fields). timm/ repos are timm's ports (their pretrained_cfg: crop 1.0 at 384 px,
+# else 0.9); google/ repos are transformers' ports (a straight bilinear resize). A 1000-way head is
+# ImageNet-1k's; 0 classes: the released head was dropped. `orig_` are the paper's checkpoints,
+# `augreg` the official repository's later ones ("How to train your ViT"); top-1: the paper's
+# Table 5 (ImageNet-21k pre-training, fine-tuned at 384 px).
+DEFAULT = {"default": True}  # the tag `create(model, pretrained=True)` loads
 TABLE_5 = "paper, Table 5"
-README_224 = "official README: expected for the -224 fine-tune"
-def _is_hybrid(model: str) -> bool:
-    return MODELS[model].stem == "resnet"
+RELEASES: dict[str, list[tuple]] = {
+    "vit_ti16": [
+        ("augreg_in21k", "timm/vit_tiny_patch16_224.augreg_in21k", 224, 21843),
+        ("augreg_in21k_ft_in1k", "timm/vit_tiny_patch16_224.augreg_in21k_ft_in1k", 224, 1000,
+         DEFAULT),
+        ("augreg_in21k_ft_in1k_384", "timm/vit_tiny_patch16_384.augreg_in21k_ft_in1k", 384, 1000),
+    ],
+    "vit_s16": [
+        ("augreg_in21k", "timm/vit_small_patch16_224.augreg_in21k", 224, 21843),
+        ("augreg_in21k_ft_in1k", "timm/vit_small_patch16_224.augreg_in21k_ft_in1k", 224, 1000,
+         DEFAULT),
+        ("augreg_in21k_ft_in1k_384", "timm/vit_small_patch16_384.augreg_in21k_ft_in1k", 384, 1000),
+        ("augreg_in1k", "timm/vit_small_patch16_224.augreg_in1k", 224, 1000),
+        ("augreg_in1k_384", "timm/vit_small_patch16_384.augreg_in1k", 384, 1000),
+    ],
+    "vit_s32": [
+        ("augreg_in21k", "timm/vit_small_patch32_224.augreg_in21k", 224, 21843),
+        ("augreg_in21k_ft_in1k", "timm/vit_small_patch32_224.augreg_in21k_ft_in1k", 224, 1000,
+         DEFAULT),
+        ("augreg_in21k_ft_in1k_384", "timm/vit_small_patch32_384.augreg_in21k_ft_in1k", 384, 1000),
+    ],
+    "vit_b8": [
+        ("augreg_in21k", "timm/vit_base_patch8_224.augreg_in21k", 224, 21843),
+        ("augreg_in21k_ft_in1k", "timm/vit_base_patch8_224.augreg_in21k_ft_in1k", 224, 1000,
+         DEFAULT),
+        ("augreg2_in21k_ft_in1k", "timm/vit_base_patch8_224.augreg2_in21k_ft_in1k", 224, 1000),
+    ],
+    "vit_b16": [
+        ("orig_in21k", "timm/vit_base_patch16_224.orig_in21k", 224, 0),
+        ("orig_in21k_ft_in1k", "timm/vit_base_patch16_384.orig_in21k_ft_in1k", 384, 1000,
+         dict(DEFAULT, accuracy=83.97, accuracy_source=TABLE_5)),
+        ("orig_in21k_ft_in1k_224", "timm/vit_base_patch16_224.orig_in21k_ft_in1k", 224, 1000,
+         dict(accuracy=81.2, accuracy_source="official README: expected for the -224 fine-tune")),
+        ("augreg_in21k", "timm/vit_base_patch16_224.augreg_in21k", 224, 21843),
+        ("augreg_in21k_ft_in1k", "timm/vit_base_patch16_224.augreg_in21k_ft_in1k", 224, 1000),
+        ("augreg_in21k_ft_in1k_384", "timm/vit_base_patch16_384.augreg_in21k_ft_in1k", 384, 1000),
+        ("augreg2_in21k_ft_in1k", "timm/vit_base_patch16_224.augreg2_in21k_ft_in1k", 224, 1000),
+        ("augreg_in1k", "timm/vit_base_patch16_224.augreg_in1k", 224, 1000),
+        ("augreg_in1k_384", "timm/vit_base_patch16_384.augreg_in1k", 384, 1000),
+    ],
+    "vit_b32": [
+        ("orig_in21k", "timm/vit_base_patch32_224.orig_in21k", 224, 0),
+        ("orig_in21k_ft_in1k", "google/vit-base-patch32-384", 384, 1000,
+         dict(DEFAULT, accuracy=81.28, accuracy_source=TABLE_5)),
+        ("augreg_in21k", "timm/vit_base_patch32_224.augreg_in21k", 224, 21843),
+        ("augreg_in21k_ft_in1k", "timm/vit_base_patch32_224.augreg_in21k_ft_in1k", 224, 1000),
+        ("augreg_in21k_ft_in1k_384", "timm/vit_base_patch32_384.augreg_in21k_ft_in1k", 384, 1000),
+        ("augreg_in1k", "timm/vit_base_patch32_224.augreg_in1k", 224, 1000),
+        ("augreg_in1k_384", "timm/vit_base_patch32_384.augreg_in1k", 384, 1000),
+    ],
+    "vit_l16": [
+        ("orig_in21k", "timm/vit_large_patch16_224.orig_in21k", 224, 0),
+        ("orig_in21k_ft_in1k", "google/vit-large-patch16-384", 384, 1000,
+         dict(DEFAULT, accuracy=85.15, accuracy_source=TABLE_5)),
+        ("augreg_in21k", "timm/vit_large_patch16_224.augreg_in21k", 224, 21843),
+        ("augreg_in21k_ft_in1k", "timm/vit_large_patch16_224.augreg_in21k_ft_in1k", 224, 1000),
+        ("augreg_in21k_ft_in1k_384", "timm/vit_large_patch16_384.augreg_in21k_ft_in1k", 384, 1000),
+    ],
+    "vit_l32": [
+        ("orig_in21k", "timm/vit_large_patch32_224.orig_in21k", 224, 0),
+        ("orig_in21k_ft_in1k", "timm/vit_large_patch32_384.orig_in21k_ft_in1k", 384, 1000,
+         dict(DEFAULT, accuracy=80.99, accuracy_source=TABLE_5)),
+    ],
+    "vit_h14": [
+        ("orig_in21k", "timm/vit_huge_patch14_224.orig_in21k", 224, 0, DEFAULT),
+    ],
+    "vit_b16_hybrid": [
+        ("orig_in21k", "timm/vit_base_r50_s16_224.orig_in21k", 224, 0),
+        ("orig_in21k_ft_in1k", "timm/vit_base_r50_s16_384.orig_in21k_ft_in1k", 384, 1000, DEFAULT),
+    ],
+    "vit_s32_r26_hybrid": [
+        ("augreg_in21k", "timm/vit_small_r26_s32_224.augreg_in21k", 224, 21843),
+        ("augreg_in21k_ft_in1k", "timm/vit_small_r26_s32_224.augreg_in21k_ft_in1k", 224, 1000,
+         DEFAULT),
+        ("augreg_in21k_ft_in1k_384", "timm/vit_small_r26_s32_384.augreg_in21k_ft_in1k", 384, 1000),
+    ],
+    "vit_l32_hybrid": [
+        ("augreg_in21k", "timm/vit_large_r50_s32_224.augreg_in21k", 224, 21843),
+        ("augreg_in21k_ft_in1k", "timm/vit_large_r50_s32_224.augreg_in21k_ft_in1k", 224, 1000,
+         DEFAULT),
+        ("augreg_in21k_ft_in1k_384", "timm/vit_large_r50_s32_384.augreg_in21k_ft_in1k", 384, 1000),
+    ],
+}
 
 
-def _timm_port(model: str, hub_name: str, tag: str, img_size: int, num_classes: int, **changes) -> PretrainedTag:
-    """Weights in timm's port, `timm/{hub_name}`, with timm's pretrained_cfg: crop 1.0 at 384 px, else
-    0.9; ImageNet-1k's class names for a 1000-way head; timm's ResNet numerics for the hybrids."""
-    return PretrainedTag(model, tag, f"timm/{hub_name}", "timm", img_size=img_size, num_classes=num_classes,
-                         crop_pct=1.0 if img_size == 384 else 0.9,
+def release(model: str, tag: str, hub_id: str, img_size: int, num_classes: int,
+            fields: dict | None = None) -> PretrainedTag:
+    """A row of RELEASES as a tag: its format and preprocessing from the repo's organisation, its
+    class names from its head, timm's ResNet numerics for a hybrid."""
+    timm = hub_id.startswith("timm/")
+    preprocessing = (dict(crop_pct=1.0 if img_size == 384 else 0.9) if timm
+                     else dict(crop_pct=1.0, interpolation="bilinear"))
+    return PretrainedTag(model, tag, hub_id, "timm" if timm else "transformers", img_size=img_size,
+                         num_classes=num_classes, **preprocessing,
                          labels="imagenet-1k" if num_classes == 1000 else None,
-                         options=HYBRID_NUMERICS if _is_hybrid(model) else {}, **changes)
+                         options=HYBRID_NUMERICS if timm and MODELS[model].stem == "resnet" else {},
+                         **(fields or {}))
 
 
-def _in21k(model: str, timm_name: str, **changes) -> PretrainedTag:
-    return _timm_port(model, f"{timm_name}.orig_in21k", "orig_in21k", 224, 0, **changes)
-
-
-def _in1k_timm(model: str, timm_name: str, img_size: int, tag: str = "orig_in21k_ft_in1k", **changes) -> PretrainedTag:
-    return _timm_port(model, f"{timm_name}.orig_in21k_ft_in1k", tag, img_size, 1000, **changes)
-
-
-def _in1k_google(model: str, repo: str, **changes) -> PretrainedTag:
-    return PretrainedTag(model, "orig_in21k_ft_in1k", f"google/{repo}", "transformers", img_size=384,
-                         num_classes=1000, crop_pct=1.0, interpolation="bilinear", labels="imagenet-1k", **changes)
-
-
-def _augreg(model: str, arch: str, img_size: int, pretraining: str, **changes) -> PretrainedTag:
-    """The official repository's later AugReg weights ("How to train your ViT"), in timm's ports:
-    `augreg_in21k` (ImageNet-21k, its 21,843-way head kept), `augreg_in21k_ft_in1k` and `augreg2_in21k_ft_in1k`
-    (fine-tuned on ImageNet), `augreg_in1k` (ImageNet only); a `_384` suffix for the 384 px fine-tunes."""
-    tag = pretraining + ("_384" if img_size == 384 else "")
-    num_classes = 21843 if pretraining == "augreg_in21k" else 1000
-    return _timm_port(model, f"{arch}_{img_size}.{pretraining}", tag, img_size, num_classes, **changes)
-
-
-# (model, timm's architecture, [(resolution, pre-training)]) of every AugReg release of a vitzoo model
-_IN21K, _FT, _FT2, _IN1K = "augreg_in21k", "augreg_in21k_ft_in1k", "augreg2_in21k_ft_in1k", "augreg_in1k"
-AUGREG = (
-    ("vit_ti16", "vit_tiny_patch16", [(224, _IN21K), (224, _FT), (384, _FT)]),
-    ("vit_s16", "vit_small_patch16", [(224, _IN21K), (224, _FT), (384, _FT), (224, _IN1K), (384, _IN1K)]),
-    ("vit_s32", "vit_small_patch32", [(224, _IN21K), (224, _FT), (384, _FT)]),
-    ("vit_b8", "vit_base_patch8", [(224, _IN21K), (224, _FT), (224, _FT2)]),
-    ("vit_b16", "vit_base_patch16", [(224, _IN21K), (224, _FT), (384, _FT), (224, _FT2), (224, _IN1K), (384, _IN1K)]),
-    ("vit_b32", "vit_base_patch32", [(224, _IN21K), (224, _FT), (384, _FT), (224, _IN1K), (384, _IN1K)]),
-    ("vit_l16", "vit_large_patch16", [(224, _IN21K), (224, _FT), (384, _FT)]),
-    ("vit_s32_r26_hybrid", "vit_small_r26_s32", [(224, _IN21K), (224, _FT), (384, _FT)]),
-    ("vit_l32_hybrid", "vit_large_r50_s32", [(224, _IN21K), (224, _FT), (384, _FT)]),
-)
-# models the paper released no weights for: the AugReg ImageNet fine-tune at 224 px is their default
-_AUGREG_DEFAULTS = {"vit_ti16", "vit_s16", "vit_s32", "vit_b8", "vit_s32_r26_hybrid", "vit_l32_hybrid"}
-
-PRETRAINED: tuple[PretrainedTag, ...] = (
-    _in21k("vit_b16", "vit_base_patch16_224"),
-    _in1k_timm("vit_b16", "vit_base_patch16_384", 384, default=True, accuracy=83.97, accuracy_source=TABLE_5),
-    _in1k_timm("vit_b16", "vit_base_patch16_224", 224, tag="orig_in21k_ft_in1k_224", accuracy=81.2,
-               accuracy_source=README_224),
-    _in21k("vit_b32", "vit_base_patch32_224"),
-    _in1k_google("vit_b32", "vit-base-patch32-384", default=True, accuracy=81.28, accuracy_source=TABLE_5),
-    _in21k("vit_l16", "vit_large_patch16_224"),
-    _in1k_google("vit_l16", "vit-large-patch16-384", default=True, accuracy=85.15, accuracy_source=TABLE_5),
-    _in21k("vit_l32", "vit_large_patch32_224"),
-    _in1k_timm("vit_l32", "vit_large_patch32_384", 384, default=True, accuracy=80.99, accuracy_source=TABLE_5),
-    _in21k("vit_h14", "vit_huge_patch14_224", default=True),  # its only released weights
-    _in21k("vit_b16_hybrid", "vit_base_r50_s16_224"),
-    _in1k_timm("vit_b16_hybrid", "vit_base_r50_s16_384", 384, default=True),
-) + tuple(
-    _augreg(model, arch, size, pretraining, default=model in _AUGREG_DEFAULTS and (size, pretraining) == (224, _FT))
-    for model, arch, releases in AUGREG for size, pretraining in releases
-)
+PRETRAINED: tuple[PretrainedTag, ...] = tuple(
+    release(model, *row) for model, rows in RELEASES.items() for row in rows)

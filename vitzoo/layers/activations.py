@@ -1,6 +1,5 @@
-"""The MLP's nonlinearity: the one table of activations vitzoo knows (eq. (3)'s MLP "contains two
-layers with a GELU non-linearity"), by the names `ViTConfig.act` takes (`vitzoo.config.ACTIVATIONS`).
-The encoder takes its function from it; converters map other libraries' names onto its keys."""
+"""The MLP's nonlinearity (eq. (3)'s MLP "contains two layers with a GELU non-linearity"), by the
+names `ViTConfig.act` takes; converters map other libraries' names onto its keys."""
 
 from __future__ import annotations
 
@@ -17,6 +16,5 @@ def gelu_tanh(x):
     return F.gelu(x, approximate="tanh")
 
 
-# module-level functions, not lambdas: a model holding one pickles (torch.save(model), deepcopy across
-# processes)
+# module-level functions, not lambdas: a model holding one pickles (torch.save(model))
 ACTIVATIONS = {"gelu": gelu, "gelu_tanh": gelu_tanh}

@@ -17,11 +17,11 @@ from torch.utils.checkpoint import checkpoint
 
 from vitzoo.config import ViTConfig
 from vitzoo.errors import ConfigError, PluginError
-from vitzoo.options import closest
 from vitzoo.layers.activations import ACTIVATIONS
 from vitzoo.layers.attention import Attention
+from vitzoo.options import closest
 
-# the injection modes the encoder implements; a position embedding says which of them it supports (`modes`)
+# the injection modes the encoder implements; a position embedding says which it supports (`modes`)
 INJECTION_MODES = ("input", "every_layer", "every_layer_shared")
 
 
@@ -71,33 +71,39 @@ class EncoderBlock(nn.Module):
 
     def forward(self, x: torch.Tensor, grid: tuple[int, int], attn_maps: list | None = None,
                 outputs: int | None = None) -> torch.Tensor:
-        """The layer's output tokens; only the first `outputs` of them if given (their attention still
-        reads every token): a token's output depends on the others only through the attention."""
+        """The layer's output tokens; only the first `outputs` of them if given (their attention
+        still reads every token): a token's output depends on the others only through attention."""
         attended = self.attn(self.norm1(x), grid, attn_maps, queries=outputs)
         if outputs is not None:
             x = x[:, :outputs]
-        x = x + self.drop_path(self.dropout(attended))
-        return x + self.drop_path(self.mlp(self.norm2(x)))
+        x = x + self.drop_path(self.dropout(attended))  # (2)
+        return x + self.drop_path(self.mlp(self.norm2(x)))  # (3)
+
+
+def check_injection(config: ViTConfig, pos_embed_cls: type[nn.Module]) -> None:
+    """A ConfigError (PluginError) for a mode the config (the position embedding) asks in vain."""
+    mode, modes = config.pos_embed_mode, pos_embed_cls.modes
+    unknown = [m for m in modes if m not in INJECTION_MODES]
+    if unknown:
+        raise PluginError(f"pos_embed {config.pos_embed!r} declares modes {unknown}, which the "
+                          f"encoder does not implement; its modes must be among {INJECTION_MODES}")
+    if mode not in INJECTION_MODES:
+        raise ConfigError(f"pos_embed_mode={mode!r} is not one of {INJECTION_MODES}."
+                          + closest(str(mode), INJECTION_MODES))
+    if mode not in modes:
+        raise ConfigError(f"pos_embed={config.pos_embed!r} with pos_embed_mode={mode!r} is "
+                          f"undefined (the paper's Table 8 marks it n/a); {config.pos_embed!r} "
+                          f"supports pos_embed_mode in {modes}")
 
 
 class Encoder(nn.Module):
     """Position injection, L blocks, and the final LayerNorm."""
 
-    def __init__(self, config: ViTConfig, pos_embed_cls: type[nn.Module], grid: tuple[int, int], num_prefix_tokens: int) -> None:
+    def __init__(self, config: ViTConfig, pos_embed_cls: type[nn.Module], grid: tuple[int, int],
+                 num_prefix_tokens: int) -> None:
         super().__init__()
-        mode = config.pos_embed_mode
-        unknown = [m for m in pos_embed_cls.modes if m not in INJECTION_MODES]
-        if unknown:
-            raise PluginError(f"pos_embed {config.pos_embed!r} declares modes {unknown}, which the encoder does not "
-                              f"implement; its modes must be among {INJECTION_MODES}")
-        if mode not in INJECTION_MODES:
-            raise ConfigError(f"pos_embed_mode={mode!r} is not one of {INJECTION_MODES}." + closest(str(mode), INJECTION_MODES))
-        if mode not in pos_embed_cls.modes:
-            raise ConfigError(
-                f"pos_embed={config.pos_embed!r} with pos_embed_mode={mode!r} is undefined (the paper's "
-                f"Table 8 marks it n/a); {config.pos_embed!r} supports pos_embed_mode in {pos_embed_cls.modes}"
-            )
-        self.mode = mode
+        check_injection(config, pos_embed_cls)
+        self.mode = config.pos_embed_mode
         self.grad_checkpointing = False
 
         def make() -> nn.Module:
@@ -106,18 +112,18 @@ class Encoder(nn.Module):
         in_attention = pos_embed_cls.in_attention
         if in_attention:
             self.pos_embed = None
-        elif mode == "every_layer":
+        elif self.mode == "every_layer":
             self.pos_embed = nn.ModuleList(make() for _ in range(config.depth))
         else:
             self.pos_embed = make()
         self.dropout = nn.Dropout(config.dropout)
-        # deeper layers are dropped more often (linear rule); plain floats, so meta-device builds work
+        # deeper layers are dropped more often (linear rule); plain floats for meta-device builds
         rates = [config.drop_path * i / max(config.depth - 1, 1) for i in range(config.depth)]
-        self.blocks = nn.ModuleList(
-            EncoderBlock(config, rates[i], make() if in_attention else None) for i in range(config.depth)
-        )
-        # with fc_norm the final LayerNorm acts on the pooled representation (VisionTransformer.fc_norm)
-        self.norm = nn.Identity() if config.fc_norm else nn.LayerNorm(config.embed_dim, eps=config.norm_eps)
+        self.blocks = nn.ModuleList(EncoderBlock(config, rate, make() if in_attention else None)
+                                    for rate in rates)
+        # with fc_norm the final LayerNorm acts on the pooled representation (the model's fc_norm)
+        self.norm = (nn.Identity() if config.fc_norm
+                     else nn.LayerNorm(config.embed_dim, eps=config.norm_eps))
 
     def inject(self, layer: int, x: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
         """Add position information at the input of `layer` (0-based), as the mode says."""
@@ -127,12 +133,11 @@ class Encoder(nn.Module):
         return pos_embed(x, grid)
 
     def forward(self, x: torch.Tensor, grid: tuple[int, int], attn_maps: list | None = None,
-                outputs: int | None = None, layer_outputs: list | None = None, until: int | None = None) -> torch.Tensor:
-        """The normed output tokens (B, T, D); with `outputs`, only the first `outputs` of them (B,
-        outputs, D), which spares the last block's work for the others: its MLP and attention output
-        for the patch tokens when only the class token is pooled (84% of that block's FLOPs in ViT-B/16).
-        `layer_outputs` collects each block's output tokens (before the final norm); `until` stops after
-        that block (the normed tokens are then its)."""
+                outputs: int | None = None, layer_outputs: list | None = None,
+                until: int | None = None) -> torch.Tensor:
+        """The normed output tokens (B, T, D); with `outputs` only the first `outputs` of them (it
+        spares the last block's MLP and attention output for the others). `layer_outputs` collects
+        each block's output (before the final norm); `until` stops after that block."""
         x = self.dropout(self.inject(0, x, grid))
         last = len(self.blocks) - 1
         for layer, block in enumerate(self.blocks):
@@ -147,10 +152,12 @@ class Encoder(nn.Module):
                 layer_outputs.append(x)
             if layer == until:
                 break
-        return self.norm(x)
+        return self.norm(x)  # (4)
 
     def position_embeddings(self) -> list[nn.Module]:
         """Every position-embedding module, wherever it is injected."""
         if self.pos_embed is None:
             return [block.attn.relative for block in self.blocks]
-        return list(self.pos_embed) if isinstance(self.pos_embed, nn.ModuleList) else [self.pos_embed]
+        if isinstance(self.pos_embed, nn.ModuleList):
+            return list(self.pos_embed)
+        return [self.pos_embed]

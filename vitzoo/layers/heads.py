@@ -66,18 +66,19 @@ class MLPHeadOptions(Options):
 
     KIND = "head 'mlp'"
 
-    representation_size: int | None = field(default=None, metadata={"help": "the width of the pre-logits Dense + "
-                                                                            "tanh layer (required)"})
+    representation_size: int | None = field(default=None, metadata={
+        "help": "the width of the pre-logits Dense + tanh layer (required)"})
 
     def __post_init__(self) -> None:
         check_fields(self, {"representation_size": "> 0"})
         if self.representation_size is None:
-            raise ConfigError("head='mlp' needs head_options={'representation_size': N} (the width of its "
-                              "pre-logits layer; --head.representation-size N on the command line)")
+            raise ConfigError("head='mlp' needs head_options={'representation_size': N} (the "
+                              "width of its pre-logits layer; --head.representation-size N on the "
+                              "command line)")
 
 
 class MLPHead(nn.Module):
-    """Pre-logits Dense + tanh of `representation_size`, then the classifier (pre-training heads)."""
+    """Pre-logits Dense + tanh of `representation_size`, then the classifier (pre-training)."""
 
     Options = MLPHeadOptions
 

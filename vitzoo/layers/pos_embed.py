@@ -9,8 +9,8 @@
   the offsets) and the logits are added as a bias to the attention logits before the softmax.
 
 Additive embeddings (`in_attention = False`) give the class token an embedding of its own, with no
-grid position. Resampling to a new grid is linear interpolation with aligned corners, as the official
-`interpolate_posembed` (a linear zoom) does.
+grid position. Resampling to a new grid is linear interpolation with aligned corners, as the
+official `interpolate_posembed` (a linear zoom) does.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from vitzoo.errors import ConfigError
 POS_STD = 0.02  # official init: normal(stddev=0.02)
 
 
-def resample_grid(grid_embed: torch.Tensor, old: tuple[int, int], new: tuple[int, int]) -> torch.Tensor:
+def resample_grid(grid_embed: torch.Tensor, old: tuple[int, int],
+                  new: tuple[int, int]) -> torch.Tensor:
     """(old_h * old_w, D) -> (new_h * new_w, D), bilinear with align_corners=True."""
     if old == new:
         return grid_embed
@@ -75,7 +76,8 @@ class LearnedPosEmbed1d(nn.Module):
         self.weight = nn.Parameter(torch.randn(1, length, config.embed_dim) * POS_STD)
 
     def _embedding(self, grid: tuple[int, int]) -> torch.Tensor:
-        prefix, patches = self.weight[0, : self.num_prefix_tokens], self.weight[0, self.num_prefix_tokens :]
+        prefixes = self.num_prefix_tokens
+        prefix, patches = self.weight[0, :prefixes], self.weight[0, prefixes:]
         return torch.cat([prefix, resample_grid(patches, self.grid, grid)]).unsqueeze(0)
 
     def forward(self, x: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
@@ -96,7 +98,8 @@ class LearnedPosEmbed2d(nn.Module):
     @classmethod
     def check(cls, config: ViTConfig) -> None:
         if config.embed_dim % 2:
-            raise ConfigError(f"pos_embed='learned_2d' splits embed_dim in two halves; embed_dim={config.embed_dim} is odd")
+            raise ConfigError("pos_embed='learned_2d' splits embed_dim in two halves; "
+                              f"embed_dim={config.embed_dim} is odd")
 
     def __init__(self, config: ViTConfig, grid: tuple[int, int], num_prefix_tokens: int) -> None:
         super().__init__()
@@ -104,14 +107,18 @@ class LearnedPosEmbed2d(nn.Module):
         self.grid = grid
         self.row = nn.Parameter(torch.randn(grid[0], half) * POS_STD)
         self.col = nn.Parameter(torch.randn(grid[1], half) * POS_STD)
-        self.prefix = nn.Parameter(torch.randn(1, num_prefix_tokens, config.embed_dim) * POS_STD) if num_prefix_tokens else None
+        self.prefix = None
+        if num_prefix_tokens:
+            prefix = torch.randn(1, num_prefix_tokens, config.embed_dim) * POS_STD
+            self.prefix = nn.Parameter(prefix)
 
     def forward(self, x: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
         h, w = grid
-        # resampled only for another grid: decided by the grid, not the tables' shapes (which torch.fx cannot read)
+        # resampled only for another grid: the grid decides, not the shapes (torch.fx reads none)
         row = self.row if h == self.grid[0] else resample_line(self.row, h)
         col = self.col if w == self.grid[1] else resample_line(self.col, w)
-        patches = torch.cat([row[:, None, :].expand(h, w, -1), col[None, :, :].expand(h, w, -1)], dim=-1)
+        rows, cols = row[:, None, :].expand(h, w, -1), col[None, :, :].expand(h, w, -1)
+        patches = torch.cat([rows, cols], dim=-1)
         embedding = patches.reshape(1, h * w, -1)
         if self.prefix is not None:
             embedding = torch.cat([self.prefix, embedding], dim=1)
@@ -162,7 +169,8 @@ class RelativePositionBias(nn.Module):
             table, index = self.table, self.index
         else:
             table, index = self._table(grid), self._offset_index(grid).to(q.device)
-        logits = torch.einsum("bhtd,rhd->bhtr", q, table.to(q.dtype)) * self.scale  # (B, H, queries, offsets)
+        # (B, heads, queries, offsets)
+        logits = torch.einsum("bhtd,rhd->bhtr", q, table.to(q.dtype)) * self.scale
         # the queries may be those of the first tokens only (the class token's, in the last block)
         # (torch.narrow rather than a slice: torch.fx records it with a traced query count)
         rows = torch.narrow(index, 0, 0, q.shape[2])

@@ -33,9 +33,8 @@ class Numerics:
     gn_eps: float
 
 
-# the ResNet stem's `numerics` option (vitzoo.layers.stems.ResNetOptions): the official model's, or timm's ResNetV2 of
-# its hybrids (StdConv2dSame eps 1e-8, GroupNormAct eps 1e-5), which its converted weights need for the
-# same logits
+# the ResNet stem's `numerics` option: the official model's, or timm's ResNetV2 of its hybrids
+# (StdConv2dSame eps 1e-8, GroupNormAct eps 1e-5), which its converted weights need
 NUMERICS = {
     "official": Numerics(ws_eps=WS_EPS, ws_eps_in_sqrt=False, gn_eps=GN_EPS),
     "timm": Numerics(ws_eps=1e-8, ws_eps_in_sqrt=True, gn_eps=1e-5),
@@ -58,8 +57,8 @@ def pad_same(x: torch.Tensor, kernel: int, stride: int, value: float = 0.0) -> t
 
 
 def conv2d_same(x: torch.Tensor, weight: torch.Tensor, stride: int) -> torch.Tensor:
-    """A convolution with TensorFlow "SAME" padding, which depends on the input's size: torch.fx records
-    it as one call (`torch.fx.wrap` below), since a traced input's size is not known until it runs."""
+    """A convolution with TensorFlow "SAME" padding, which depends on the input's size: torch.fx
+    records it as one call (`torch.fx.wrap` below), as a traced input has no size."""
     left, right, top, bottom = same_pads(x, weight.shape[-1], stride)
     if left == right and top == bottom:  # symmetric: the convolution pads by itself, no copy
         return F.conv2d(x, weight, None, stride, padding=(top, left))
@@ -80,20 +79,22 @@ class StdConv2d(nn.Conv2d):
         super().__init__(in_channels, out_channels, kernel_size, stride, padding=0, bias=False)
         self.numerics = numerics
         lecun_normal_(self.weight)
-        self._standardized: tuple[tuple, torch.Tensor] | None = None  # ((storage, version, dtype), result)
+        # ((storage, version, dtype), the standardized weight), kept in eval mode
+        self._standardized: tuple[tuple, torch.Tensor] | None = None
 
     def standardize(self, w: torch.Tensor) -> torch.Tensor:
-        # in float32 whatever the weight's dtype: bf16 weights (vitzoo.inference) round the result once,
-        # not the mean, the scale and each step in between
+        # in float32 whatever the weight's dtype: bf16 weights round the result once, not the mean,
+        # the scale and each step in between
         w, dtype = w.float(), w.dtype
         eps = self.numerics.ws_eps
         if self.numerics.ws_eps_in_sqrt:
-            # (w - mean) / sqrt(var + eps) per filter is batch normalisation with the filters as channels:
-            # one fused kernel each way, which keeps for the backward pass the weight and two numbers per
-            # filter instead of a centred copy of the weight
-            flat = F.batch_norm(w.reshape(1, w.shape[0], -1), None, None, training=True, momentum=0.0, eps=eps)
+            # (w - mean) / sqrt(var + eps) per filter is batch normalisation with the filters as
+            # channels: one fused kernel each way, keeping two numbers per filter for the backward
+            # pass instead of a centred copy of the weight
+            flat = F.batch_norm(w.reshape(1, w.shape[0], -1), None, None, training=True,
+                                momentum=0.0, eps=eps)
             return flat.reshape(w.shape).to(dtype)
-        std, mean = torch.std_mean(w, dim=(1, 2, 3), keepdim=True, correction=0)  # one pass over the weight
+        std, mean = torch.std_mean(w, dim=(1, 2, 3), keepdim=True, correction=0)  # one pass
         return ((w - mean) / (std + eps)).to(dtype)
 
     def standardized_weight(self) -> torch.Tensor:
@@ -102,16 +103,16 @@ class StdConv2d(nn.Conv2d):
             # traced as a formula: with frozen weights Inductor folds it into a constant (a cache
             # mutated inside the graph would instead force a recompilation at every call)
             return self.standardize(w)
-        if torch.is_grad_enabled() or self.training or fx_tracing():  # a traced weight has no storage to key on
+        # (a weight traced by torch.fx has no storage to key on)
+        if torch.is_grad_enabled() or self.training or fx_tracing():
             self._standardized = None
             return self.standardize(w)
-        # In eval mode without autograd the weight does not change between calls: compute it once, in
-        # the dtype the convolution will run in (under autocast its cast of the weight at every call is
-        # then a no-op)
+        # In eval mode without autograd the weight does not change between calls: computed once, in
+        # the dtype the convolution runs in (autocast's cast of it at every call is then a no-op)
         # (the meta device, where FLOPs are counted, has no autocast: asking about it raises)
         autocast = w.device.type != "meta" and torch.is_autocast_enabled(w.device.type)
         dtype = torch.get_autocast_dtype(w.device.type) if autocast else w.dtype
-        key = (w.data_ptr(), w._version, dtype)  # a new tensor (param.data = ...) or an in-place change
+        key = (w.data_ptr(), w._version, dtype)  # a new tensor, or one changed in place
         if self._standardized is not None and self._standardized[0] == key:
             cached = self._standardized[1]
             if cached.device == w.device:
@@ -130,7 +131,8 @@ def group_norm(channels: int, numerics: Numerics = NUMERICS["official"]) -> nn.G
 class Bottleneck(nn.Module):
     """Post-activation bottleneck unit; `features` is the inner width, the output has 4x."""
 
-    def __init__(self, in_channels: int, features: int, stride: int, numerics: Numerics = NUMERICS["official"]) -> None:
+    def __init__(self, in_channels: int, features: int, stride: int,
+                 numerics: Numerics = NUMERICS["official"]) -> None:
         super().__init__()
         out_channels = 4 * features
         self.conv1 = StdConv2d(in_channels, features, 1, numerics=numerics)
@@ -147,8 +149,8 @@ class Bottleneck(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         residual = self.gn_proj(self.conv_proj(x)) if self.needs_projection else x
-        # in place on GroupNorm's output, which its backward pass does not need (it keeps its input):
-        # no fresh feature map per ReLU and per residual sum
+        # in place on GroupNorm's output, which its backward pass does not need (it keeps its
+        # input): no fresh feature map per ReLU and per residual sum
         y = F.relu(self.gn1(self.conv1(x)), inplace=True)
         y = F.relu(self.gn2(self.conv2(y)), inplace=True)
         y = self.gn3(self.conv3(y))
@@ -162,7 +164,8 @@ class ResNet(nn.Module):
     later one halves it. `layers=()` is the root alone (stride 4).
     """
 
-    def __init__(self, in_chans: int, layers: tuple[int, ...], width_factor: int = 1, numerics: str = "official") -> None:
+    def __init__(self, in_chans: int, layers: tuple[int, ...], width_factor: int = 1,
+                 numerics: str = "official") -> None:
         super().__init__()
         numerics = NUMERICS[numerics]
         width = 64 * width_factor

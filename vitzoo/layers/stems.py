@@ -50,23 +50,26 @@ class ResNetOptions(Options):
     KIND = "stem 'resnet'"
     SHAPE = ("layers", "width")  # numerics change the numbers, not the architecture
 
-    layers: tuple[int, ...] = field(default=(), metadata={"help": "blocks per stage (R50's three stages: 3,4,9); "
-                                                                   "() is the root alone"})
-    width: int = field(default=1, metadata={"help": "width factor: the root has 64 x width channels"})
-    # weight standardisation and GroupNorm eps: "official" (w - mean) / (std + 1e-5) and eps 1e-6, or
-    # "timm" (w - mean) / sqrt(var + 1e-8) and eps 1e-5 (what timm's hybrid weights need)
-    numerics: str = field(default="official", metadata={"help": "weight standardisation and GroupNorm eps: the "
-                                                                "official model's, or timm's (its hybrid weights need it)"})
+    layers: tuple[int, ...] = field(default=(), metadata={
+        "help": "blocks per stage (R50's three stages: 3,4,9); () is the root alone"})
+    width: int = field(default=1, metadata={
+        "help": "width factor: the root has 64 x width channels"})
+    # "official": (w - mean) / (std + 1e-5), GroupNorm eps 1e-6; "timm": (w - mean) /
+    # sqrt(var + 1e-8), eps 1e-5 (what timm's hybrid weights need)
+    numerics: str = field(default="official", metadata={
+        "help": "weight standardisation and GroupNorm eps: the official model's, or timm's (its "
+                "hybrid weights need it)"})
 
     def __post_init__(self) -> None:
         check_fields(self, {"width": "> 0"})
         if not isinstance(self.layers, (tuple, list)) or any(
                 not isinstance(n, int) or isinstance(n, bool) or n < 1 for n in self.layers):
-            raise ConfigError(f"stem 'resnet' option layers must be positive block counts per stage, got {self.layers!r}")
+            raise ConfigError("stem 'resnet' option layers must be positive block counts per "
+                              f"stage, got {self.layers!r}")
         self.layers = tuple(self.layers)
         if self.numerics not in NUMERICS:
-            raise ConfigError(f"stem 'resnet' option numerics={self.numerics!r} is not one of {tuple(NUMERICS)}."
-                              + closest(self.numerics, NUMERICS))
+            raise ConfigError(f"stem 'resnet' option numerics={self.numerics!r} is not one of "
+                              f"{tuple(NUMERICS)}." + closest(self.numerics, NUMERICS))
 
 
 class HybridEmbedding(nn.Module):
