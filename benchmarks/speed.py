@@ -222,6 +222,7 @@ def report(rows: list[dict], out: Path) -> str:
                 f"{s['page_faults_per_call']:,}"]
 
     table = [timed(r, name, s) for r in inference for name, s in r["speeds"].items()]
+
     def gb(r: dict, field: str, name: str) -> str:  # blank where a contestant has none
         return "" if name not in r.get(field, {}) else f"{r[field][name]:.2f}"
 
