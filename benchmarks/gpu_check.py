@@ -152,8 +152,8 @@ def speed(out: Path) -> dict[str, Any]:
     """Images/s of vitzoo and its peers on one GPU (median of interleaved repetitions)."""
     import contextlib
 
-    from benchmarks.speed.cases import Case, check_parity, converted, timm_model, torchvision_model, train_step_fn
-    from benchmarks.speed.timing import interleaved, sdpa_backends
+    from benchmarks.speed_timing import (Case, check_parity, converted, interleaved, sdpa_backends,
+                                         timm_model, torchvision_model, train_step_fn)
     from vitzoo.inference import for_inference
     from vitzoo.precision import autocast, half_of
 

@@ -117,8 +117,7 @@ def training_mfu(device: torch.device, batch: int = 256, reps: int = 10, compile
     import timm
 
     import vitzoo
-    from benchmarks.speed.cases import Case, converted, train_step_fn
-    from benchmarks.speed.timing import interleaved
+    from benchmarks.speed_timing import Case, converted, interleaved, train_step_fn
     from vitzoo.precision import half_of
 
     dtype = half_of(device)

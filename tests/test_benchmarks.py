@@ -5,6 +5,7 @@ import ast
 import json
 import mmap
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -160,10 +161,10 @@ def test_speed_benchmark_measures_every_contestant_on_the_same_weights(tmp_path)
     """`speed --quick`: vitzoo and both peers, converted weights giving the peers' logits, images/s with
     a spread, the matrix-product ceiling at the model's shapes, peak memory of a training step, the
     CPU's flags, a table and a figure."""
-    from benchmarks.speed import measure
+    from benchmarks import speed
     from vitzoo.precision import fastest as rule
 
-    out = measure.main(quick=True, out=tmp_path / "speed")
+    out = speed.main(quick=True, out=tmp_path / "speed")
     data = json.loads((out / "results.json").read_text())
     inference = [r for r in data["runs"] if r["kind"] == "inference"]
     training = [r for r in data["runs"] if r["kind"] == "training"]
@@ -188,6 +189,7 @@ def test_speed_benchmark_measures_every_contestant_on_the_same_weights(tmp_path)
     assert all(fastest["peer_best"][lib].startswith(lib + " ") for lib in ("timm", "torchvision"))
     assert fastest["choice"] == f"{rule('cpu')}; eager"  # the device's rule, eager
     readme = (out / "README.md").read_text()
+    assert f"Each at its fastest: `{fastest['call']}` with no argument" in readme  # the call measured
     assert "Each at its fastest" in readme and "over vitzoo float32" in readme
     assert "faster peer" in readme and "speed-up" in readme and "Matrix-product ceilings" in readme
     assert "![speed](speed.png)" in readme and (out / "speed.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -199,10 +201,22 @@ def test_speed_help_prints_the_usage_without_measuring():
     assert done.returncode == 0 and "--only inference|training|fastest" in done.stdout, done.stderr
 
 
+def test_speed_report_only_regenerates_the_committed_tables_from_their_records(tmp_path):
+    """`python -m benchmarks speed --report-only` measures nothing: the README, its figure and
+    under_load.md of the committed records come out byte for byte as committed."""
+    committed, out = suite.RESULTS / "speed", tmp_path / "speed"
+    out.mkdir()
+    for name in ("results.json", "under_load.json"):
+        shutil.copy(committed / name, out / name)
+    assert bench.main(["speed", "--report-only", "--quiet", "--out", str(tmp_path)]) == 0
+    for name in ("README.md", "speed.png", "under_load.md"):
+        assert (out / name).read_bytes() == (committed / name).read_bytes(), name
+
+
 def test_speed_repetitions_rotate_so_that_no_contestant_always_follows_the_same_one():
     """The C allocator's heap is shared by the contestants: the order of each repetition is rotated by
     one, and every call's page faults are counted (a call that allocates fresh memory faults it in)."""
-    from benchmarks.speed import timing
+    from benchmarks import speed_timing as timing
 
     calls = []
 
@@ -229,11 +243,11 @@ def test_speed_repetitions_rotate_so_that_no_contestant_always_follows_the_same_
 def test_memory_probe_of_a_compiled_step_counts_the_compiler_apart():
     """The compiled contestant's probe (a fresh process) compiles in a warm-up pass before measuring: the
     compiler's memory is reported beside the training step's, not inside it."""
-    from benchmarks.speed import cases, memory
+    from benchmarks import speed_timing as timing
 
-    probe = memory.peak_memory_gb(0, cases.STORED_PROBABILITIES, 2, "bf16", True, torch.device("cpu"))
+    probe = timing.peak_memory_gb(0, timing.STORED_PROBABILITIES, 2, "bf16", True, torch.device("cpu"))
     assert probe["peak_gb"] > 0 and probe["resident_gb"] > 0 and probe["compiler_gb"] > 0.01, probe
-    assert memory.peak_memory_gb(0, "vitzoo", 2, "float32", True, torch.device("cpu"))["compiler_gb"] == 0
+    assert timing.peak_memory_gb(0, "vitzoo", 2, "float32", True, torch.device("cpu"))["compiler_gb"] == 0
 
 
 def test_ten_minute_benchmark_records_accuracy_settings_and_target(tmp_path):
@@ -483,14 +497,14 @@ def test_every_committed_run_key_is_still_the_key_of_its_run(ablation):
 def test_every_committed_trial_and_speed_key_is_still_the_key_of_its_run():
     """The trials behind the scales (benchmarks/trials.py) and the speed benchmark's cases keep their keys."""
     from benchmarks import trials
-    from benchmarks.speed import measure
+    from benchmarks import speed
 
     for name in trials.TRIALS:
         records = json.loads((suite.RESULTS / "trials" / name / "results.json").read_text())["runs"]
         assert {r["key"] for r in records} == {run.key for run in trials.plan(name)}
         assert all(suite.Run(r["ablation"], r["label"], r["config"], r["seed"]).key == r["key"] for r in records)
     records = json.loads((suite.RESULTS / "speed" / "results.json").read_text())["runs"]
-    assert records and all(r["key"] == measure.case_key(r, r.get("quick", False)) for r in records)
+    assert records and all(r["key"] == speed.case_key(r, r.get("quick", False)) for r in records)
 
 
 # ---------------------------------------------------------------------------- `vitzoo bench`
@@ -569,9 +583,9 @@ def test_without_matplotlib_the_benchmarks_say_how_to_install_it_before_they_tra
 
 
 def test_the_operator_profile_sets_each_operator_of_vitzoo_beside_the_peer_s():
-    """`python -m benchmarks.speed.profile`: own CPU time and calls per forward, per operator, both models."""
+    """`python -m benchmarks.speed profile`: own CPU time and calls per forward, per operator, both models."""
     import vitzoo
-    from benchmarks.speed.profile import operator_ms, table
+    from benchmarks.speed_timing import operator_ms, table
 
     model = vitzoo.create("vit_ti16", embed_dim=32, depth=2, num_heads=2, mlp_dim=64, img_size=32, patch_size=8).eval()
     ops = operator_ms(model, torch.randn(2, 3, 32, 32), torch.bfloat16, calls=2)
