@@ -6,7 +6,8 @@
   residual connection, renormalise, multiply through the layers (Figure 6, D.8).
 - `position_embedding_similarity`: cosine similarity of each patch's position embedding with all
   others (Figure 7, centre).
-- `patch_embedding_components`: principal components of the patch-embedding filters (Figure 7, left).
+- `patch_embedding_components`: principal components of the patch-embedding filters (Figure 7,
+  left).
 """
 
 from __future__ import annotations
@@ -77,23 +78,28 @@ def position_embedding_similarity(model: VisionTransformer) -> torch.Tensor:
     """
     modules = model.encoder.position_embeddings()
     if not modules or getattr(modules[0], "in_attention", False):
-        raise ValueError(f"pos_embed={model.config.pos_embed!r} has no per-patch embedding vectors to compare")
+        raise ValueError(f"pos_embed={model.config.pos_embed!r} has no per-patch embedding vectors "
+                         "to compare")
     grid, p = model.grid, model.num_prefix_tokens
-    zeros = torch.zeros(1, p + grid[0] * grid[1], model.config.embed_dim, device=next(model.parameters()).device)
+    zeros = torch.zeros(1, p + grid[0] * grid[1], model.config.embed_dim,
+                        device=next(model.parameters()).device)
     embedding = modules[0](zeros, grid)[0, p:]  # what the module adds to each patch token
     if torch.count_nonzero(embedding) == 0:
-        raise ValueError(f"pos_embed={model.config.pos_embed!r} adds nothing: no similarity to show")
+        raise ValueError(f"pos_embed={model.config.pos_embed!r} adds nothing: "
+                         "no similarity to show")
     embedding = torch.nn.functional.normalize(embedding.float(), dim=-1)
     return (embedding @ embedding.t()).reshape(*grid, *grid)
 
 
 @torch.no_grad()
-def patch_embedding_components(model: VisionTransformer, k: int = 28) -> tuple[torch.Tensor, torch.Tensor]:
+def patch_embedding_components(model: VisionTransformer,
+                               k: int = 28) -> tuple[torch.Tensor, torch.Tensor]:
     """The top-k principal components of the patch-embedding filters, as (k, C, P, P) images, and
     the fraction of variance each explains. Only for the `patch` stem (a linear projection)."""
     proj = getattr(model.stem, "proj", None)
     if model.config.stem != "patch" or proj is None:
-        raise ValueError(f"principal components need the linear patch projection; this model's stem is {model.config.stem!r}")
+        raise ValueError("principal components need the linear patch projection; this model's "
+                         f"stem is {model.config.stem!r}")
     filters = proj.weight.float()  # (D, C, P, P): one filter per embedding dimension
     flat = filters.reshape(filters.shape[0], -1)
     flat = flat - flat.mean(dim=0, keepdim=True)

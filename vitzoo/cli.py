@@ -13,16 +13,18 @@ import vitzoo.commands
 from vitzoo.argvalues import ArgumentParser
 
 # What `vitzoo --help` says to a user.
-DESCRIPTION = """\
-The Vision Transformer of "An Image is Worth 16x16 Words" (Dosovitskiy et al., ICLR 2021), in PyTorch.
-Inspect the models, classify images with the released weights, train or fine-tune on your own images,
-move weights between formats and the Hugging Face Hub, and run the paper's ablations."""
+DESCRIPTION = (
+    'The Vision Transformer of "An Image is Worth 16x16 Words" (Dosovitskiy et al., ICLR 2021), '
+    "in PyTorch.\nInspect the models, classify images with the released weights, train or "
+    "fine-tune on your own images,\nmove weights between formats and the Hugging Face Hub, and "
+    "run the paper's ablations.")
 
 EXAMPLES = """\
 examples:
   vitzoo list --pretrained
   vitzoo predict cat.jpg --model vit_b16.orig_in21k_ft_in1k
-  vitzoo train --pretrained vit_s16.augreg_in21k_ft_in1k --data my_images/ --recipe paper-finetune --steps 500 --out runs/ft
+  vitzoo train --pretrained vit_s16.augreg_in21k_ft_in1k --data my_images/ --recipe paper-finetune \
+--steps 500 --out runs/ft
   vitzoo shard /data/imagenet /data/imagenet-shards    # then --data /data/imagenet-shards
   vitzoo pull alice/vit-b16-cifar10 weights/
 
@@ -35,8 +37,10 @@ ORDER = ("listing", "predict", "train", "evaluate", "shard", "weights", "export"
 def build_parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(prog="vitzoo", description=DESCRIPTION, epilog=EXAMPLES,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action="version", version=f"vitzoo {__import__('vitzoo').__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help="one of these:")
+    parser.add_argument("--version", action="version",
+                        version=f"vitzoo {__import__('vitzoo').__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                help="one of these:")
     names = [m.name for m in pkgutil.iter_modules(vitzoo.commands.__path__)]
     for name in sorted(names, key=lambda n: (ORDER.index(n) if n in ORDER else len(ORDER), n)):
         importlib.import_module(f"vitzoo.commands.{name}").add_parser(sub)
@@ -47,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (ValueError, OSError, RuntimeError) as exc:  # user errors (a path that is a file, ...): a message, not a traceback
+    except (ValueError, OSError, RuntimeError) as exc:  # user errors: a message, not a traceback
         print(f"vitzoo {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

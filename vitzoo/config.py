@@ -2,12 +2,12 @@
 
 The options every model shares are fields here, with the names of the paper (`embed_dim` is D,
 `depth` is L, `mlp_dim` is the MLP size, `patch_size` is P). The four parts a model is built from
-(stem, position embedding, pooling, head) are named by a field each, and each part's own settings are
-a dict beside it (`stem_options`, ...): the part declares them (its `Options` dataclass) and checks
-them, so a plugin adds options without touching this module. Components receive this dataclass, never
-loose keyword arguments. Checks that need the registry (is `stem="foo"` a known component? are its
-options its own?) happen when a config is resolved (`vitzoo.registry.resolve_config`); everything else
-is checked here, on construction.
+(stem, position embedding, pooling, head) are named by a field each, and each part's own settings
+are a dict beside it (`stem_options`, ...): the part declares them (its `Options` dataclass) and
+checks them, so a plugin adds options without touching this module. Components receive this
+dataclass, never loose keyword arguments. Checks that need the registry (is `stem="foo"` a known
+component? are its options its own?) happen when a config is resolved
+(`vitzoo.registry.resolve_config`); everything else is checked here, on construction.
 """
 
 from __future__ import annotations
@@ -19,11 +19,12 @@ from vitzoo.errors import ConfigError
 from vitzoo.options import Options, check_fields, check_number, closest, described
 
 # The parts a model is built from: the field naming each, and the field holding its own options.
-PART_OPTIONS = {"stem": "stem_options", "pos_embed": "pos_embed_options", "pool": "pool_options", "head": "head_options"}
+PART_OPTIONS = {"stem": "stem_options", "pos_embed": "pos_embed_options", "pool": "pool_options",
+                "head": "head_options"}
 
 
 def _json_form(value: Any) -> Any:
-    """Tuples as lists, recursively: a part's options compare equal whether written in code or read from JSON."""
+    """Tuples as lists, recursively: options compare equal written in code or read from JSON."""
     if isinstance(value, (tuple, list)):
         return [_json_form(v) for v in value]
     if isinstance(value, dict):
@@ -31,8 +32,9 @@ def _json_form(value: Any) -> Any:
     return value
 
 
-# timm's names for options vitzoo spells otherwise, taken where the meaning is the same (`from_timm_names`)
-TIMM_SYNONYMS = {"drop_rate": "dropout", "attn_drop_rate": "attn_dropout", "drop_path_rate": "drop_path"}
+# timm's names for options vitzoo spells otherwise, where they mean the same (`from_timm_names`)
+TIMM_SYNONYMS = {"drop_rate": "dropout", "attn_drop_rate": "attn_dropout",
+                 "drop_path_rate": "drop_path"}
 POOLS_OF_TIMM = {"token": "token", "avg": "gap"}  # timm's global_pool -> vitzoo's pool
 
 
@@ -43,17 +45,18 @@ def from_timm_names(options: dict) -> dict:
     if "global_pool" in options:
         pool = options.pop("global_pool")
         if pool not in POOLS_OF_TIMM:
-            raise ConfigError(f"global_pool={pool!r}: vitzoo pools with the class token (timm's 'token') or the "
-                              f"average of all tokens ('avg', vitzoo's pool='gap')")
+            raise ConfigError(f"global_pool={pool!r}: vitzoo pools with the class token (timm's "
+                              f"'token') or the average of all tokens ('avg', vitzoo's pool='gap')")
         options.setdefault("pool", POOLS_OF_TIMM[pool])
     if "class_token" in options:
         if options.pop("class_token") is False and options.setdefault("pool", "gap") == "token":
-            raise ConfigError("class_token=False with pool='token': pooling the class token needs one")
+            raise ConfigError("class_token=False with pool='token': pooling the class token needs "
+                              "one")
     return options
 
 
 def merge_options(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
-    """`base` updated with `changes`, a part's options dict updated option by option (not replaced)."""
+    """`base` updated with `changes`, a part's options dict option by option (not replaced)."""
     merged = {**base, **changes}
     for key in PART_OPTIONS.values():
         if isinstance(base.get(key), dict) and isinstance(changes.get(key), dict):
@@ -66,8 +69,8 @@ INTERPOLATIONS = ("bicubic", "bilinear", "nearest")
 # `act`: the MLP's nonlinearity, exact GELU or the official Flax code's tanh approximation (their
 # functions: vitzoo.layers.activations.ACTIVATIONS)
 ACTIVATIONS = ("gelu", "gelu_tanh")
-# the options timm's ports of the hybrids need for the same logits (the timm format and the zoo's tags):
-# the ResNet's weight standardisation and GroupNorm eps of timm's ResNetV2 (vitzoo.layers.resnet.NUMERICS)
+# what timm's ports of the hybrids need for the same logits (the timm format, the zoo's tags): the
+# weight standardisation and GroupNorm eps of timm's ResNetV2 (vitzoo.layers.resnet.NUMERICS)
 HYBRID_NUMERICS = {"stem_options": {"numerics": "timm"}}
 
 
@@ -92,7 +95,8 @@ def _per_channel(values, option: str, in_chans: int) -> tuple[float, ...]:
     try:
         values = tuple(float(v) for v in values)
     except (TypeError, ValueError):
-        raise ConfigError(f"{option} must be a number or a sequence of numbers, got {values!r}") from None
+        raise ConfigError(f"{option} must be a number or a sequence of numbers, "
+                          f"got {values!r}") from None
     if len(values) != in_chans and values and len(set(values)) == 1:
         values = values[:1] * in_chans
     return values
@@ -110,7 +114,8 @@ class ViTConfig(Options):
         "representation_size": "It is the MLP head's: head_options={'representation_size': ...}",
         "mlp_ratio": "vitzoo takes mlp_dim, the MLP's width (timm's mlp_ratio times embed_dim)",
         "qkv_bias": "vitzoo's attention always has q, k and v biases, as the paper's",
-        "no_embed_class": "vitzoo adds the position embedding to the class token too, as the paper does",
+        "no_embed_class": "vitzoo adds the position embedding to the class token too, as the paper "
+                          "does",
         "reg_tokens": "register tokens are not part of the paper's ViT",
     }
 
@@ -120,7 +125,7 @@ class ViTConfig(Options):
     num_classes: int = 1000
     # stem: how the image becomes a sequence of tokens (eq. 1)
     stem: str = "patch"
-    stem_options: dict = field(default_factory=dict)  # the stem's own (e.g. the hybrid's ResNet: layers, width)
+    stem_options: dict = field(default_factory=dict)  # e.g. the hybrid's ResNet: layers, width
     patch_size: int = 16  # on the image for `patch`, on the ResNet feature map for `resnet`
     # the Transformer encoder (eq. 2-4)
     embed_dim: int = 768
@@ -130,8 +135,8 @@ class ViTConfig(Options):
     # position information
     pos_embed: str = "learned_1d"
     pos_embed_options: dict = field(default_factory=dict)
-    # where the model adds it (Appendix D.4): "input", "every_layer", "every_layer_shared"; the encoder
-    # implements each mode, the position embedding says which it supports
+    # where the model adds it (Appendix D.4): "input", "every_layer", "every_layer_shared"; the
+    # encoder implements each mode, the position embedding says which it supports
     pos_embed_mode: str = "input"
     # pooling and head
     pool: str = "token"
@@ -159,14 +164,17 @@ class ViTConfig(Options):
     interpolation: str = "bicubic"
 
     def __post_init__(self) -> None:
-        # every option's type first (a str, a bool, a number in range), whatever gave it: code, a flag, a file
+        # every option's type first (a str, a bool, a number in range), whatever gave it: code, a
+        # flag, a file
         check_fields(self, {"crop_pct": "> 0"})
         self.img_size = _pair(self.img_size, "img_size")
         for key in PART_OPTIONS.values():
             if any(not isinstance(k, str) for k in getattr(self, key)):
-                raise ConfigError(f"{key} must map option names (str) to values, got {getattr(self, key)!r}")
+                raise ConfigError(f"{key} must map option names (str) to values, got "
+                                  f"{getattr(self, key)!r}")
             setattr(self, key, _json_form(getattr(self, key)))
-        self.mean, self.std = _per_channel(self.mean, "mean", self.in_chans), _per_channel(self.std, "std", self.in_chans)
+        self.mean = _per_channel(self.mean, "mean", self.in_chans)
+        self.std = _per_channel(self.std, "std", self.in_chans)
         self._check()
 
     # ------------------------------------------------------------------ checks
@@ -182,23 +190,28 @@ class ViTConfig(Options):
         if min(self.img_size) < 1:
             raise ConfigError(f"img_size must be positive, got {self.img_size}")
         if not isinstance(self.num_classes, int) or self.num_classes < 0:
-            raise ConfigError(f"num_classes must be an int >= 0 (0 = features only), got {described(self.num_classes)}")
+            raise ConfigError("num_classes must be an int >= 0 (0 = features only), got "
+                              f"{described(self.num_classes)}")
         if self.embed_dim % self.num_heads:
             raise ConfigError(
                 f"embed_dim={self.embed_dim} is not divisible by num_heads={self.num_heads}; "
                 "choose num_heads that divides embed_dim"
             )
         if self.crop_pct > 1:
-            raise ConfigError(f"crop_pct must be in (0, 1] (the centre crop's share of the resized image), got {self.crop_pct!r}")
+            raise ConfigError("crop_pct must be in (0, 1] (the centre crop's share of the resized "
+                              f"image), got {self.crop_pct!r}")
         if self.interpolation not in INTERPOLATIONS:
-            raise ConfigError(f"interpolation={described(self.interpolation)} is not one of {INTERPOLATIONS}."
+            raise ConfigError(f"interpolation={described(self.interpolation)} is not one of "
+                              f"{INTERPOLATIONS}."
                               + closest(str(self.interpolation), INTERPOLATIONS))
         if self.act not in ACTIVATIONS:
-            raise ConfigError(f"act={described(self.act)} is not one of {tuple(ACTIVATIONS)}." + closest(self.act, ACTIVATIONS))
+            raise ConfigError(f"act={described(self.act)} is not one of {tuple(ACTIVATIONS)}."
+                              + closest(self.act, ACTIVATIONS))
         for name in ("dropout", "attn_dropout", "drop_path", "norm_eps"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool):
-                raise ConfigError(f"{name} must be a number, got {described(value)} ({type(value).__name__})")
+                raise ConfigError(f"{name} must be a number, got {described(value)} "
+                                  f"({type(value).__name__})")
         for name in ("dropout", "attn_dropout", "drop_path"):
             value = getattr(self, name)
             if not 0.0 <= value < 1.0:
@@ -207,7 +220,8 @@ class ViTConfig(Options):
             raise ConfigError(f"norm_eps must be > 0, got {self.norm_eps!r}")
         for name, values in (("mean", self.mean), ("std", self.std)):
             for value in values:
-                check_number(name, value, float, "> 0" if name == "std" else None)  # x / std: none may be 0
+                # x / std: no std may be 0
+                check_number(name, value, float, "> 0" if name == "std" else None)
         if len(self.mean) != self.in_chans or len(self.std) != self.in_chans:
             raise ConfigError(
                 f"mean and std need one value per input channel (in_chans={self.in_chans}), "
@@ -217,15 +231,16 @@ class ViTConfig(Options):
     # ------------------------------------------------------------- reading and changing
     def replace(self, **changes: Any) -> ViTConfig:
         """A copy with some options changed. A part's options dict changes the options it names and
-        keeps the others, while the part stays; naming another part starts from its defaults (only the
-        options given with it)."""
+        keeps the others, while the part stays; naming another part starts from its defaults (only
+        the options given with it)."""
         self.check_option_names(changes)
         for part, key in PART_OPTIONS.items():
             if changes.get(part, getattr(self, part)) != getattr(self, part):
                 changes.setdefault(key, {})
             elif key in changes:
                 if not isinstance(changes[key], dict):
-                    raise ConfigError(f"{key} must be a dict of the {part}'s options, got {changes[key]!r}")
+                    raise ConfigError(f"{key} must be a dict of the {part}'s options, got "
+                                      f"{changes[key]!r}")
                 changes[key] = {**getattr(self, key), **changes[key]}
         return super().replace(**changes)
 
@@ -239,4 +254,5 @@ class ViTConfig(Options):
         return self.embed_dim // self.num_heads
 
 
-__all__ = ["ViTConfig", "PART_OPTIONS", "merge_options", "INTERPOLATIONS", "ACTIVATIONS", "HYBRID_NUMERICS"]
+__all__ = ["ViTConfig", "PART_OPTIONS", "merge_options", "INTERPOLATIONS", "ACTIVATIONS",
+           "HYBRID_NUMERICS"]

@@ -6,7 +6,6 @@ variable and the values it takes, never silently ignored. An empty value is the 
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -15,7 +14,8 @@ from typing import TypeVar
 from vitzoo.errors import ConfigError
 
 T = TypeVar("T")
-FLAGS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
+FLAGS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False,
+         "off": False}
 
 
 def _text(name: str, environ: Mapping[str, str]) -> str | None:
@@ -28,13 +28,15 @@ def _text(name: str, environ: Mapping[str, str]) -> str | None:
     return text.strip()
 
 
-def env_choice(name: str, choices: Mapping[str, T], environ: Mapping[str, str] = os.environ) -> T | None:
-    """What the variable's value (case-insensitive) stands for in `choices`, None when unset or empty."""
+def env_choice(name: str, choices: Mapping[str, T],
+               environ: Mapping[str, str] = os.environ) -> T | None:
+    """What the value (case-insensitive) stands for in `choices`, None when unset or empty."""
     text = _text(name, environ)
     if text is None:
         return None
     if text.lower() not in choices:
-        raise ConfigError(f"{name}={text!r} means nothing here: use one of {', '.join(choices)}, or unset it")
+        raise ConfigError(f"{name}={text!r} means nothing here: use one of {', '.join(choices)}, "
+                          "or unset it")
     return choices[text.lower()]
 
 
@@ -43,24 +45,10 @@ def env_flag(name: str, environ: Mapping[str, str] = os.environ) -> bool:
     return bool(env_choice(name, FLAGS, environ))
 
 
-def env_seconds(name: str, default: float, environ: Mapping[str, str] = os.environ) -> float:
-    """A positive finite number (of seconds, minutes, ...), `default` when unset or empty."""
-    text = _text(name, environ)
-    if text is None:
-        return default
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise ConfigError(f"{name}={text!r}: give a positive number (default {default:g}), or unset it")
-    return value
-
-
 def env_path(name: str, default: Path, environ: Mapping[str, str] = os.environ) -> Path:
-    """A folder's path, `default` when unset or empty (never the current directory that Path("") is)."""
+    """A folder's path, `default` when unset or empty (never the current directory of Path(""))."""
     text = _text(name, environ)
     return default if text is None else Path(environ[name])
 
 
-__all__ = ["FLAGS", "env_choice", "env_flag", "env_path", "env_seconds"]
+__all__ = ["FLAGS", "env_choice", "env_flag", "env_path"]

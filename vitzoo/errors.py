@@ -1,11 +1,11 @@
-"""Every error vitzoo raises on purpose, in one leaf module (it imports nothing of vitzoo): each names
-the problem and what to do about it. Catch them from here, or from `vitzoo` itself."""
+"""Every error vitzoo raises on purpose, in one leaf module (it imports nothing of vitzoo): each
+names the problem and what to do about it. Catch them from here, or from `vitzoo` itself."""
 
 from __future__ import annotations
 
 
 class ConfigError(ValueError):
-    """An option (of a model or a training run) is unknown, mistyped or inconsistent with another one."""
+    """An option (of a model or a training run) is unknown, mistyped or inconsistent."""
 
 
 class PluginError(RuntimeError):
@@ -17,7 +17,7 @@ class InputError(ValueError):
 
 
 class CheckpointError(ValueError):
-    """Weights that do not fit the model: every missing, unexpected and mis-shaped tensor is listed."""
+    """Weights that do not fit the model: every missing, unexpected and mis-shaped tensor listed."""
 
 
 class DataError(ValueError):
@@ -25,8 +25,8 @@ class DataError(ValueError):
 
 
 class HubError(RuntimeError):
-    """Talking to the Hub failed; the message names the cause and what to do. `not_cached`: a download
-    failed with no copy in the cache to fall back on (offline, unreachable, timed out)."""
+    """Talking to the Hub failed; the message names the cause and what to do. `not_cached`: a
+    download failed with no copy in the cache to fall back on (offline, unreachable, timed out)."""
 
     def __init__(self, message: str, not_cached: bool = False) -> None:
         super().__init__(message)
@@ -34,19 +34,19 @@ class HubError(RuntimeError):
 
 
 class ExportError(RuntimeError):
-    """A model that a graph format cannot hold (TorchScript, an ONNX export that failed or disagrees with
-    PyTorch), or an export that cannot be written: the message says why and what works instead."""
+    """A model that a graph format cannot hold (TorchScript, an ONNX export that failed or disagrees
+    with PyTorch), or an export that cannot be written: the message says why and what works."""
 
 
 class DiskFull(OSError):
-    """A write found its disk (or quota) full. The message names the file, the space it needs and what
-    is kept; errno is ENOSPC, so it is caught as any OSError is."""
+    """A write found its disk (or quota) full. The message names the file, the space it needs and
+    what is kept; errno is ENOSPC, so it is caught as any OSError is."""
 
 
 class TrainingDiverged(RuntimeError):
-    """The loss (or gradient norm) became NaN or infinite. `inputs` is True when the normalised images
-    themselves were not finite: the data or its mean/std, not the optimisation, is at fault. `step`: the
-    step it happened at, numbered as the metrics number steps."""
+    """The loss (or gradient norm) became NaN or infinite. `inputs` is True when the normalised
+    images themselves were not finite: the data or its mean/std, not the optimisation, is at fault.
+    `step`: the step it happened at, numbered as the metrics number steps."""
 
     def __init__(self, message: str, inputs: bool = False, step: int | None = None) -> None:
         super().__init__(message)
@@ -54,5 +54,5 @@ class TrainingDiverged(RuntimeError):
         self.step = step
 
 
-__all__ = ["ConfigError", "PluginError", "InputError", "CheckpointError", "DataError", "DiskFull", "HubError",
-           "TrainingDiverged"]
+__all__ = ["ConfigError", "PluginError", "InputError", "CheckpointError", "DataError", "DiskFull",
+           "HubError", "TrainingDiverged"]

@@ -1,4 +1,5 @@
-"""Atomic writes: a reader never sees a half-written file, or a half-replaced set of files, under its final name."""
+"""Atomic writes: a reader never sees a half-written file, or a half-replaced set of files, under
+its final name."""
 
 from __future__ import annotations
 
@@ -42,12 +43,13 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     permissions the user's umask gives (0666 less the umask), as any tool's does.
     """
     final = Path(path)
-    while True:  # a new name, made here and not by tempfile.mkstemp: its files are 0600 whatever the umask
+    while True:  # not tempfile.mkstemp: its files are 0600 whatever the umask
         tmp_path = final.parent / f".{final.name}.{uuid.uuid4().hex[:12]}.tmp"
         try:
             with naming(final):
                 final.parent.mkdir(parents=True, exist_ok=True)
-                os.close(os.open(tmp_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))  # 0666 less the umask
+                flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY
+                os.close(os.open(tmp_path, flags, 0o666))  # 0666 less the umask
             break
         except FileExistsError:
             if not tmp_path.exists():  # not a clash of names: the folder is a file
@@ -56,7 +58,8 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     mode = tmp_path.stat().st_mode & 0o777
     try:
         yield tmp_path
-        if tmp_path.stat().st_mode & 0o777 != mode:  # a writer that replaced the file (safetensors does) made it 0600
+        # a writer that replaced the file (safetensors does) made it 0600
+        if tmp_path.stat().st_mode & 0o777 != mode:
             os.chmod(tmp_path, mode)
         with open(tmp_path, "rb+") as f:
             os.fsync(f.fileno())
@@ -66,12 +69,14 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
 
 
 def out_of_space(exc: BaseException) -> bool:
-    """Whether a writer's failure is a full disk or quota: an OSError's errno, or the words of a writer
-    that raises its own type (safetensors' SafetensorError: "No space left on device (os error 28)")."""
+    """Whether a writer's failure is a full disk or quota: an OSError's errno, or the words of a
+    writer that raises its own type (safetensors' SafetensorError: "No space left on device (os
+    error 28)")."""
     if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return True
     text = str(exc)
-    return any(words in text for words in ("No space left on device", "os error 28", "Disk quota exceeded"))
+    return any(words in text for words in ("No space left on device", "os error 28",
+                                           "Disk quota exceeded"))
 
 
 def free_bytes(path: str | os.PathLike) -> int:
@@ -102,7 +107,7 @@ def _fsync_directory(path: Path) -> None:
 
 
 def _holds_only(final: Path, names: tuple[str, ...]) -> bool:
-    """Whether `final` does not exist, or is a plain directory holding nothing but some of `names`."""
+    """Whether `final` does not exist, or is a plain directory holding only some of `names`."""
     if final.is_symlink():
         return False  # a link is written through, never replaced
     if not final.exists():
@@ -131,14 +136,15 @@ def interrupted_swap(path: str | os.PathLike) -> Path | None:
     final = Path(path)
     if final.exists() or not final.parent.is_dir():
         return None
-    kept = [old / final.name for old in sorted(final.parent.glob(f".{glob.escape(final.name)}.*.old"))]
+    olds = sorted(final.parent.glob(f".{glob.escape(final.name)}.*.old"))
+    kept = [old / final.name for old in olds]
     return next((k for k in kept if k.is_dir()), None)
 
 
 def recover(final: Path) -> None:
-    """Undo what a save killed part-way left (one writer at a time is assumed): the earlier copy moved
-    aside between the swap's two renames comes back, and leftover staging or moved-aside directories
-    are removed."""
+    """Undo what a save killed part-way left (one writer at a time is assumed): the earlier copy
+    moved aside between the swap's two renames comes back, and leftover staging or moved-aside
+    directories are removed."""
     kept = interrupted_swap(final)
     if kept is not None:
         os.rename(kept, final)
@@ -150,19 +156,21 @@ def recover(final: Path) -> None:
 
 
 @contextlib.contextmanager
-def staged_directory(path: str | os.PathLike, names: tuple[str, ...], replaces: tuple[str, ...] = ()) -> Iterator[Path]:
+def staged_directory(path: str | os.PathLike, names: tuple[str, ...],
+                     replaces: tuple[str, ...] = ()) -> Iterator[Path]:
     """Yield an empty directory to write the files `names` into; on success they replace those of
-    `path` together, on an exception nothing under `path` has changed. `replaces` names files an earlier
-    set may hold that this one does not write (another layout's): they go with the earlier set.
+    `path` together, on an exception nothing under `path` has changed. `replaces` names files an
+    earlier set may hold that this one does not write (another layout's): they go with it.
 
     A `path` that does not exist appears whole; one holding only an earlier set of these files is
-    swapped for the new set. One that holds more (a training run) keeps the rest: the staging directory
-    is inside it, and each file, complete before the first rename, is renamed in in the order of `names`
-    (so the one that marks the set complete comes last), then those of `replaces` are removed. What an
-    earlier save killed part-way left is recovered first (`recover`)."""
+    swapped for the new set. One that holds more (a training run) keeps the rest: the staging
+    directory is inside it, and each file, complete before the first rename, is renamed in in the
+    order of `names` (so the one that marks the set complete comes last), then those of `replaces`
+    are removed. What an earlier save killed part-way left is recovered first (`recover`)."""
     final = Path(path)
     if final.exists() and not final.is_dir():
-        raise NotADirectoryError(f"{final} is a file, not a directory: a directory is written here; choose another path")
+        raise NotADirectoryError(f"{final} is a file, not a directory: a directory is written "
+                                 "here; choose another path")
     if final.parent.is_dir():
         recover(final)
     whole = _holds_only(final, (*names, *replaces))
@@ -170,7 +178,7 @@ def staged_directory(path: str | os.PathLike, names: tuple[str, ...], replaces: 
     stage = home / f".{final.name}.{uuid.uuid4().hex[:12]}.tmp"
     with naming(final):
         home.mkdir(parents=True, exist_ok=True)
-        stage.mkdir()  # not mkdtemp: the directory that appears gets the usual permissions (umask), not 0700
+        stage.mkdir()  # not mkdtemp: the directory gets the umask's permissions, not 0700
     try:
         yield stage
         if whole:

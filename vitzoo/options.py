@@ -2,8 +2,8 @@
 
 Both are dataclasses of named options, checked on construction, saved as JSON and read back with
 their names checked. `Options` is their one base for that; `ConfigError` is the one error a bad
-option raises, whichever config it belongs to; `check_fields` is the one check of every option's type
-(and of number options' ranges).
+option raises, whichever config it belongs to; `check_fields` is the one check of every option's
+type (and of number options' ranges).
 """
 
 from __future__ import annotations
@@ -26,9 +26,10 @@ if TYPE_CHECKING:
 
 
 def described(value: Any) -> str:
-    """A value in words for an error: a short repr of a plain value, else its type (with an array's or a
-    tensor's shape, a mapping's size), never the numbers of a tensor or a state dict (megabytes of them)."""
-    if isinstance(value, (str, bool, int, float, type(None))) or type(value).__name__ in ("PosixPath", "WindowsPath"):
+    """A value in words for an error: a short repr of a plain value, else its type (with an array's
+    or a tensor's shape, a mapping's size), never the numbers of a tensor or a state dict."""
+    plain = (str, bool, int, float, type(None))
+    if isinstance(value, plain) or type(value).__name__ in ("PosixPath", "WindowsPath"):
         return f"{value!r:.200}"
     shape = getattr(value, "shape", None)
     if shape is not None:
@@ -37,7 +38,7 @@ def described(value: Any) -> str:
         return f"a {type(value).__name__} of {len(value)} entries"
     if callable(getattr(value, "state_dict", None)):
         return f"a {type(value).__name__} module"
-    if isinstance(value, (tuple, list)) and all(isinstance(v, (str, bool, int, float, type(None))) for v in value):
+    if isinstance(value, (tuple, list)) and all(isinstance(v, plain) for v in value):
         return f"{value!r:.200}"
     return f"a {type(value).__name__}"
 
@@ -59,8 +60,8 @@ RANGES = {
 
 
 def _kind(annotation) -> tuple[type | None, bool]:
-    """(the scalar type a field holds: str, bool, int, float or dict, whether None is allowed); (None, _)
-    for any other annotation (tuples: their own checks convert and check them)."""
+    """(the scalar type a field holds: str, bool, int, float or dict, whether None is allowed);
+    (None, _) for any other annotation (tuples: their own checks convert and check them)."""
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
     optional = len(args) == 1 and type(None) in typing.get_args(annotation)
     kind = args[0] if optional else annotation
@@ -68,11 +69,12 @@ def _kind(annotation) -> tuple[type | None, bool]:
 
 
 def check_number(name: str, value, kind: type, rule: str | None = None) -> None:
-    """`value` is an int (for `kind` int) or a finite number (for float), never a bool or text, and in
-    the range `rule` (a key of RANGES); a ConfigError names the option otherwise."""
+    """`value` is an int (for `kind` int) or a finite number (for float), never a bool or text, and
+    in the range `rule` (a key of RANGES); a ConfigError names the option otherwise."""
     wanted = numbers.Integral if kind is int else numbers.Real
     if isinstance(value, bool) or not isinstance(value, wanted):
-        raise ConfigError(f"{name} must be {'an int' if kind is int else 'a number'}, got {described(value)} ({type(value).__name__})")
+        raise ConfigError(f"{name} must be {'an int' if kind is int else 'a number'}, got "
+                          f"{described(value)} ({type(value).__name__})")
     if not math.isfinite(value):
         raise ConfigError(f"{name} must be a finite number, got {value!r}")
     if rule is not None and not RANGES[rule](value):
@@ -83,10 +85,10 @@ _WORDS = {str: "a str", bool: "True or False", dict: "a dict (a JSON object)"}
 
 
 def check_fields(obj, rules: dict[str, str]) -> None:
-    """Every option of the dataclass `obj` by the type its annotation names (optional ones when set):
-    a str, a bool (never 1 or "false"), a dict; an int or finite number in its range from `rules`
-    ({field: a key of RANGES}). The one check of every option's type, whether the value came from
-    code, a flag or a JSON file."""
+    """Every option of the dataclass `obj` by the type its annotation names (optional ones when
+    set): a str, a bool (never 1 or "false"), a dict; an int or finite number in its range from
+    `rules` ({field: a key of RANGES}). The one check of every option's type, whether the value came
+    from code, a flag or a JSON file."""
     hints = typing.get_type_hints(type(obj))
     for f in dataclasses.fields(obj):
         kind, optional = _kind(hints[f.name])
@@ -97,7 +99,8 @@ def check_fields(obj, rules: dict[str, str]) -> None:
             check_number(f.name, value, kind, rules.get(f.name))
         elif not isinstance(value, kind):
             none = " or None" if optional else ""
-            raise ConfigError(f"{f.name} must be {_WORDS[kind]}{none}, got {value!r} ({type(value).__name__})")
+            raise ConfigError(f"{f.name} must be {_WORDS[kind]}{none}, got {value!r} "
+                              f"({type(value).__name__})")
 
 
 class Options:
@@ -107,8 +110,8 @@ class Options:
     in errors ("model", "training")."""
 
     KIND: ClassVar[str] = ""
-    # for a component's options: the fields that make another architecture (compared when a saved model
-    # is loaded under a model name); None: all of them
+    # for a component's options: the fields that make another architecture (compared when a saved
+    # model is loaded under a model name); None: all of them
     SHAPE: ClassVar[tuple[str, ...] | None] = None
 
     @classmethod
@@ -125,8 +128,10 @@ class Options:
         valid = cls.field_names()
         for name in options:
             if name not in valid:
-                hint = f" {cls.OTHER_NAMES[name]}." if name in cls.OTHER_NAMES else closest(name, valid)
-                raise ConfigError(f"unknown {cls.KIND} option {name!r}." + hint + f" Valid options: {', '.join(valid)}")
+                other = cls.OTHER_NAMES.get(name)
+                hint = f" {other}." if name in cls.OTHER_NAMES else closest(name, valid)
+                raise ConfigError(f"unknown {cls.KIND} option {name!r}." + hint
+                                  + f" Valid options: {', '.join(valid)}")
 
     def replace(self, **changes: Any) -> Self:
         """A copy with some options changed (names checked, the result validated)."""
@@ -135,13 +140,14 @@ class Options:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON types only: tuples become lists."""
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+        return {k: list(v) if isinstance(v,
+                                         tuple) else v for k, v in dataclasses.asdict(self).items()}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Self:
         if not isinstance(data, dict):
-            raise ConfigError(f"{cls.KIND} options must be a JSON object (a dict of option names to values), "
-                              f"got a {type(data).__name__}")
+            raise ConfigError(f"{cls.KIND} options must be a JSON object (a dict of option names "
+                              f"to values), got a {type(data).__name__}")
         cls.check_option_names(data)
         return cls(**data)
 

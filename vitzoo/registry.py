@@ -1,18 +1,13 @@
 """The component registry: a pluggy PluginManager and name -> component lookup.
 
-The built-ins are one plugin like any other (`vitzoo/builtins.py`), registered first. That module
-knows only the hookspecs, as a third-party plugin does, and nothing it imports reads the registry:
-the registry imports it at the top like any other module it needs, and so stands above the built-in
-parts in the import graph (the types plugins provide and the parts below it, the lookups above it).
+The built-ins (`vitzoo/builtins.py`) are one plugin like any other, registered first; they know
+only the hookspecs, as a third-party plugin does. Third-party plugins come from the entry-point
+group ``vitzoo`` (``VITZOO_DISABLE_PLUGIN_AUTOLOAD=1`` loads none). A plugin that fails to import
+is reported in a warning and skipped; one that implements a hook vitzoo does not have (a
+misspelling such as ``vitzoo_stem``) is a `PluginError` when loaded, as pluggy would never call it.
 
-Third-party plugins come from the entry-point group ``vitzoo``; set ``VITZOO_DISABLE_PLUGIN_AUTOLOAD=1``
-to load none of them. A plugin that fails to import is reported (a warning naming it) and skipped, so
-the built-ins keep working. A plugin that imports but implements a hook vitzoo does not have (a
-misspelling such as ``vitzoo_stem``) is a `PluginError` when it is loaded: pluggy would otherwise
-never call it, silently.
-
-Hooks are called through pluggy (``pm.hook``), one plugin at a time, so that every component name is
-known to come from one plugin: duplicates and broken return values are reported naming it.
+Hooks are called one plugin at a time, so that every component name is known to come from one
+plugin: duplicates and broken return values are reported naming it.
 """
 
 from __future__ import annotations
@@ -45,7 +40,7 @@ KINDS = {
     "pretrained_tag": "vitzoo_pretrained_tags",
 }
 # the parts a model is built from (models, weight formats and pretrained tags are not parts)
-COMPONENT_KINDS = tuple(kind for kind in KINDS if kind not in ("model", "weight_format", "pretrained_tag"))
+COMPONENT_KINDS = tuple(k for k in KINDS if k not in ("model", "weight_format", "pretrained_tag"))
 
 
 class Registry:
@@ -70,7 +65,8 @@ class Registry:
                 message = f"{type(exc).__name__}: {exc}"
                 self.failed_plugins[ep.name] = message
                 warnings.warn(
-                    f"vitzoo plugin {ep.name!r} ({ep.value}) failed to load and is skipped: {message}",
+                    f"vitzoo plugin {ep.name!r} ({ep.value}) failed to load and is skipped: "
+                    f"{message}",
                     RuntimeWarning,
                     stacklevel=2,
                 )
@@ -92,10 +88,10 @@ class Registry:
         self._tables = None
 
     def _check_hook_names(self) -> None:
-        """pluggy's `check_pending`, reported as a `PluginError` naming the plugin and the hook it meant.
+        """pluggy's `check_pending`, as a `PluginError` naming the plugin and the hook it meant.
 
-        pluggy registers an implementation whose name matches no hookspec without complaint and never
-        calls it, so a misspelled hook would make a plugin silently do nothing."""
+        pluggy registers an implementation whose name matches no hookspec without complaint and
+        never calls it, so a misspelled hook would make a plugin silently do nothing."""
         try:
             self.pm.check_pending()
         except pluggy.PluginValidationError as exc:
@@ -104,20 +100,23 @@ class Registry:
                 caller.name
                 for caller in self.pm.get_hookcallers(exc.plugin) or []
                 if not caller.has_spec()
-                and any(impl.plugin is exc.plugin and not impl.optionalhook for impl in caller.get_hookimpls())
+                and any(impl.plugin is exc.plugin and not impl.optionalhook
+                        for impl in caller.get_hookimpls())
             )
-            problems = "; ".join(f"{hook!r} is not a vitzoo hook." + closest(hook, KINDS.values()) for hook in unknown)
+            problems = "; ".join(f"{hook!r} is not a vitzoo hook." + closest(hook, KINDS.values())
+                                 for hook in unknown)
             raise PluginError(
-                f"plugin {plugin_name!r} implements a hook that vitzoo does not have, so it would never be "
-                f"called: {problems} Rename the function to one of {', '.join(sorted(KINDS.values()))} "
-                f"(vitzoo/hookspecs.py), or uninstall the plugin"
+                f"plugin {plugin_name!r} implements a hook that vitzoo does not have, so it would "
+                f"never be called: {problems} Rename the function to one of "
+                f"{', '.join(sorted(KINDS.values()))} (vitzoo/hookspecs.py), or uninstall the "
+                "plugin"
             ) from exc
 
     # ---------------------------------------------------------------- lookup
     def _collect(self, kind: str) -> dict[str, Any]:
         hook_name = KINDS[kind]
-        # The plugins implementing the hook, in pluggy's order; wrappers (hookwrapper / wrapper=True)
-        # provide nothing themselves, they wrap the call of each plugin below.
+        # The plugins implementing the hook, in pluggy's order; wrappers (hookwrapper /
+        # wrapper=True) provide nothing themselves, they wrap the call of each plugin below.
         providers: dict[object, str] = {}
         for impl in getattr(self.pm.hook, hook_name).get_hookimpls():
             if not (impl.wrapper or impl.hookwrapper):
@@ -125,16 +124,17 @@ class Registry:
         table: dict[str, Any] = {}
         owner: dict[str, str] = {}
         for plugin, plugin_name in providers.items():
-            # pm.hook.<hook_name> restricted to this one plugin: its results are known to be its own.
+            # pm.hook.<hook_name> restricted to this plugin: its results are known to be its own
             others = [other for other in providers if other is not plugin]
             for provided in self.pm.subset_hook_caller(hook_name, remove_plugins=others)():
                 if not isinstance(provided, dict):
-                    raise PluginError(f"plugin {plugin_name!r}: {hook_name}() must return a dict, got {type(provided).__name__}")
+                    raise PluginError(f"plugin {plugin_name!r}: {hook_name}() must return a dict, "
+                                      f"got {type(provided).__name__}")
                 for name, component in provided.items():
                     if name in owner:
                         raise PluginError(
-                            f"{kind} {name!r} is registered twice: by plugin {owner[name]!r} and by plugin "
-                            f"{plugin_name!r}; uninstall or rename one of them"
+                            f"{kind} {name!r} is registered twice: by plugin {owner[name]!r} and "
+                            f"by plugin {plugin_name!r}; uninstall or rename one of them"
                         )
                     owner[name] = plugin_name
                     table[name] = component
@@ -153,7 +153,8 @@ class Registry:
         if name not in table:
             option = "model name" if kind == "model" else f"{kind}"
             raise ConfigError(
-                f"unknown {option} {name!r}." + closest(name, table) + f" Available: {', '.join(sorted(table))}"
+                f"unknown {option} {name!r}." + closest(name, table)
+                + f" Available: {', '.join(sorted(table))}"
             )
         return table[name]
 
@@ -178,32 +179,33 @@ def reset_registry(autoload: bool | None = None) -> Registry:
 
 # ------------------------------------------------------------------------- a config, resolved
 def options_class(component: Any, kind: str, name: str) -> type[Options] | None:
-    """The dataclass of a component's own options (its ``Options`` attribute), or None if it has none."""
+    """The dataclass of a component's own options (its ``Options`` attribute), or None."""
     declared = getattr(component, "Options", None)
     if declared is not None and not (isinstance(declared, type) and issubclass(declared, Options)):
-        raise PluginError(f"{kind} {name!r}: its Options must be a dataclass deriving vitzoo.options.Options, "
-                          f"got {declared!r}")
+        raise PluginError(f"{kind} {name!r}: its Options must be a dataclass deriving "
+                          f"vitzoo.options.Options, got {declared!r}")
     return declared
 
 
 def part_options(config: ViTConfig, kind: str, registry: Registry | None = None) -> Options | None:
-    """A part's options, typed and checked by its component's ``Options`` (defaults filled in); None for
-    a component that has none (then the config must give none)."""
+    """A part's options, typed and checked by its component's ``Options`` (defaults filled in); None
+    for a component that has none (then the config must give none)."""
     name = getattr(config, kind)
     component = (registry or get_registry()).get(kind, name)
     given = config.part_options(kind)
     declared = options_class(component, kind, name)
     if declared is None:
         if given:
-            raise ConfigError(f"{kind}={name!r} has no options of its own, got {PART_OPTIONS[kind]}={given!r}; "
-                              f"drop them (or choose a {kind} that has them)")
+            raise ConfigError(f"{kind}={name!r} has no options of its own, got "
+                              f"{PART_OPTIONS[kind]}={given!r}; drop them (or choose a {kind} that "
+                              "has them)")
         return None
     return declared.from_dict(given)
 
 
 def resolve_config(config: ViTConfig) -> ViTConfig:
     """The config with every part known and its options complete: each part's options checked by its
-    component and written out with their defaults, then each component's ``check`` of the whole config.
+    component and written out with their defaults, then each component's ``check`` of the config.
 
     A model holds its config resolved, so that two configs of one model compare equal however they
     were written (saved with every option, or given with a few)."""
@@ -213,13 +215,15 @@ def resolve_config(config: ViTConfig) -> ViTConfig:
         options = part_options(config, kind, registry)
         changes[key] = options.to_dict() if options is not None else {}
     # replaced whole (ViTConfig.replace would merge them into the options given)
-    resolved = config if all(changes[k] == getattr(config, k) for k in changes) else dataclasses.replace(config, **changes)
+    same = all(changes[k] == getattr(config, k) for k in changes)
+    resolved = config if same else dataclasses.replace(config, **changes)
     pos_embed = registry.get("pos_embed", resolved.pos_embed)
     modes = tuple(getattr(pos_embed, "modes", ()))
-    if resolved.pos_embed_mode not in modes:  # what the position embedding supports (the paper's Table 8: n/a)
-        raise ConfigError(f"pos_embed={resolved.pos_embed!r} with pos_embed_mode={resolved.pos_embed_mode!r} is undefined "
-                          f"(the paper's Table 8 marks it n/a); {resolved.pos_embed!r} supports pos_embed_mode in "
-                          f"{modes}." + closest(str(resolved.pos_embed_mode), modes))
+    if resolved.pos_embed_mode not in modes:  # the position embedding's modes (Table 8: n/a)
+        raise ConfigError(f"pos_embed={resolved.pos_embed!r} with "
+                          f"pos_embed_mode={resolved.pos_embed_mode!r} is undefined (the paper's "
+                          f"Table 8 marks it n/a); {resolved.pos_embed!r} supports pos_embed_mode "
+                          f"in {modes}." + closest(str(resolved.pos_embed_mode), modes))
     for kind in COMPONENT_KINDS:
         component = registry.get(kind, getattr(resolved, kind))
         if hasattr(component, "check"):
@@ -227,8 +231,8 @@ def resolve_config(config: ViTConfig) -> ViTConfig:
     return resolved
 
 
-# the shared options that make a model another architecture; the parts' own options that do are their
-# Options' SHAPE
+# the shared options that make a model another architecture; the parts' own options that do are
+# their Options' SHAPE
 SHAPE_OPTIONS = ("stem", "embed_dim", "depth", "num_heads", "mlp_dim")
 
 
@@ -244,5 +248,6 @@ def shape_differences(saved: ViTConfig, requested: ViTConfig) -> list[str]:
         if a is None or b is None:
             continue
         fields = a.SHAPE if a.SHAPE is not None else a.field_names()
-        differ += [f"{key}[{f!r}]={getattr(a, f)!r} (not {getattr(b, f)!r})" for f in fields if getattr(a, f) != getattr(b, f)]
+        differ += [f"{key}[{f!r}]={getattr(a, f)!r} (not {getattr(b, f)!r})" for f in fields
+                   if getattr(a, f) != getattr(b, f)]
     return differ

@@ -36,7 +36,8 @@ def _metric(name: Any, value: Any) -> float:
         except (TypeError, ValueError):
             pass
     if not isinstance(name, str) or not name or number is None or not math.isfinite(number):
-        raise ConfigError(f"card metrics: {name!r}: {value!r} is not a metric name with a finite number; "
+        raise ConfigError(f"card metrics: {name!r}: {value!r} is not a metric name with a finite "
+                          "number; "
                           'give e.g. {"accuracy": 0.981}')
     return number
 
@@ -46,7 +47,8 @@ def check(card: dict[str, Any] | None) -> dict[str, Any]:
     card = dict(card or {})
     unknown = sorted(map(str, set(card) - set(OPTIONS)))
     if unknown:
-        raise ConfigError(f"unknown model card option(s) {', '.join(unknown)}; the options are {', '.join(OPTIONS)}")
+        raise ConfigError(f"unknown model card option(s) {', '.join(unknown)}; the options are "
+                          f"{', '.join(OPTIONS)}")
     for key in ("repo_id", "license", "dataset", "description", "model_name"):
         if card.get(key) is not None and not isinstance(card[key], str):
             raise ConfigError(f"card {key} must be text, got {card[key]!r}")
@@ -61,15 +63,16 @@ def check(card: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def render(model, card: dict[str, Any] | None = None, layout: str = NATIVE) -> str:
-    """The model card of `model` written in `layout` (`vitzoo.checkpoints.layouts`): the Hub's front matter
-    names that layout's library, the usage section each library's line that loads it."""
+    """The model card of `model` written in `layout` (`vitzoo.checkpoints.layouts`): the Hub's front
+    matter names that layout's library, the usage section each library's line that loads it."""
     from huggingface_hub import EvalResult, ModelCardData
 
     card = check(card)
     config = model.config
     params = sum(p.numel() for p in model.parameters())
     name = card.get("model_name") or card.get("repo_id", "").split("/")[-1] or "vitzoo-model"
-    tags = list(dict.fromkeys(DEFAULT_TAGS + ([layout] if layout != NATIVE else []) + list(card.get("tags") or [])))
+    own = [layout] if layout != NATIVE else []
+    tags = list(dict.fromkeys(DEFAULT_TAGS + own + list(card.get("tags") or [])))
     dataset = card.get("dataset")
     metrics = card["metrics"]
     eval_results = None
@@ -91,7 +94,8 @@ def render(model, card: dict[str, Any] | None = None, layout: str = NATIVE) -> s
     )
     h, w = config.img_size
     resnet = config.stem_options
-    stem = (f"ResNet {'-'.join(map(str, resnet.get('layers', ()))) or 'root'} (width x{resnet.get('width', 1)}) + "
+    stem = (f"ResNet {'-'.join(map(str, resnet.get('layers', ()))) or 'root'} (width "
+            f"x{resnet.get('width', 1)}) + "
             f"{config.patch_size}x{config.patch_size} patches" if config.stem == "resnet"
             else f"{config.stem}, {config.patch_size}x{config.patch_size} patches"
             + "".join(f", {k} {v}" for k, v in config.stem_options.items()))
@@ -118,12 +122,14 @@ def render(model, card: dict[str, Any] | None = None, layout: str = NATIVE) -> s
         "",
         f"# {name}",
         "",
-        card.get("description") or "A Vision Transformer (Dosovitskiy et al., \"An Image is Worth 16x16 Words\", ICLR 2021) saved with vitzoo.",
+        card.get("description") or "A Vision Transformer (Dosovitskiy et al., \"An Image is Worth "
+                                   "16x16 Words\", ICLR 2021) saved with vitzoo.",
         "",
     ]
     if metrics:
         lines += ["## Results", "", "| dataset | metric | value |", "|---|---|---|"]
-        lines += [f"| {dataset or 'unknown'} | {metric} | {value:g} |" for metric, value in metrics.items()]
+        lines += [f"| {dataset or 'unknown'} | {metric} | {value:g} |"
+                  for metric, value in metrics.items()]
         lines.append("")
     lines += ["## Architecture", "", "| option | value |", "|---|---|"]
     lines += [f"| {key} | {value} |" for key, value in rows]
@@ -137,14 +143,19 @@ def usage(config, repo_id: str | None, layout: str) -> list[str]:
     h, w = config.img_size
     where = f"{HUB_PREFIX}{repo_id}" if repo_id else "path/to/this/directory"
     loaders = {
-        "timm": ["import timm", "", f'model = timm.create_model("{where if repo_id else "local-dir:" + where}", '
+        "timm": ["import timm", "",
+                 f'model = timm.create_model("{where if repo_id else "local-dir:" + where}", '
                  "pretrained=True).eval()"],
         "transformers": ["from transformers import ViTForImageClassification", "",
-                         f'model = ViTForImageClassification.from_pretrained("{repo_id or where}").eval()'],
+                         'model = '
+                         f'ViTForImageClassification.from_pretrained("{repo_id or where}").eval()'],
     }
-    lines = [USAGE_HEADING, "", f"The files are in {LAYOUT_WORDS[layout]}, and vitzoo loads them exactly:", "",
-             "```python", "import torch, vitzoo", "", f'model = vitzoo.from_pretrained("{where}").eval()',
-             f"x = torch.randn(1, {config.in_chans}, {h}, {w})  # images normalised with the mean and std above",
+    lines = [USAGE_HEADING, "", f"The files are in {LAYOUT_WORDS[layout]}, and vitzoo loads them "
+                                "exactly:", "",
+             "```python", "import torch, vitzoo", "",
+             f'model = vitzoo.from_pretrained("{where}").eval()',
+             f"x = torch.randn(1, {config.in_chans}, {h}, {w})  # images normalised with the mean "
+             "and std above",
              "logits = model(x)", "```", ""]
     if layout in loaders:
         lines += [f"With {layout}:", "", "```python", *loaders[layout], "```", ""]
@@ -156,13 +167,15 @@ def usage(config, repo_id: str | None, layout: str) -> list[str]:
             lines += [f"{library} cannot load this model: it has {'; '.join(found)}.", ""]
         else:
             lines += [f"{library} builds this model too, from its own layout: push it with "
-                      f"`vitzoo push DIR REPO --format {library}` (`push_to_hub(..., format=\"{library}\")`).", ""]
+                      f"`vitzoo push DIR REPO --format {library}` "
+                      f"(`push_to_hub(..., format=\"{library}\")`).", ""]
     lines += [f"The full model config is in `{CONFIG_NAME}`, the weights in `{WEIGHTS_NAME}`.", ""]
     return lines
 
 
 def with_usage(text: str, config, repo_id: str | None, layout: str) -> str:
-    """A card `text` whose usage section (the last, from its heading on) is `usage`'s for this repo and
-    layout; appended when the card has none (it was edited)."""
+    """A card `text` whose usage section (the last, from its heading on) is `usage`'s for this repo
+    and layout; appended when the card has none (it was edited)."""
     head, found, _ = text.partition(USAGE_HEADING)
-    return (head if found else text.rstrip("\n") + "\n\n") + "\n".join(usage(config, repo_id, layout))
+    head = head if found else text.rstrip("\n") + "\n\n"
+    return head + "\n".join(usage(config, repo_id, layout))

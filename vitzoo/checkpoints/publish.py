@@ -1,14 +1,13 @@
-"""Publishing vitzoo's own format on the Hugging Face Hub: a directory that save_pretrained wrote,
-checked, written in the layout of the library that loads it (`vitzoo.checkpoints.layouts`), then uploaded
-through `vitzoo.checkpoints.hub` as one commit; a model is saved once, into the folder uploaded.
+"""Publishing a directory that save_pretrained wrote on the Hugging Face Hub: checked, written in
+the layout of the library that loads it (`vitzoo.checkpoints.layouts`), then uploaded through
+`vitzoo.checkpoints.hub` as one commit; a model is saved once, into the folder uploaded.
 
     model.push_to_hub("alice/vit-b16-cifar10")   # config.json, model.safetensors, README.md
     vitzoo push DIRECTORY alice/vit-b16-cifar10  # a directory save_pretrained (or training) wrote
 
-`format`: "auto" (the default) writes timm's layout where timm builds the model (timm.create_model
-("hf-hub:...", pretrained=True) loads it), else transformers', else vitzoo's own; "timm" or
-"transformers" asks for that library's and refuses a model it cannot build, saying why; "vitzoo" keeps
-vitzoo's. vitzoo loads every layout exactly.
+`format`: "auto" (the default) writes timm's layout where timm builds the model, else
+transformers', else vitzoo's own; "timm" or "transformers" asks for that library's and refuses a
+model it cannot build, saying why; "vitzoo" keeps vitzoo's. vitzoo loads every layout exactly.
 """
 
 from __future__ import annotations
@@ -26,21 +25,23 @@ from vitzoo.checkpoints.native import read_config, read_json_object, save_pretra
 from vitzoo.errors import CheckpointError, ConfigError, HubError
 from vitzoo.checkpoints import hub
 from vitzoo.weights.converted import check_state_dict
-from vitzoo.weights.layout import CARD_NAME, CONFIG_NAME, PREPROCESSOR_NAME, SAVED_FILES, WEIGHTS_NAME
+from vitzoo.weights.layout import (CARD_NAME, CONFIG_NAME, PREPROCESSOR_NAME, SAVED_FILES,
+                                   WEIGHTS_NAME)
 
 if TYPE_CHECKING:
     from vitzoo.checkpoints.sources import Source
 
-PUSHED_FILES = (*SAVED_FILES, PREPROCESSOR_NAME)  # transformers' layout adds its image processor's config
-# the keys of config.json that write_model writes anew; any other (a training run's data) is carried over
+PUSHED_FILES = (*SAVED_FILES, PREPROCESSOR_NAME)  # transformers' layout adds its image processor
+# the config.json keys write_model writes anew; any other (a training run's data) is kept
 VITZOO_KEYS = ("format", "format_version", "vitzoo_version", "model", "labels", "weight_names")
 
 
 def check_loads(directory: str | os.PathLike, model_class: type, repo_id: str) -> Source:
     """Refuse a folder that does not load as the model its config describes, before anything is
-    uploaded: the config reads, the weights read whole, and every tensor has the name, shape and kind
-    that model has (built on the meta device: nothing is allocated). `model_class` is the model's
-    class (`VisionTransformer`, passed in: the model imports this module). Returns what was read."""
+    uploaded: the config reads, the weights read whole, and every tensor has the name, shape and
+    kind that model has (built on the meta device: nothing is allocated). `model_class` is the
+    model's class (`VisionTransformer`, passed in: the model imports this module). Returns what
+    it read."""
     from vitzoo.checkpoints.sources import open_directory
 
     directory = Path(directory)
@@ -51,14 +52,15 @@ def check_loads(directory: str | os.PathLike, model_class: type, repo_id: str) -
             model = model_class(source.saved_config)
         check_state_dict(model, source.checkpoint.state_dict, str(directory))
     except (CheckpointError, ConfigError) as exc:
-        raise type(exc)(f"{directory} does not load as a model, so nothing was pushed to {repo_id}: {exc}") from exc
+        raise type(exc)(f"{directory} does not load as a model, so nothing was pushed to "
+                        f"{repo_id}: {exc}") from exc
     return source
 
 
 def relaid(directory: Path, source: Source, repo_id: str, requested: str, stage: Path) -> str:
-    """The saved model in `directory` (read as `source`) written into `stage` in the layout `requested`
-    chooses, its card's usage section made this repo's; returns the layout. The card's other sections and
-    config.json's own keys (a training run's data, say) are kept."""
+    """The saved model in `directory` (read as `source`) written into `stage` in the layout
+    `requested` chooses, its card's usage section made this repo's; returns the layout. The card's
+    other sections and config.json's own keys (a training run's data, say) are kept."""
     config = source.saved_config
     try:
         layout = choose(config, requested)
@@ -67,7 +69,8 @@ def relaid(directory: Path, source: Source, repo_id: str, requested: str, stage:
     document = read_json_object(directory / CONFIG_NAME)
     own = {k: v for k, v in without_library_keys(document).items() if k not in VITZOO_KEYS}
     card = directory / CARD_NAME
-    card_text = with_usage(card.read_text(encoding="utf-8"), config, repo_id, layout) if card.is_file() else None
+    card_text = with_usage(card.read_text(encoding="utf-8"), config, repo_id,
+                           layout) if card.is_file() else None
     write_model(stage, config, source.checkpoint.state_dict, source.labels, layout, card_text, own)
     return layout
 

@@ -9,13 +9,18 @@ import vitzoo
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("list", help="list the named models (fnmatch PATTERN), the components and the weight formats")
-    p.add_argument("pattern", nargs="?", default="*", help="shell-style pattern of the names to list, e.g. 'vit_b*' (default: all)")
+    p = sub.add_parser("list", help="list the named models (fnmatch PATTERN), the components and "
+                                    "the weight formats")
+    p.add_argument("pattern", nargs="?", default="*",
+                   help="shell-style pattern of the names to list, e.g. 'vit_b*' (default: all)")
     p.add_argument("--pretrained", action="store_true",
-                   help="list the pretrained tags (MODEL.TAG) instead: their Hub repo, resolution and accuracy")
-    p.add_argument("--markdown", action="store_true", help="with --pretrained: as a Markdown table (the one in docs/pretrained.md)")
+                   help="list the pretrained tags (MODEL.TAG) instead: their Hub repo, resolution "
+                        "and accuracy")
+    p.add_argument("--markdown", action="store_true",
+                   help="with --pretrained: as a Markdown table (the one in docs/pretrained.md)")
     p.set_defaults(func=run_list)
-    p = sub.add_parser("info", help="config, parameter count, GFLOPs and sequence length of a model")
+    p = sub.add_parser("info",
+                       help="config, parameter count, GFLOPs and sequence length of a model")
     p.add_argument("name", help="a model name or pretrained tag (vitzoo list)")
     p.add_argument("--img-size", type=int, default=None, help="resolution (default: the model's)")
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -43,7 +48,8 @@ def _list_pretrained(pattern: str, markdown: bool = False) -> int:
 
     names = vitzoo.list_pretrained(pattern)
     if not names:
-        raise ValueError(f"no pretrained tag matches {pattern!r}; `vitzoo list --pretrained` shows them all")
+        raise ValueError(f"no pretrained tag matches {pattern!r}; `vitzoo list --pretrained` shows "
+                         "them all")
     if markdown:
         print(markdown_table(pattern), end="")
         return 0
@@ -51,16 +57,17 @@ def _list_pretrained(pattern: str, markdown: bool = False) -> int:
     tags = registered()  # checked once, not once per tag
     for name in names:
         tag = tags[name]
-        accuracy = f"  top-1 {tag.accuracy:.2f} ({tag.accuracy_source})" if tag.accuracy is not None else ""
-        print(f"{name:{width}}  {'*' if tag.default else ' '} hf-hub:{tag.hub_id} ({tag.format}, {tag.img_size} px, "
-              f"{tag.num_classes or 'no'} classes){accuracy}")
+        accuracy = ("" if tag.accuracy is None
+                    else f"  top-1 {tag.accuracy:.2f} ({tag.accuracy_source})")
+        print(f"{name:{width}}  {'*' if tag.default else ' '} hf-hub:{tag.hub_id} ({tag.format}, "
+              f"{tag.img_size} px, {tag.num_classes or 'no'} classes){accuracy}")
     print("# * the model's default: vitzoo.create(MODEL, pretrained=True)")
     return 0
 
 
 def model_info(name: str, img_size: int | None = None) -> dict:
     """Parameters and forward FLOPs (counted by torch.utils.flop_counter, one image)."""
-    options = {"img_size": img_size} if img_size is not None else {}  # 0 is refused by the config, not ignored
+    options = {"img_size": img_size} if img_size is not None else {}  # the config refuses a 0
     model = vitzoo.create(name, device="meta", **options)
     grid = model.grid
     return {

@@ -32,9 +32,10 @@ def square_side(num_patches: int) -> int | None:
 
 
 def square_grid(num_patches: int, fmt: str) -> tuple[int, int]:
-    """The grid of a `fmt` position embedding with `num_patches` patch positions: the foreign formats
-    keep no grid shape, only square grids, so any other count is a damaged checkpoint."""
+    """The grid of a `fmt` position embedding with `num_patches` patch positions: the foreign
+    formats keep no grid shape, only square grids, so any other count is a damaged checkpoint."""
     side = square_side(num_patches)
     if side is None:
-        raise CheckpointError(f"{fmt} position embedding has {num_patches} patch positions, not a square grid")
+        raise CheckpointError(f"{fmt} position embedding has {num_patches} patch positions, not a "
+                              "square grid")
     return (side, side)

@@ -19,7 +19,8 @@ from vitzoo.weights.layout import square_grid
 
 FORMAT = "official-npz"
 BLOCK = "Transformer/encoderblock_"
-RESNET_PARAM = re.compile(r"^block(\d+)/unit(\d+)/(conv[123]|conv_proj|gn[123]|gn_proj)/(kernel|scale|bias)$")
+RESNET_PARAM = re.compile(r"^block(\d+)/unit(\d+)/"
+                          r"(conv[123]|conv_proj|gn[123]|gn_proj)/(kernel|scale|bias)$")
 
 
 def _conv(kernel: np.ndarray) -> torch.Tensor:
@@ -31,7 +32,7 @@ def _dense(kernel: np.ndarray) -> torch.Tensor:
 
 
 def _vector(value: np.ndarray) -> torch.Tensor:
-    return torch.from_numpy(value).reshape(-1)  # (C,) or the older (1, 1, 1, C)
+    return torch.from_numpy(value).reshape(-1)  # (C,) or (1, 1, 1, C)
 
 
 def _norm(params: dict, src: str, dst: str, out: dict) -> None:
@@ -46,7 +47,8 @@ def _block(params: dict, i: int, out: dict) -> None:
     qkv = [params.pop(f"{attn}{name}/kernel") for name in ("query", "key", "value")]
     dim = qkv[0].shape[0]
     out[dst + "attn.qkv.weight"] = torch.cat([_dense(k.reshape(dim, -1)) for k in qkv])
-    out[dst + "attn.qkv.bias"] = torch.cat([_vector(params.pop(f"{attn}{n}/bias")) for n in ("query", "key", "value")])
+    biases = [_vector(params.pop(f"{attn}{n}/bias")) for n in ("query", "key", "value")]
+    out[dst + "attn.qkv.bias"] = torch.cat(biases)
     out[dst + "attn.proj.weight"] = _dense(params.pop(attn + "out/kernel").reshape(-1, dim))
     out[dst + "attn.proj.bias"] = _vector(params.pop(attn + "out/bias"))
     _norm(params, src + "LayerNorm_2", dst + "norm2", out)
@@ -70,14 +72,14 @@ def _resnet(params: dict, out: dict) -> None:
 
 
 class OfficialFormat(WeightFormat):
-    """Read from an .npz (`vitzoo.checkpoints.sources`), or from any state dict file with these names."""
+    """Read from an .npz (`vitzoo.checkpoints.sources`), or any state dict file with these names."""
 
     name = FORMAT
     marks = ("embedding/kernel", "Transformer/encoder_norm/scale")
 
     def convert(self, npz: Mapping[str, np.ndarray], metadata: Metadata) -> ConvertedWeights:
-        """Official parameters -> a vitzoo `ConvertedWeights`. Keys it does not know are kept under their own
-        name, so that the strict loader reports them."""
+        """Official parameters -> a vitzoo `ConvertedWeights`. Keys it does not know are kept under
+        their own name, so that the strict loader reports them."""
         params = {k: np.asarray(v, dtype=np.float32) for k, v in npz.items()}
         out: dict[str, torch.Tensor] = {}
         hybrid = "conv_root/kernel" in params
@@ -95,16 +97,19 @@ class OfficialFormat(WeightFormat):
             grid = square_grid(pos.shape[1] - int(has_class_token), "official")
         depth = 0
         query = params.get(f"{BLOCK}0/MultiHeadDotProductAttention_1/query/kernel")
-        heads = {"num_heads": int(query.shape[1])} if query is not None and query.ndim == 3 else {}  # (D, heads, D/heads)
+        # the query kernel is (D, heads, D/heads)
+        heads = {"num_heads": int(query.shape[1])} if query is not None and query.ndim == 3 else {}
         while f"{BLOCK}{depth}/LayerNorm_0/scale" in params:
             _block(params, depth, out)
             depth += 1
         _norm(params, "Transformer/encoder_norm", "encoder.norm", out)
-        config: dict = {"act": "gelu_tanh", "norm_eps": 1e-6, "pool": "token" if has_class_token else "gap", **heads}
+        config: dict = {"act": "gelu_tanh", "norm_eps": 1e-6,
+                        "pool": "token" if has_class_token else "gap", **heads}
         # the head's Dense layers in PyTorch's layout, then moved as every format's head is
         head = {f"{layer}.{name}": convert_param(params.pop(f"{layer}/{kind}"))
                 for layer in ("pre_logits", "head") if f"{layer}/kernel" in params
-                for kind, name, convert_param in (("kernel", "weight", _dense), ("bias", "bias", _vector))}
+                for kind, name, convert_param in (("kernel", "weight", _dense),
+                                                  ("bias", "bias", _vector))}
         take_head(head, out, config, pre_logits="pre_logits", classifier="head")
         for key, value in params.items():  # anything left over is reported by the strict loader
             out[key] = torch.from_numpy(value)

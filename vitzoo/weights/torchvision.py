@@ -24,10 +24,11 @@ MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 _BLOCK = re.compile(r"^encoder\.layers\.encoder_layer_(\d+)\.(.+)$")
 _BLOCK_NAMES = {
     "ln_1.weight": "norm1.weight", "ln_1.bias": "norm1.bias",
-    "self_attention.in_proj_weight": "attn.qkv.weight", "self_attention.in_proj_bias": "attn.qkv.bias",
-    "self_attention.out_proj.weight": "attn.proj.weight", "self_attention.out_proj.bias": "attn.proj.bias",
-    "ln_2.weight": "norm2.weight", "ln_2.bias": "norm2.bias",
-    "mlp.0.weight": "mlp.fc1.weight", "mlp.0.bias": "mlp.fc1.bias",
+    "self_attention.in_proj_weight": "attn.qkv.weight",
+    "self_attention.in_proj_bias": "attn.qkv.bias",
+    "self_attention.out_proj.weight": "attn.proj.weight",
+    "self_attention.out_proj.bias": "attn.proj.bias", "ln_2.weight": "norm2.weight",
+    "ln_2.bias": "norm2.bias", "mlp.0.weight": "mlp.fc1.weight", "mlp.0.bias": "mlp.fc1.bias",
     "mlp.3.weight": "mlp.fc2.weight", "mlp.3.bias": "mlp.fc2.bias",
     # torchvision < 0.13 named the MLP layers linear_1 / linear_2
     "mlp.linear_1.weight": "mlp.fc1.weight", "mlp.linear_1.bias": "mlp.fc1.bias",
@@ -40,7 +41,7 @@ class TorchvisionFormat(WeightFormat):
     marks = ("conv_proj.weight", "encoder.pos_embedding")
 
     def convert(self, state_dict: dict[str, torch.Tensor], metadata: Metadata) -> ConvertedWeights:
-        """torchvision names -> a vitzoo `ConvertedWeights` (unknown keys kept for the strict loader)."""
+        """torchvision names -> a vitzoo `ConvertedWeights` (unknown keys kept for the loader)."""
         params = dict(state_dict)
         out: dict[str, torch.Tensor] = {}
         out["stem.proj.weight"] = params.pop("conv_proj.weight")
@@ -52,7 +53,8 @@ class TorchvisionFormat(WeightFormat):
         for key in list(params):
             match = _BLOCK.match(key)
             if match and match.group(2) in _BLOCK_NAMES:
-                out[f"encoder.blocks.{match.group(1)}.{_BLOCK_NAMES[match.group(2)]}"] = params.pop(key)
+                name = f"{match.group(1)}.{_BLOCK_NAMES[match.group(2)]}"
+                out[f"encoder.blocks.{name}"] = params.pop(key)
         for kind in ("weight", "bias"):
             out[f"encoder.norm.{kind}"] = params.pop(f"encoder.ln.{kind}")
         config: dict = {"act": "gelu", "norm_eps": 1e-6, "pool": "token"}

@@ -1,17 +1,14 @@
 """Hugging Face transformers ViT checkpoints (`ViTModel`, `ViTForImageClassification`).
 
-Accepted names, both the classic layout of the checkpoints on the Hub
-(`encoder.layer.{i}.attention.attention.{query,key,value}`, `attention.output.dense`,
-`intermediate.dense`, `output.dense`) and the transformers >= 5 layout (`layers.{i}.attention.
-{q,k,v,o}_proj`, `mlp.fc1`, `mlp.fc2`), with or without the `vit.` prefix of the classifier:
-`embeddings.{cls_token, position_embeddings, patch_embeddings.projection}`,
-`layernorm_before`/`layernorm_after` per layer, `layernorm` (final), `classifier` (head) and, for a
-bare `ViTModel`, `pooler.dense` (Dense + tanh on the class token: vitzoo's pre-logits layer with no
-classifier). q, k and v are fused into one projection.
+Both the Hub's classic names (`encoder.layer.{i}.attention.attention.{query,key,value}`,
+`attention.output.dense`, `intermediate.dense`, `output.dense`) and those of transformers >= 5
+(`layers.{i}.attention.{q,k,v,o}_proj`, `mlp.fc1`, `mlp.fc2`), with or without the classifier's
+`vit.` prefix: `embeddings.*`, `layernorm_before`/`layernorm_after`, `layernorm`, `classifier`,
+and a bare `ViTModel`'s `pooler.dense` (vitzoo's pre-logits layer). q, k and v are fused.
 
 The options the weights decide come from the checkpoint's `config.json` when there is one
-(`hidden_act`, `layer_norm_eps`, `num_attention_heads`, `image_size`, `patch_size`, ...); a bare state
-dict gets transformers' defaults: exact GELU and LayerNorm eps 1e-12.
+(`hidden_act`, `layer_norm_eps`, `num_attention_heads`, `image_size`, ...); a bare state dict gets
+transformers' defaults: exact GELU and LayerNorm eps 1e-12.
 """
 
 from __future__ import annotations
@@ -30,7 +27,8 @@ FORMAT = "transformers"
 DEFAULT_EPS = 1e-12
 TRANSFORMERS_HEADS = 12  # transformers.ViTConfig's num_attention_heads
 # transformers' hidden_act names -> keys of vitzoo's activation table (vitzoo/layers/activations.py)
-HIDDEN_ACT = {"gelu": "gelu", "gelu_python": "gelu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh",
+HIDDEN_ACT = {"gelu": "gelu", "gelu_python": "gelu", "gelu_pytorch_tanh": "gelu_tanh",
+              "gelu_new": "gelu_tanh",
                "gelu_fast": "gelu_tanh"}
 
 # PIL resampling filters in a preprocessor_config.json -> vitzoo's interpolation names
@@ -39,8 +37,9 @@ PIL_RESAMPLE = {0: "nearest", 2: "bilinear", 3: "bicubic"}
 _LAYER = re.compile(r"^(?:encoder\.layer|layers)\.(\d+)\.(.+)$")
 _LAYER_NAMES = {
     # classic layout
-    "attention.attention.query": "q", "attention.attention.key": "k", "attention.attention.value": "v",
-    "attention.output.dense": "attn.proj", "intermediate.dense": "mlp.fc1", "output.dense": "mlp.fc2",
+    "attention.attention.query": "q", "attention.attention.key": "k",
+    "attention.attention.value": "v", "attention.output.dense": "attn.proj",
+    "intermediate.dense": "mlp.fc1", "output.dense": "mlp.fc2",
     # transformers >= 5
     "attention.q_proj": "q", "attention.k_proj": "k", "attention.v_proj": "v",
     "attention.o_proj": "attn.proj", "mlp.fc1": "mlp.fc1", "mlp.fc2": "mlp.fc2",
@@ -54,7 +53,8 @@ def _strip(keys) -> set[str]:
 
 
 def is_transformers_config(document: dict) -> bool:
-    return document.get("model_type") == "vit" or any(a.startswith("ViT") for a in document.get("architectures") or [])
+    architectures = document.get("architectures") or []
+    return document.get("model_type") == "vit" or any(a.startswith("ViT") for a in architectures)
 
 
 def config_options(document: dict) -> dict[str, Any]:
@@ -62,7 +62,8 @@ def config_options(document: dict) -> dict[str, Any]:
     options: dict[str, Any] = {}
     act = document.get("hidden_act", "gelu")
     if act not in HIDDEN_ACT:
-        raise CheckpointError(f"the transformers config has hidden_act={act!r}; vitzoo supports {sorted(HIDDEN_ACT)}")
+        raise CheckpointError(f"the transformers config has hidden_act={act!r}; vitzoo supports "
+                              f"{sorted(HIDDEN_ACT)}")
     options["act"] = HIDDEN_ACT[act]
     options["norm_eps"] = float(document.get("layer_norm_eps", DEFAULT_EPS))
     # transformers' own default where its config.json leaves it out (as transformers would build it)
@@ -81,7 +82,8 @@ def describe(document: dict, processor: dict | None = None) -> dict[str, Any]:
     if processor and processor.get("image_mean") and processor.get("image_std"):
         extra.update(mean=tuple(processor["image_mean"]), std=tuple(processor["image_std"]))
     if processor:  # ViTImageProcessor resizes to the input size, no crop, bilinear unless it says
-        extra.update(crop_pct=1.0, interpolation=PIL_RESAMPLE.get(processor.get("resample", 2), "bilinear"))
+        extra.update(crop_pct=1.0,
+                     interpolation=PIL_RESAMPLE.get(processor.get("resample", 2), "bilinear"))
     return extra
 
 
@@ -112,8 +114,8 @@ class TransformersFormat(WeightFormat):
         return super().recognises(_strip(keys), metadata)  # the classifier's names start with vit.
 
     def convert(self, state_dict: dict[str, torch.Tensor], metadata: Metadata) -> ConvertedWeights:
-        """transformers names -> a vitzoo `ConvertedWeights`; the options from a transformers config.json
-        beside the weights, else transformers' defaults."""
+        """transformers names -> a vitzoo `ConvertedWeights`; the options from a transformers
+        config.json beside the weights, else transformers' defaults."""
         document = _config(metadata)
         params = {k[4:] if k.startswith("vit.") else k: v for k, v in state_dict.items()}
         out: dict[str, torch.Tensor] = {}
@@ -123,7 +125,7 @@ class TransformersFormat(WeightFormat):
         out["stem.proj.weight"] = params.pop("embeddings.patch_embeddings.projection.weight")
         out["stem.proj.bias"] = params.pop("embeddings.patch_embeddings.projection.bias")
         out["cls_token"] = params.pop("embeddings.cls_token")
-        params.pop("embeddings.mask_token", None)  # masked-image-modelling input, unused by the classifier
+        params.pop("embeddings.mask_token", None)  # masked-image-modelling input, unused here
         pos = params.pop("embeddings.position_embeddings")
         out["encoder.pos_embed.weight"] = pos
         grid = square_grid(pos.shape[1] - 1, FORMAT)
@@ -144,8 +146,9 @@ class TransformersFormat(WeightFormat):
                 out[f"encoder.blocks.{i}.{target}.{kind}"] = value
         for (i, kind), parts in qkv.items():
             if set(parts) != {"q", "k", "v"}:
-                raise CheckpointError(f"transformers layer {i} has {sorted(parts)} of the q, k, v {kind}s, not all three")
-            out[f"encoder.blocks.{i}.attn.qkv.{kind}"] = torch.cat([parts["q"], parts["k"], parts["v"]])
+                raise CheckpointError(f"transformers layer {i} has {sorted(parts)} of the q, k, v "
+                                      f"{kind}s, not all three")
+            out[f"encoder.blocks.{i}.attn.qkv.{kind}"] = torch.cat([parts[c] for c in "qkv"])
         for i, kind in [(i, "bias") for (i, k) in qkv if k == "weight" and (i, "bias") not in qkv]:
             # qkv_bias=False: vitzoo's projection always has a bias; zeros are the same function
             weight = out[f"encoder.blocks.{i}.attn.qkv.weight"]
@@ -165,10 +168,11 @@ class TransformersFormat(WeightFormat):
         return labels(_config(metadata))
 
 
-# vitzoo's names -> the classic names of the checkpoints on the Hub, which every transformers version loads
-# (transformers >= 5 renames them to its own as it loads them)
+# vitzoo's names -> the classic names of the checkpoints on the Hub, which every transformers
+# version loads (transformers >= 5 renames them to its own as it loads them)
 _TO_TRANSFORMERS = {
-    "stem.proj": "vit.embeddings.patch_embeddings.projection", "encoder.norm": "vit.layernorm", "head.fc": "classifier",
+    "stem.proj": "vit.embeddings.patch_embeddings.projection", "encoder.norm": "vit.layernorm",
+    "head.fc": "classifier",
 }
 _BLOCK_TO_TRANSFORMERS = {
     "norm1": "layernorm_before", "norm2": "layernorm_after", "attn.proj": "attention.output.dense",
@@ -178,10 +182,10 @@ _VITZOO_BLOCK = re.compile(r"^encoder\.blocks\.(\d+)\.(.+)\.(weight|bias)$")
 
 
 def to_transformers(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """A vitzoo state dict in the names of transformers' `ViTForImageClassification` (q, k and v split from
-    the fused projection; the tensors' values unchanged): what `TransformersFormat.convert` reads back.
-    Only a model transformers' ViT builds is written so (`vitzoo.checkpoints.layouts` decides); a tensor
-    with no name there is a CheckpointError naming it."""
+    """A vitzoo state dict in the names of transformers' `ViTForImageClassification` (q, k and v
+    split from the fused projection; the tensors' values unchanged): what
+    `TransformersFormat.convert` reads back. Only a model transformers' ViT builds is written so
+    (`vitzoo.checkpoints.layouts` decides); a tensor with no name there is a CheckpointError."""
     out: dict[str, torch.Tensor] = {}
     for key, tensor in state_dict.items():
         match = _VITZOO_BLOCK.match(key)
@@ -197,8 +201,10 @@ def to_transformers(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tens
             for part, chunk in zip(("query", "key", "value"), tensor.chunk(3)):
                 out[f"{layer}.{part}.{kind}"] = chunk
         elif match and match.group(2) in _BLOCK_TO_TRANSFORMERS:
-            out[f"vit.encoder.layer.{match.group(1)}.{_BLOCK_TO_TRANSFORMERS[match.group(2)]}.{kind}"] = tensor
+            name = f"{match.group(1)}.{_BLOCK_TO_TRANSFORMERS[match.group(2)]}.{kind}"
+            out[f"vit.encoder.layer.{name}"] = tensor
         else:
-            raise CheckpointError(f"the tensor {key!r} has no name in transformers' ViTForImageClassification; this "
-                                  "model is not one transformers builds: save it in timm's or vitzoo's layout")
+            raise CheckpointError(f"the tensor {key!r} has no name in transformers' "
+                                  "ViTForImageClassification; this model is not one transformers "
+                                  "builds: save it in timm's or vitzoo's layout")
     return out

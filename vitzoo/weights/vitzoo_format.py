@@ -1,5 +1,5 @@
-"""vitzoo's own names: a bare vitzoo state dict (a model.safetensors without its config.json, say) is a
-weight format like the others; a directory that save_pretrained wrote is read by
+"""vitzoo's own names: a bare vitzoo state dict (a model.safetensors without its config.json, say)
+is a weight format like the others; a directory that save_pretrained wrote is read by
 `vitzoo.checkpoints.native`, whose config.json names this format."""
 
 from __future__ import annotations
@@ -20,13 +20,14 @@ class VitzooFormat(WeightFormat):
         return "stem.proj.weight" in keys and any(k.startswith("encoder.") for k in keys)
 
     def convert(self, state_dict, metadata: Metadata) -> ConvertedWeights:
-        return ConvertedWeights(format=FORMAT, state_dict=dict(state_dict), config={}, grid=grid_of(state_dict))
+        return ConvertedWeights(format=FORMAT, state_dict=dict(state_dict), config={},
+                                grid=grid_of(state_dict))
 
 
 def grid_of(state_dict) -> tuple[int, int] | None:
-    """The token grid the position embeddings were trained at, by each kind's tensors (one per block for
-    pos_embed_mode="every_layer"): a 1-D one's positions, a 2-D one's rows and columns, a relative
-    table's 2N - 1 offsets (plus one for the class token); None without any."""
+    """The token grid the position embeddings were trained at, by each kind's tensors (one per block
+    for pos_embed_mode="every_layer"): a 1-D one's positions, a 2-D one's rows and columns, a
+    relative table's 2N - 1 offsets (plus one for the class token); None without any."""
     prefix = int("cls_token" in state_dict)
     for name in ("encoder.pos_embed.weight", "encoder.pos_embed.0.weight"):
         if (pos := state_dict.get(name)) is not None and pos.ndim == 3:
