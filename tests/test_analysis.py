@@ -10,8 +10,6 @@ from vitzoo.analysis import (
     patch_embedding_components,
     position_embedding_similarity,
 )
-
-
 def uniform_attention_model(tiny, **options):
     """q = k = 0 in every layer: each query attends equally to every token."""
     model = vitzoo.create("vit_ti16", **tiny, **options).eval()

@@ -1,9 +1,10 @@
-"""The `vitzoo` command: list, info, and every command's help."""
+"""The `vitzoo` command: list, info, bench, and every command's help."""
 
 import dataclasses
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -94,8 +95,7 @@ def help_of(argv: list[str], capsys) -> str:
 @pytest.mark.parametrize("flag", ["--help", "-h"])
 @pytest.mark.parametrize("command", [None, *_commands()])
 def test_every_command_answers_help_as_a_user_types_it(command, flag, capsys):
-    # a `%` in a help text once crashed `vitzoo train --help` inside argparse; `bench --help` was refused
-    # (bench relays to `python -m benchmarks`: that child process is real here too)
+    # bench relays to `python -m benchmarks`: that child process is real here too
     out = help_of([*([command] if command else []), flag], capsys)
     assert out.startswith("usage:"), out[:500]
 
@@ -130,3 +130,26 @@ def test_the_training_help_lists_every_training_option(capsys):
         if f.name not in ("model", "model_options", "resume", "out"):
             assert "--" + f.name.replace("_", "-") in out, f.name
     assert "the first 5%)" in out  # the literal percent sign, printed as written
+
+
+def test_vitzoo_bench_help_names_vitzoo_bench(capsys):
+    assert main(["bench", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "usage: vitzoo bench" in out and "python -m benchmarks [" not in out
+    assert "runs/bench" in out  # where its results go by default
+
+
+def test_vitzoo_bench_writes_to_runs_bench_unless_asked_for_the_committed_results():
+    """`vitzoo bench` writes under runs/bench; the committed benchmarks/results only when asked."""
+    from benchmarks.__main__ import BENCH_OUT, REHEARSAL_OUT, parse
+    from benchmarks.suite import RESULTS
+
+    def out(*argv: str, prog: str = "vitzoo bench"):
+        return parse(["pos_embed", "--dry-run", *argv], prog).out
+
+    assert out() == BENCH_OUT == Path("runs") / "bench"
+    assert out("--committed") == RESULTS and out("--out", "mine") == Path("mine")
+    assert out("--scale", "rehearsal") == REHEARSAL_OUT
+    assert out(prog="python -m benchmarks") == RESULTS  # the maintainers' command, as documented
+    with pytest.raises(SystemExit):
+        out("--committed", "--out", "mine")

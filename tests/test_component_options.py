@@ -116,7 +116,7 @@ def test_the_cli_refuses_a_parts_option_given_as_a_model_option(capsys):
     assert exit_.value.code == 2 and "unrecognized arguments: --resnet-layers" in capsys.readouterr().err
 
 
-# --------------------------------------------------------- what was written before means the same
+# ------------------------------------------------------------- committed records and tags
 def committed_model_configs() -> list[dict]:
     configs = {}
     for path in sorted(RESULTS.rglob("*.json")):

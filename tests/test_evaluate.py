@@ -1,9 +1,14 @@
-"""Evaluation: the few-shot linear evaluation, top-1 / top-5, linear probe."""
+"""Evaluation: the few-shot linear evaluation, top-1 / top-5, linear probe, and the shots a
+dataset can give."""
 
+import pytest
 import torch
 
 import vitzoo
 from vitzoo import data, evaluate
+from vitzoo.errors import ConfigError
+
+TINY = dict(embed_dim=32, depth=1, num_heads=2, mlp_dim=64, img_size=28, patch_size=7)
 
 
 def clustered(n_per_class: int, classes: int = 10, dim: int = 64, noise: float = 0.3, seed: int = 0):
@@ -53,10 +58,8 @@ def test_fewshot_draws_are_balanced_and_nested():
             assert torch.bincount(labels[idx], minlength=10).tolist() == [k] * 10
     assert set(draws[1][0].tolist()) <= set(draws[5][0].tolist())
     assert not torch.equal(draws[5][0], draws[5][1])
-
-
 def tiny_model():
-    return vitzoo.create("vit_ti16", embed_dim=32, depth=1, num_heads=2, mlp_dim=64, img_size=28, patch_size=7, num_classes=10)
+    return vitzoo.create("vit_ti16", **TINY, num_classes=10)
 
 
 def test_fewshot_linear_accuracy_of_a_model_computes_features_once(monkeypatch):
@@ -90,7 +93,6 @@ def test_accuracy_and_linear_probe():
     assert probe["top1"] > 0.5
 
 
-# ---------------------------------------------------------------------------- few-shot: the drawn rows only
 class FeatureTable:
     """Fixed features of every image (as a model would give them), handed out by index; records which
     training indices were asked for."""
@@ -149,3 +151,27 @@ def test_fewshot_extracts_and_holds_the_features_of_the_drawn_images_only():
         evaluate.fewshot_linear_accuracy(None, train, test, shots=(1, 2), draws=5, seed=0, features=table)
     assert table.asked == [union] and len(union) < len(train) // 4
     assert not any(len(shape) == 2 and shape[0] == len(train) for shape in sizes)
+
+
+def test_more_shots_than_any_class_holds_is_refused_before_any_feature_is_computed():
+    """A k that no class holds (every draw would be the whole training set) is refused, naming the
+    largest and smallest class; a k between them is said."""
+    labels = torch.tensor([0] * 6 + [1] * 3)
+    with pytest.raises(ConfigError, match=r"fewshot k=7: no class .* holds 7 images \(the largest holds 6, the smallest 3\)"):
+        evaluate.fewshot_draws(labels, (1, 7), draws=2, seed=0)
+    with pytest.warns(UserWarning, match=r"fewshot k=5: 1 of 2 classes hold fewer than 5 .*smallest 3: class 1"):
+        drawn = evaluate.fewshot_draws(labels, (5,), draws=2, seed=0)
+    assert [len(s) for s in drawn[5]] == [8, 8]  # 5 of class 0, all 3 of class 1
+
+    class Images(torch.utils.data.Dataset):
+        targets = labels
+
+        def __len__(self):
+            return len(labels)
+
+        def __getitem__(self, i):
+            raise AssertionError("a feature was computed before the refusal")
+
+    model = vitzoo.create("vit_ti16", **TINY, num_classes=2)
+    with pytest.raises(ConfigError, match="fewshot k=100000"):
+        evaluate.fewshot_linear_accuracy(model, Images(), Images(), shots=(100000,))

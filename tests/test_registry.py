@@ -65,8 +65,6 @@ def test_list_components_by_kind():
     assert {"patch", "resnet"} <= set(components["stem"])
     assert {"none", "learned_1d", "learned_2d", "relative"} <= set(components["pos_embed"])
     assert {"token", "gap"} <= set(components["pool"]) and {"linear", "mlp"} <= set(components["head"])
-
-
 def test_list_models_filters_with_fnmatch():
     assert vitzoo.list_models("vit_l*") == ["vit_l16", "vit_l16_hybrid", "vit_l32", "vit_l32_hybrid"]
     assert vitzoo.list_models("nothing*") == []

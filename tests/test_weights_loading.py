@@ -1,25 +1,24 @@
-"""Issue 33's faults in loading weights: nothing is guessed silently (the number of heads, what a bare
-state dict leaves unsaid, a tag's classes and resolution), nothing absurd is built from a saved
-config, and a head without class names is refused before anything is downloaded."""
+"""What weights do not say is asked for or said, never guessed in silence: the number of heads, the
+numerics a bare state dict leaves out, a local copy's head and resolution under a tag. Weights in
+memory (a state dict or a module) load as a file of their format does."""
 
 from __future__ import annotations
 
 import json
 import logging
 import re
-import shutil
-import time
 import warnings
 
 import pytest
 import torch
+from hub_testing import tiny  # tests/hub_testing.py
 from safetensors.torch import save_file
 
 import vitzoo
 from vitzoo.cli import main
 from vitzoo.errors import CheckpointError
 
-# a torchvision ViT of 4 heads, D=64 (not one of the paper's widths), at 32 px
+
 TV = dict(image_size=32, patch_size=8, num_layers=2, num_heads=4, hidden_dim=64, mlp_dim=128, num_classes=7)
 
 
@@ -49,9 +48,8 @@ def logits_gap(model, reference, x) -> float:
         return float((model.eval()(x) - reference(x)).abs().max())
 
 
-# ---------------------------------------------------------------------------- 3. the number of heads
 def test_a_head_count_the_weights_do_not_store_is_asked_for_not_guessed(torchvision_4_heads, tmp_path, capsys):
-    """torchvision's 4-head ViT had converted as 1 head without a word (D=64: the rule D/64 gave 1)."""
+    """torchvision's 4-head ViT of D=64 does not say its heads (the rule D/64 would give 1): asked for."""
     reference, path = torchvision_4_heads
     x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(1))
     with pytest.raises(CheckpointError, match=r"torchvision weights do not store their number of attention heads.*"
@@ -125,67 +123,37 @@ def test_a_bare_vitzoo_state_dict_says_what_it_assumes_and_a_relative_table_give
     assert logits_gap(model, sincos, torch.randn(2, 3, 32, 32)) < 1e-3
 
 
-# ---------------------------------------------------------------------------- 4. an absurd saved config
-@pytest.fixture
-def saved(tmp_path):
-    model = vitzoo.create("vit_ti16", embed_dim=32, depth=2, num_heads=2, mlp_dim=64, img_size=32, patch_size=8,
-                          num_classes=3)
-    model.save_pretrained(tmp_path / "model")
-    return tmp_path / "model"
+def test_float64_and_half_weights_still_load(tmp_path):
+    """Floating-point weights of another precision (float64, float16, bfloat16) are floats: they load,
+    cast to the model's dtype."""
+    model = tiny()
+    for dtype in (torch.float64, torch.float16, torch.bfloat16):
+        save_file({k: v.to(dtype) for k, v in model.state_dict().items()}, str(tmp_path / "w.safetensors"))
+        loaded = vitzoo.from_pretrained(tmp_path / "w.safetensors", num_heads=2)
+        assert all(v.dtype == torch.float32 for v in loaded.state_dict().values())
 
 
-def edit_config(directory, **changes):
-    path = directory / "config.json"
-    document = json.loads(path.read_text())
-    document["model"].update(changes)
-    path.write_text(json.dumps(document))
+@pytest.fixture(scope="module")
+def timm_vit():
+    timm = pytest.importorskip("timm")
+    torch.manual_seed(0)
+    return timm.create_model("vit_tiny_patch16_224", pretrained=False, num_classes=10, depth=2, img_size=32).eval()
 
 
-@pytest.mark.parametrize("changes", [dict(depth=1_000_000), dict(embed_dim=10**9), dict(mlp_dim=10**12),
-                                     dict(depth=100_000)])
-def test_a_saved_config_is_compared_with_its_weights_before_a_model_is_built(saved, changes, capsys):
-    """A million blocks had been built while memory grew; widths of 1e9 failed in torch's allocator.
-    Refused in well under a second, naming config.json, by from_pretrained, eval and push alike."""
-    edit_config(saved, **changes)
-    option = next(iter(changes))
-    start = time.perf_counter()
-    with pytest.raises(CheckpointError, match=rf"config\.json (describes a model of at least .* more than this "
-                                              rf"machine's|does not describe the weights .*{option}=)"):
-        vitzoo.from_pretrained(saved)
-    assert time.perf_counter() - start < 5
-    assert main(["eval", str(saved), "--data", "synthetic"]) == 2
-    assert main(["push", str(saved), "alice/tiny"]) == 2
-    errors = capsys.readouterr().err
-    assert errors.count("config.json") >= 2 and "Traceback" not in errors
+def test_a_timm_state_dict_or_module_loads_in_memory(timm_vit):
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        expected = timm_vit(x)
+        for source in (timm_vit.state_dict(), timm_vit):
+            model = vitzoo.from_pretrained(source, img_size=32).eval()
+            assert (model(x) - expected).abs().max() < 1e-5
+        tiny = vitzoo.create("vit_ti16", depth=1, num_classes=3, img_size=32).eval()
+        again = vitzoo.from_pretrained(tiny).eval()  # a vitzoo model: its own config decides
+        assert again.config == tiny.config and torch.equal(again(x), tiny(x))
+        into_named = vitzoo.create("vit_ti16", pretrained=timm_vit.state_dict(), depth=2, num_classes=10, img_size=32).eval()
+        assert (into_named(x) - expected).abs().max() < 1e-5
 
 
-def test_a_width_beyond_memory_is_refused_from_the_config_alone(saved):
-    """The bound is counted from the options (no allocation): a model far beyond memory is refused before
-    its weights are read at all."""
-    from vitzoo.checkpoints.native import check_size, parameter_floor, read_config
-
-    config = read_config(saved / "config.json")
-    assert parameter_floor(config) <= vitzoo.count_params(vitzoo.from_pretrained(saved))
-    with pytest.raises(CheckpointError, match=r"config\.json describes a model of at least 8e\+18 parameters"):
-        check_size(config.replace(embed_dim=10**9), f"{saved / 'config.json'} describes", "fix it")
-
-
-def test_a_foreign_config_json_s_absurd_image_size_is_refused_before_allocating(tmp_path):
-    """transformers' config.json gives the image size: 1e6 px had failed in torch's allocator (2 TB of
-    position embeddings) instead of naming what is wrong."""
-    import transformers
-
-    hf = transformers.ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
-                                image_size=32, patch_size=8, num_labels=3)
-    transformers.ViTForImageClassification(hf).save_pretrained(tmp_path)
-    document = json.loads((tmp_path / "config.json").read_text())
-    (tmp_path / "config.json").write_text(json.dumps({**document, "image_size": 10**6}))
-    with pytest.raises(CheckpointError, match=r"img_size=\(1000000, 1000000\)\), more than this machine's .* "
-                                              r"check the options given and the files' metadata \(config\.json\)"):
-        vitzoo.from_pretrained(tmp_path)
-
-
-# ---------------------------------------------------------------------------- 6. a tag with a local copy
 SMALL = dict(depth=1)  # the tag's ViT-Ti, one block: what is checked is the head and the resolution
 
 
@@ -208,7 +176,7 @@ def ti_copies(tmp_path_factory):
 
 @pytest.mark.parametrize("copy", ["model.safetensors", "saved"])
 def test_a_tag_with_a_local_copy_keeps_its_class_names(ti_copies, copy, caplog):
-    """create(TAG, pretrained=PATH), the offline route the Hub error recommends, had dropped the tag's
+    """create(TAG, pretrained=PATH), the offline route the Hub error recommends, keeps the tag's
     class names and the tag itself."""
     from vitzoo.labels import LABEL_SETS
 
@@ -220,9 +188,8 @@ def test_a_tag_with_a_local_copy_keeps_its_class_names(ti_copies, copy, caplog):
 
 @pytest.mark.parametrize("copy", ["model.safetensors", "saved"])
 def test_a_local_copy_of_another_head_or_resolution_is_said_at_the_default_level(ti_copies, copy, caplog):
-    """A 1000-class file under the 21,843-class tag had loaded as 1000 classes without a word, and 224-px
-    weights under a 384 tag were resampled with a logging.info line (a saved model kept its 224 px in
-    silence): each is a warning now."""
+    """A 1000-class file under the 21,843-class tag, and 224-px weights under a 384 tag (resampled,
+    or kept at 224 px by a saved model), are each said in a warning."""
     model = vitzoo.create("vit_ti16.augreg_in21k", pretrained=ti_copies / copy, **SMALL)
     assert model.config.num_classes == 1000 and model.labels is None
     assert re.search(r"have a head of 1000 classes, not the 21843 of vit_ti16\.augreg_in21k.*num_classes=21843",
@@ -241,31 +208,3 @@ def test_a_local_copy_of_another_head_or_resolution_is_said_at_the_default_level
     caplog.clear()
     vitzoo.create("vit_ti16.augreg_in21k_ft_in1k_384", pretrained=ti_copies / copy, img_size=320, **SMALL)
     assert warnings_logged(caplog) == ""  # a resolution asked for is no surprise
-
-
-# ---------------------------------------------------------------------------- 7. predict refuses from the tag
-def test_predict_refuses_a_head_without_class_names_before_downloading(hub_server, tmp_path, monkeypatch, capsys):
-    """`vitzoo predict --model vit_ti16.augreg_in21k` had downloaded the repo (38 MB; ~350 MB for B/16)
-    before refusing its 21,843 unnamed classes: refused from the tag, as orig_in21k's missing head is."""
-    from PIL import Image
-    from huggingface_hub import HfApi
-
-    from hub_testing import TOKEN
-    from vitzoo.catalog import registered
-    from vitzoo.checkpoints import hub
-
-    tag = registered()["vit_ti16.augreg_in21k"]
-    api = HfApi(endpoint=hub_server.url, token=TOKEN)
-    api.create_repo(tag.hub_id)
-    (tmp_path / "repo").mkdir()
-    (tmp_path / "repo" / "config.json").write_text(json.dumps({"architecture": "vit_tiny_patch16_224"}))
-    api.upload_folder(folder_path=tmp_path / "repo", repo_id=tag.hub_id)
-    downloads = []
-    real = hub.download
-    monkeypatch.setattr(hub, "download", lambda *a, **k: downloads.append(a) or real(*a, **k))
-    Image.new("RGB", (32, 32)).save(tmp_path / "cat.png")
-    assert main(["predict", str(tmp_path / "cat.png"), "--model", "vit_ti16.augreg_in21k"]) == 2
-    assert downloads == [] and not list((tmp_path / "hf_home" / "hub").glob("models--timm--*"))  # the cache too
-    err = capsys.readouterr().err
-    assert "vit_ti16.augreg_in21k has a head of 21843 classes without names" in err
-    assert "vit_ti16.augreg_in21k_ft_in1k" in err  # a tag that names its classes

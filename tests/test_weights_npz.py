@@ -154,3 +154,36 @@ def test_the_number_of_heads_is_read_from_the_attention_kernels(tmp_path):
     model = vitzoo.from_pretrained(tmp_path / "c.npz")
     assert model.config.num_heads == 2
     logits_close(model, params, fields, 32)
+
+
+def test_an_empty_npz_is_not_a_checkpoint(tmp_path):
+    """An empty .npz file is a CheckpointError saying it is not a checkpoint (not a bare EOFError)."""
+    (tmp_path / "empty.npz").write_bytes(b"")
+    with pytest.raises(CheckpointError, match="empty.npz is not a checkpoint: the file is empty"):
+        vitzoo.from_pretrained(tmp_path / "empty.npz")
+
+
+@pytest.mark.parametrize("content", [b"random bytes here" * 10, b"\x93NUMPY not really" * 4])
+def test_a_random_npz_is_not_a_checkpoint_and_pickles_are_never_advised(tmp_path, content):
+    """An .npz that is not a zip archive is not a checkpoint; numpy's advice to allow pickles (an
+    unsafe fix) is never passed on."""
+    (tmp_path / "random.npz").write_bytes(content)
+    with pytest.raises(CheckpointError, match="is not a checkpoint: the file is not a zip archive") as err:
+        vitzoo.from_pretrained(tmp_path / "random.npz")
+    assert "pickle" not in str(err.value)
+
+
+def test_an_npz_of_python_objects_is_not_a_checkpoint(tmp_path):
+    """An .npz holding object arrays (pickled Python objects) is not a checkpoint; they are never loaded."""
+    np.savez(tmp_path / "objects.npz", a=np.array([{"x": 1}], dtype=object))
+    with pytest.raises(CheckpointError, match="not a checkpoint: it holds pickled Python objects, which vitzoo never loads"):
+        vitzoo.from_pretrained(tmp_path / "objects.npz")
+
+
+def test_a_truncated_npz_is_damaged(tmp_path):
+    """A zip archive cut short is reported as damaged or truncated."""
+    np.savez(tmp_path / "full.npz", a=np.zeros(1000))
+    data = (tmp_path / "full.npz").read_bytes()
+    (tmp_path / "cut.npz").write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match="cut.npz is damaged or truncated"):
+        vitzoo.from_pretrained(tmp_path / "cut.npz")

@@ -1,8 +1,7 @@
-"""An empty or blank value is refused wherever a command takes a value (issue 33 item 1): every option
-and argument of every parser of vitzoo's commands and of the benchmarks, found by reading the source
-for parsers and walking each one's arguments, so a new command or option is covered without editing
-this test. `--resume ""` had started a full default training; `--out ""` trained and wrote nothing;
-`--out " "` made a folder named " "."""
+"""Every command line of vitzoo and of the benchmarks checks its values at the parser: each argument
+has help, an empty or blank value is refused naming the option, an unknown or abbreviated option is
+refused with its subcommand's usage, and a bad number is a one-line error before anything runs.
+The parsers are found by reading the source, so a new command or option is covered here."""
 
 from __future__ import annotations
 
@@ -13,8 +12,10 @@ import re
 from pathlib import Path
 
 import pytest
+from hub_testing import tiny  # tests/hub_testing.py
 
 from vitzoo.argvalues import ArgumentParser
+from vitzoo.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -78,6 +79,15 @@ CASES = [(label, action.dest, parser, action) for label, parser in parsers() for
          if takes_a_value(action)]
 
 
+def test_every_argument_of_every_parser_has_help():
+    """Walks every parser of vitzoo's commands and of the benchmarks (found by reading the source)."""
+    missing = [f"{label}: {'/'.join(action.option_strings) or action.dest}" for label, parser in parsers()
+               for action in parser._actions
+               if not isinstance(action, (argparse._HelpAction, argparse._VersionAction)) and not action.help
+               and action.nargs != argparse.REMAINDER]
+    assert not missing, "arguments without help: " + "; ".join(missing)
+
+
 @pytest.mark.parametrize("value", ["", "  "])
 def test_every_value_of_every_command_refuses_empty_and_blank(value, capsys):
     """Each option or argument that takes a value, given "" or "  ", is a usage error (exit status 2)
@@ -92,35 +102,60 @@ def test_every_value_of_every_command_refuses_empty_and_blank(value, capsys):
         assert ("is empty" if value == "" else "is blank") in err and str(shown) in err, (label, dest, err)
 
 
-def test_the_paths_that_went_wrong_are_refused_as_typed(tmp_path, monkeypatch, capsys):
-    """The commands of the issue: refused at once, nothing trained, nothing written."""
-    from vitzoo.cli import main
-
+def test_an_empty_path_is_refused_before_anything_is_trained_or_written(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    for argv in (["train", "--resume", ""], ["train", "--out", " ", "--data", "synthetic"], ["train", "--out", ""],
-                 ["eval", ""], ["info", "vit_ti16", "--img-size", ""]):
+    for argv in (["train", "--resume", ""], ["train", "--out", " ", "--data", "synthetic"],
+                 ["train", "--out", ""], ["eval", ""], ["info", "vit_ti16", "--img-size", ""]):
         with pytest.raises(SystemExit) as exit_info:
             main(argv)
         assert exit_info.value.code == 2 and "the value is" in capsys.readouterr().err, argv
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_value_with_something_in_it_is_read_as_before():
+def test_a_value_that_is_not_blank_is_read_as_given():
     from vitzoo.cli import build_parser
 
     args = build_parser().parse_args(["train", "--out", " runs/a", "--data", "synthetic"])
     assert args.out == " runs/a" and args.data == "synthetic"
 
 
-@pytest.mark.parametrize("option", ["out", "data", "data_dir", "pretrained"])
-def test_a_training_config_refuses_an_empty_path_from_code_or_a_saved_file(option):
-    """The same refusal for a TrainConfig made in Python or read from a train_config.json: a path
-    option is a path or None, never "" (which had meant "write nothing" for out)."""
-    from vitzoo.errors import ConfigError
-    from vitzoo.train import TrainConfig
+@pytest.mark.parametrize("argv, said", [
+    (["train", "--bogus"], "vitzoo train: error: unrecognized arguments: --bogus"),
+    (["train", "--step", "1"], "did you mean --steps"),  # an abbreviation is no option
+    (["list", "--markd", "--pretrained"], "vitzoo list: error: unrecognized arguments: --markd"),
+])
+def test_an_unknown_or_abbreviated_option_is_refused_with_the_subcommands_usage(argv, said, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and said in err
+    assert f"usage: vitzoo {argv[0]}" in err and "usage: vitzoo [-h]" not in err
 
-    for value in ("", " \t"):
-        with pytest.raises(ConfigError, match=rf"{option}=.* is (empty|blank): name a path"):
-            TrainConfig(**{option: value})
-        with pytest.raises(ConfigError, match=rf"{option}=.* is (empty|blank)"):
-            TrainConfig.from_json(json.dumps({option: value}))
+
+@pytest.mark.parametrize("command, flag, value, fragment", [
+    ("info", "--img-size", "0", "img_size must be positive"),
+    ("info", "--img-size", "-3", "img_size must be positive"),
+    ("train", "--log-every", "0", "log_every must be > 0"),
+    ("train", "--eval-every", "-1", "eval_every must be >= 0"),
+    ("train", "--fewshot", "0", "fewshot must be > 0"),
+    ("train", "--warmup", "nan", "warmup must be a finite number"),
+    ("train", "--train-limit", "0", "train_limit must be > 0"),
+    ("eval", "--fewshot", "0", "fewshot must be > 0"),
+    ("eval", "--draws", "0", "draws must be"),
+    ("eval", "--test-limit", "0", "test_limit must be"),
+    ("eval", "--batch-size", "-1", "batch_size must be"),
+    ("eval", "--l2-reg", "nan", "l2_reg must be"),
+])
+def test_a_bad_number_is_a_one_line_error_before_anything_runs(tmp_path, capsys, command, flag,
+                                                                value, fragment):
+    """Exit status 2 and one line naming the option, no traceback; train writes no run, eval loads
+    neither the model nor the data."""
+    tiny().save_pretrained(tmp_path / "saved")
+    argv = {"info": ["info", "vit_b16"],
+            "train": ["train", "vit_ti16", "--data", "synthetic", "--device", "cpu",
+                      "--out", str(tmp_path / "run")],
+            "eval": ["eval", str(tmp_path / "saved"), "--data", "synthetic"]}[command]
+    assert main([*argv, flag, value]) == 2
+    err = capsys.readouterr().err
+    assert fragment in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "run").exists()
