@@ -1,4 +1,5 @@
-"""Inspection tools of section 4.5: attention distance, rollout, position-embedding similarity, PCA."""
+"""Inspection tools of section 4.5: attention distance, rollout, position-embedding similarity, PCA.
+"""
 
 import pytest
 import torch
@@ -78,4 +79,5 @@ def test_principal_components_of_patch_filters(tiny):
     assert torch.all(explained[:-1] >= explained[1:]) and explained.sum() <= 1.0 + 1e-6
     assert torch.allclose(components.reshape(6, -1).norm(dim=1), torch.ones(6), atol=1e-5)
     with pytest.raises(ValueError, match="linear patch projection"):
-        patch_embedding_components(vitzoo.create("vit_ti16", **{**tiny, "patch_size": 2}, stem="resnet", stem_options={"layers": ()}))
+        patch_embedding_components(vitzoo.create("vit_ti16", **{**tiny, "patch_size": 2},
+                                                 stem="resnet", stem_options={"layers": ()}))

@@ -1,5 +1,5 @@
-"""The functions a timm user reaches for take the argument they would pass: a model where a config is
-asked for, a tag's name where a model is, and a model pickles like any module."""
+"""The functions a timm user reaches for take the argument they would pass: a model where a config
+is asked for, a tag's name where a model is, and a model pickles like any module."""
 
 import io
 import pickle
@@ -46,7 +46,8 @@ def test_list_models_with_pretrained_lists_the_tags_as_timm_does():
 
 
 def test_a_model_pickles_and_saves_whole_with_torch_save():
-    model = vitzoo.create("vit_ti16", num_classes=4, img_size=32, patch_size=8, act="gelu_tanh").eval()
+    model = vitzoo.create("vit_ti16", num_classes=4, img_size=32, patch_size=8,
+                          act="gelu_tanh").eval()
     x = torch.randn(2, 3, 32, 32)
     buffer = io.BytesIO()
     torch.save(model, buffer)

@@ -24,8 +24,10 @@ def test_list_everything_shows_components(capsys):
 
 def test_list_everything_shows_the_weight_formats_it_reads(capsys):
     assert main(["list"]) == 0
-    line = next(l for l in capsys.readouterr().out.splitlines() if l.startswith("# weight formats:"))
-    assert {"official-npz", "timm", "torchvision", "transformers", "vitzoo"} <= set(line.split(": ")[1].split(", "))
+    lines = capsys.readouterr().out.splitlines()
+    line = next(line for line in lines if line.startswith("# weight formats:"))
+    assert {"official-npz", "timm", "torchvision", "transformers",
+            "vitzoo"} <= set(line.split(": ")[1].split(", "))
 
 
 def test_info_reports_params_flops_and_sequence_length(capsys):
@@ -44,7 +46,8 @@ def test_info_of_a_hybrid_counts_its_resnets_flops_and_shows_its_stems_options(c
     info = json.loads(capsys.readouterr().out)
     assert info["params"] == 98_659_112  # the official R50+ViT-B/16
     assert info["gflops"] > 35.5  # more than ViT-B/16's: the ResNet's convolutions are counted
-    assert info["config"]["stem_options"] == {"layers": [3, 4, 9], "width": 1, "numerics": "official"}
+    assert info["config"]["stem_options"] == {"layers": [3, 4, 9], "width": 1,
+                                              "numerics": "official"}
 
 
 def test_info_of_an_unknown_model_is_a_short_error(capsys):
@@ -66,7 +69,8 @@ def test_bench_runs_the_benchmarks_of_the_checkout(capsys):
 
 
 def _commands() -> list[str]:
-    """Every subcommand the parser registers (a new command is covered without editing this test)."""
+    """Every subcommand the parser registers (a new command is covered without editing this test).
+    """
     import argparse
 
     from vitzoo.cli import build_parser
@@ -76,12 +80,14 @@ def _commands() -> list[str]:
 
 
 def test_every_command_is_found_by_the_help_test():
-    assert {"list", "info", "train", "eval", "push", "pull", "convert", "predict", "bench"} <= set(_commands())
+    assert {"list", "info", "train", "eval", "push", "pull", "convert", "predict",
+            "bench"} <= set(_commands())
 
 
 def help_of(argv: list[str], capsys) -> str:
-    """What `vitzoo ARGV` prints, run in this process (the parser and commands are the command's own;
-    a process per case would import torch again, seconds each): it must end as help does, exit code 0."""
+    """What `vitzoo ARGV` prints, run in this process (the parser and commands are the command's
+    own; a process per case would import torch again, seconds each): it must end as help does, exit
+    code 0."""
     try:
         code = main(argv)  # bench returns the exit code of the benchmarks it relays to
     except SystemExit as exc:  # argparse's help
@@ -101,9 +107,10 @@ def test_every_command_answers_help_as_a_user_types_it(command, flag, capsys):
 
 
 def test_the_help_as_a_command_of_its_own():
-    """The entry point as a user types it, in a process of its own: `python -m vitzoo train --help`."""
-    result = subprocess.run([sys.executable, "-m", "vitzoo", "train", "--help"], capture_output=True, text=True,
-                            timeout=120)
+    """The entry point as a user types it, in a process of its own: `python -m vitzoo train --help`.
+    """
+    result = subprocess.run([sys.executable, "-m", "vitzoo", "train", "--help"],
+                            capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and result.stdout.startswith("usage: vitzoo train"), result.stderr[-2000:]
     assert "Traceback" not in result.stderr
 
@@ -115,7 +122,8 @@ def test_the_top_level_help_describes_vitzoo_to_a_user(capsys):
     description = out.split("\n\n")[1]
     assert "Vision Transformer" in description and description.rstrip().endswith(".")
     assert "vitzoo/commands" not in out and "exposes" not in out
-    commands = out.split("positional arguments:\n", 1)[1].split("\n", 1)[1]  # after the COMMAND line
+    # after the COMMAND line
+    commands = out.split("positional arguments:\n", 1)[1].split("\n", 1)[1]
     listed = [line.split()[0] for line in commands.split("\n\n")[0].splitlines() if line.startswith("    ")
               and not line.startswith("      ")]
     assert listed[:3] == ["list", "info", "predict"] and sorted(listed) == _commands()

@@ -36,7 +36,8 @@ def test_every_parser_is_the_checked_one():
     """No module builds a plain argparse parser: each builds vitzoo.argvalues.ArgumentParser in a
     `build_parser()` (so that this test can walk it)."""
     modules = modules_with_parsers()
-    assert {"vitzoo.cli", "benchmarks.__main__", "benchmarks.gpu_check", "benchmarks.loader"} <= set(modules)
+    assert {"vitzoo.cli", "benchmarks.__main__", "benchmarks.gpu_check",
+            "benchmarks.loader"} <= set(modules)
     for name in modules:
         source = (ROOT / (name.replace(".", "/") + ".py")).read_text(encoding="utf-8")
         assert "argparse.ArgumentParser(" not in source, f"{name} builds a plain argparse parser"
@@ -53,17 +54,20 @@ def parsers() -> list[tuple[str, argparse.ArgumentParser]]:
             found.append((label, parser))
             for action in parser._actions:
                 if isinstance(action, argparse._SubParsersAction):
-                    pending += [(f"{label} {command}", sub) for command, sub in action.choices.items()]
+                    pending += [(f"{label} {command}", sub) for command,
+                                sub in action.choices.items()]
     return found
 
 
 def takes_a_value(action: argparse.Action) -> bool:
-    return (action.nargs != 0 and not isinstance(action, (argparse._SubParsersAction, argparse._HelpAction))
+    return (action.nargs != 0 and not isinstance(action,
+                                                 (argparse._SubParsersAction, argparse._HelpAction))
             and action.nargs not in (argparse.REMAINDER, argparse.PARSER))
 
 
 def argv_with(parser: argparse.ArgumentParser, tried: argparse.Action, value: str) -> list[str]:
-    """A command line that gives `tried` the `value` and every other required argument a plain one."""
+    """A command line that gives `tried` the `value` and every other required argument a plain one.
+    """
     argv = []
     for action in parser._actions:
         if action is tried:
@@ -75,22 +79,26 @@ def argv_with(parser: argparse.ArgumentParser, tried: argparse.Action, value: st
     return argv
 
 
-CASES = [(label, action.dest, parser, action) for label, parser in parsers() for action in parser._actions
+CASES = [(label, action.dest, parser, action) for label,
+         parser in parsers() for action in parser._actions
          if takes_a_value(action)]
 
 
 def test_every_argument_of_every_parser_has_help():
-    """Walks every parser of vitzoo's commands and of the benchmarks (found by reading the source)."""
+    """Walks every parser of vitzoo's commands and of the benchmarks (found by reading the source).
+    """
     missing = [f"{label}: {'/'.join(action.option_strings) or action.dest}" for label, parser in parsers()
                for action in parser._actions
-               if not isinstance(action, (argparse._HelpAction, argparse._VersionAction)) and not action.help
+               if not isinstance(action,
+                                 (argparse._HelpAction,
+                                  argparse._VersionAction)) and not action.help
                and action.nargs != argparse.REMAINDER]
     assert not missing, "arguments without help: " + "; ".join(missing)
 
 
 @pytest.mark.parametrize("value", ["", "  "])
 def test_every_value_of_every_command_refuses_empty_and_blank(value, capsys):
-    """Each option or argument that takes a value, given "" or "  ", is a usage error (exit status 2)
+    """Each option or argument that takes a value, given "" or " ", is a usage error (exit status 2)
     naming it and saying the value is empty or blank, before the command does anything."""
     assert len(CASES) > 100  # the walk found the commands' options (train alone has dozens)
     for label, dest, parser, action in CASES:
@@ -102,7 +110,8 @@ def test_every_value_of_every_command_refuses_empty_and_blank(value, capsys):
         assert ("is empty" if value == "" else "is blank") in err and str(shown) in err, (label, dest, err)
 
 
-def test_an_empty_path_is_refused_before_anything_is_trained_or_written(tmp_path, monkeypatch, capsys):
+def test_an_empty_path_is_refused_before_anything_is_trained_or_written(
+        tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     for argv in (["train", "--resume", ""], ["train", "--out", " ", "--data", "synthetic"],
                  ["train", "--out", ""], ["eval", ""], ["info", "vit_ti16", "--img-size", ""]):
@@ -146,8 +155,8 @@ def test_an_unknown_or_abbreviated_option_is_refused_with_the_subcommands_usage(
     ("eval", "--batch-size", "-1", "batch_size must be"),
     ("eval", "--l2-reg", "nan", "l2_reg must be"),
 ])
-def test_a_bad_number_is_a_one_line_error_before_anything_runs(tmp_path, capsys, command, flag,
-                                                                value, fragment):
+def test_a_bad_number_is_a_one_line_error_before_anything_runs(
+        tmp_path, capsys, command, flag, value, fragment):
     """Exit status 2 and one line naming the option, no traceback; train writes no run, eval loads
     neither the model nor the data."""
     tiny().save_pretrained(tmp_path / "saved")

@@ -41,7 +41,8 @@ MODEL_VALUES = [
     ({"std": (0.5, -0.5, 0.5)}, "std must be > 0"),
     ({"head": "mlp", "head_options": {"representation_size": "64"}},
      "representation_size must be an int, got '64'"),
-    ({"head": "mlp", "head_options": {"representation_size": 0}}, "representation_size must be > 0"),
+    ({"head": "mlp", "head_options": {"representation_size": 0}},
+     "representation_size must be > 0"),
     ({"stem": "resnet", "stem_options": {"layers": (True,)}},
      "option layers must be positive block counts"),
 ]
@@ -57,7 +58,8 @@ def test_a_model_option_of_the_wrong_type_or_range_is_one_config_error(options, 
 
 
 def test_a_model_option_given_a_tensor_is_refused_without_printing_it():
-    with pytest.raises(ConfigError, match=r"embed_dim must be an int, got a Tensor of shape \(100,\)") as err:
+    with pytest.raises(ConfigError,
+                       match=r"embed_dim must be an int, got a Tensor of shape \(100,\)") as err:
         vitzoo.create("vit_ti16", embed_dim=torch.full((100,), 0.123456))
     assert "0.1235" not in str(err.value)
 
@@ -65,11 +67,13 @@ def test_a_model_option_given_a_tensor_is_refused_without_printing_it():
 @pytest.mark.parametrize("call, fragment", [
     (lambda: vitzoo.create("vit_ti16", pretrained=1), "pretrained must be True .* got 1 \\(int\\)"),
     (lambda: vitzoo.create("vit_ti16", pretrained=0), "pretrained must be .* got 0 \\(int\\)"),
-    (lambda: vitzoo.create("vit_ti16", pretrained=[1]), "pretrained must be .* got \\[1\\] \\(list\\)"),
+    (lambda: vitzoo.create("vit_ti16", pretrained=[1]),
+     "pretrained must be .* got \\[1\\] \\(list\\)"),
     (lambda: vitzoo.create("vit_ti16", strict="no"), "strict must be True or False, got 'no'"),
     (lambda: vitzoo.create("vit_ti16", fc_norm="no"), "fc_norm must be True or False"),
     (lambda: vitzoo.create(None), "name must be a model or tag name"),
-    (lambda: vitzoo.from_pretrained(5), "source must be a path, 'hf-hub:ORG/NAME', a state dict or a "
+    (lambda: vitzoo.from_pretrained(5),
+     "source must be a path, 'hf-hub:ORG/NAME', a state dict or a "
                                         "model holding one, got 5 \\(int\\)"),
 ])
 def test_the_arguments_of_create_and_from_pretrained_are_checked_as_options_are(call, fragment):
@@ -122,8 +126,8 @@ def test_a_training_config_refuses_an_empty_path_from_code_or_a_saved_file(optio
 
 
 def test_a_train_config_json_with_a_wrong_type_is_refused_on_resume(tmp_path, capsys):
-    """A run's train_config.json edited to hold "quiet": "false" is refused when the run resumes, naming
-    the option; one that is not a JSON object says so."""
+    """A run's train_config.json edited to hold "quiet": "false" is refused when the run resumes,
+    naming the option; one that is not a JSON object says so."""
     from vitzoo.cli import main
 
     run = tmp_path / "run"
@@ -140,7 +144,8 @@ def test_a_train_config_json_with_a_wrong_type_is_refused_on_resume(tmp_path, ca
 
 def test_a_bad_training_option_is_the_same_config_error_as_a_bad_model_option():
     """One error type for bad configuration, still a ValueError for code that catches that."""
-    for bad in (dict(lr=-1.0), dict(recipe="paper"), dict(optimizer="adam"), dict(steps=3, epochs=1.0),
+    for bad in (dict(lr=-1.0), dict(recipe="paper"), dict(optimizer="adam"),
+                dict(steps=3, epochs=1.0),
                 dict(keep_best=True), dict(resume=True)):
         with pytest.raises(ConfigError):
             TrainConfig(**bad)

@@ -30,13 +30,15 @@ def read_cache():
 
 ENVIRONMENT = {
     "VITZOO_DISABLE_PLUGIN_AUTOLOAD": ("maybe", read_autoload, ("0", lambda value: value is True)),
-    "VITZOO_CACHE": ("  ", read_cache, ("", lambda value: value == Path.home() / ".cache" / "vitzoo")),
+    "VITZOO_CACHE": ("  ", read_cache,
+                     ("", lambda value: value == Path.home() / ".cache" / "vitzoo")),
 }
 
 
 @pytest.mark.parametrize("name", sorted(ENVIRONMENT))
 def test_an_environment_variable_that_means_nothing_is_refused_naming_it(name, monkeypatch):
-    """A value that means nothing raises an error that names the variable; a good one reads as meant."""
+    """A value that means nothing raises an error that names the variable; a good one reads as
+    meant."""
     bad, read, (good, holds) = ENVIRONMENT[name]
     monkeypatch.setenv(name, bad)
     with pytest.raises((ValueError, RuntimeError), match=rf"{name}={bad!r}"):

@@ -22,32 +22,34 @@ from vitzoo.train import fit
 
 
 @pytest.mark.parametrize("card", [{"metrics": {"accuracy": None}}, {"metrics": {"accuracy": True}},
-                                  {"metrics": {"accuracy": float("nan")}}, {"metrics": {"top1": "0.9"}},
+                                  {"metrics": {"accuracy": float("nan")}},
+                                  {"metrics": {"top1": "0.9"}},
                                   {"tags": "vit"}, {"licence": "mit"}])
 def test_a_save_refused_for_its_card_writes_nothing(tmp_path, card):
     """A card option that is not what it should be (a metric that is no finite number, tags as one
-    text, an unknown option) is a ConfigError raised before any file is written: no directory appears,
-    nothing is left beside it."""
+    text, an unknown option) is a ConfigError raised before any file is written: no directory
+    appears, nothing is left beside it."""
     with pytest.raises(ConfigError, match="card"):
         tiny().save_pretrained(tmp_path / "saved", card=card)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_a_failed_save_over_an_earlier_save_leaves_it_whole(tmp_path):
-    """A save that fails (here: a bad card metric) into a directory holding an earlier save leaves every
-    byte of the earlier save in place, and it loads as the model that was saved."""
+    """A save that fails (here: a bad card metric) into a directory holding an earlier save leaves
+    every byte of the earlier save in place, and it loads as the model that was saved."""
     first = tiny(0)
     first.save_pretrained(tmp_path / "saved")
     before = snapshot(tmp_path)
     with pytest.raises(ConfigError):
-        tiny(1, num_heads=4, act="gelu_tanh").save_pretrained(tmp_path / "saved", card={"metrics": {"accuracy": None}})
+        tiny(1, num_heads=4, act="gelu_tanh").save_pretrained(tmp_path / "saved",
+                                                              card={"metrics": {"accuracy": None}})
     assert snapshot(tmp_path) == before
     assert_same_model(vitzoo.from_pretrained(tmp_path / "saved").eval(), first)
 
 
 def test_a_failed_write_during_a_save_leaves_the_earlier_save_whole(tmp_path, monkeypatch):
-    """A failure while the files are written (a full disk, a kill) leaves the earlier save whole: the
-    new files are written beside the directory and only then put in place together."""
+    """A failure while the files are written (a full disk, a kill) leaves the earlier save whole:
+    the new files are written beside the directory and only then put in place together."""
     from vitzoo.checkpoints import native
 
     first = tiny(0)
@@ -66,11 +68,13 @@ def test_a_failed_write_during_a_save_leaves_the_earlier_save_whole(tmp_path, mo
 
 def test_a_save_replaces_an_earlier_save_whole(tmp_path):
     """A save that succeeds over an earlier one holds exactly the new model's three files."""
-    tiny(0).save_pretrained(tmp_path / "saved", card={"dataset": "cifar10", "metrics": {"accuracy": 0.5}})
+    tiny(0).save_pretrained(tmp_path / "saved",
+                            card={"dataset": "cifar10", "metrics": {"accuracy": 0.5}})
     second = tiny(1, num_heads=4)
     second.save_pretrained(tmp_path / "saved")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["saved"]
-    assert sorted(p.name for p in (tmp_path / "saved").iterdir()) == ["README.md", "config.json", "model.safetensors"]
+    assert sorted(p.name for p in (tmp_path / "saved").iterdir()) == ["README.md", "config.json",
+                                                                      "model.safetensors"]
     assert "cifar10" not in (tmp_path / "saved" / "README.md").read_text()
     assert_same_model(vitzoo.from_pretrained(tmp_path / "saved").eval(), second)
 
@@ -116,7 +120,8 @@ def test_a_crash_between_the_two_renames_of_a_swap_is_recovered_at_the_next_save
     first.save_pretrained(tmp_path / "saved")
     crash_in_the_swap(tmp_path / "saved", seed=1)
     assert not (tmp_path / "saved").exists()
-    with pytest.raises(FileNotFoundError, match=r"an interrupted save left the earlier one in .*\.saved\..*\.old"):
+    with pytest.raises(FileNotFoundError,
+                       match=r"an interrupted save left the earlier one in .*\.saved\..*\.old"):
         vitzoo.from_pretrained(tmp_path / "saved")
     second = tiny(2)
     second.save_pretrained(tmp_path / "saved")
@@ -164,21 +169,29 @@ def test_a_full_disk_during_a_checkpoint_is_said_to_be_one(tmp_path, monkeypatch
         raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 64 vs 0")
 
     monkeypatch.setattr(checkpoint.torch, "save", full)
-    monkeypatch.setattr(shutil, "disk_usage", lambda path: namedtuple("usage", "total used free")(10**9, 10**9, 4096))
-    with pytest.raises(OSError, match=r"the disk is full: checkpoint step_00000002 \(model.safetensors and state.pt\).*"
-                                      r"0.0 MB are free there.*the last good checkpoint, step_00000001, is kept"):
+    monkeypatch.setattr(shutil, "disk_usage",
+                        lambda path: namedtuple("usage", "total used free")(10**9, 10**9, 4096))
+    with pytest.raises(OSError,
+                       match=r"the disk is full: checkpoint step_00000002 \(model.safetensors and "
+                             r"state.pt\).*"
+                                      r"0.0 MB are free there.*the last good checkpoint, "
+                                      r"step_00000001, is kept"):
         checkpoint.save(tmp_path / "checkpoints", 2, model, {"step": 2})
     assert checkpoint.latest(tmp_path / "checkpoints").name == "step_00000001"
 
 
 @pytest.mark.parametrize("where", ["a file", "/sys"])
-def test_a_download_into_a_folder_it_cannot_write_blames_the_folder_not_the_network(tmp_path, where, monkeypatch):
+def test_a_download_into_a_folder_it_cannot_write_blames_the_folder_not_the_network(
+        tmp_path, where, monkeypatch):
     from vitzoo.data import named
-    monkeypatch.setattr(named, "torchvision_class", lambda name: pytest.fail("a download was tried"))
+    monkeypatch.setattr(named, "torchvision_class",
+                        lambda name: pytest.fail("a download was tried"))
     target = tmp_path / "afile" if where == "a file" else Path("/sys/vitzoo-datasets")
     if where == "a file":
         target.write_text("not a folder")
-    with pytest.raises(DataError, match=r"cannot download cifar10 into .*(a file, not a folder|cannot be created|cannot write)") as info:
+    with pytest.raises(DataError,
+                       match=r"cannot download cifar10 into .*(a file, not a folder|cannot be "
+                             r"created|cannot write)") as info:
         named.download("cifar10", target)
     assert "network" not in str(info.value)
 
@@ -194,7 +207,8 @@ def test_a_download_that_fills_the_disk_blames_the_disk(tmp_path, monkeypatch):
             raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(named, "torchvision_class", lambda name: Full)
-    with pytest.raises(DataError, match="the folder or its disk is at fault, not the network: free some space"):
+    with pytest.raises(DataError,
+                       match="the folder or its disk is at fault, not the network: free some space"):
         named.download("cifar10", tmp_path)
 
 
@@ -222,7 +236,8 @@ def test_files_vitzoo_writes_get_the_users_umask(tmp_path, umask, mask):
     tiny().save_pretrained(tmp_path / "saved")
     fit(short_config(tmp_path / "run", steps=1, warmup=0))
     write_text(tmp_path / "note.txt", "x\n")
-    files = [p for p in [*(tmp_path / "saved").iterdir(), *(tmp_path / "run").rglob("*"), tmp_path / "note.txt"]
+    files = [p for p in [*(tmp_path / "saved").iterdir(), *(tmp_path / "run").rglob("*"),
+                         tmp_path / "note.txt"]
              if p.is_file()]
     assert len(files) > 8
     wrong = {str(p.relative_to(tmp_path)): oct(p.stat().st_mode & 0o777) for p in files

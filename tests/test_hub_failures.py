@@ -42,12 +42,15 @@ def silent_server():
     listener.close()
 
 
-def test_a_pull_from_a_silent_server_stops_and_says_how_to_work_offline(hermetic_hub, one_second, silent_server,
-                                                                        monkeypatch):
-    """A pull from a server that accepts and never answers stops after the Hub timeout with a HubError
-    naming the server, HF_HUB_DOWNLOAD_TIMEOUT and how to work offline (HF_HUB_OFFLINE=1, a local path)."""
+def test_a_pull_from_a_silent_server_stops_and_says_how_to_work_offline(
+        hermetic_hub, one_second, silent_server, monkeypatch):
+    """A pull from a server that accepts and never answers stops after the Hub timeout with a
+    HubError naming the server, HF_HUB_DOWNLOAD_TIMEOUT and how to work offline (HF_HUB_OFFLINE=1, a
+    local path)."""
     monkeypatch.setenv("HF_ENDPOINT", silent_server)
-    with pytest.raises(HubError, match=rf"(?s){silent_server} did not answer within 1 s.*HF_HUB_DOWNLOAD_TIMEOUT.*HF_HUB_OFFLINE=1.*local"):
+    with pytest.raises(HubError,
+                       match=rf"(?s){silent_server} did not answer within 1 "
+                             rf"s.*HF_HUB_DOWNLOAD_TIMEOUT.*HF_HUB_OFFLINE=1.*local"):
         within(HANGS_AFTER_S, lambda: vitzoo.from_pretrained("hf-hub:alice/silent"))
 
 
@@ -59,16 +62,20 @@ def test_a_push_to_a_silent_server_stops(hermetic_hub, one_second, silent_server
         within(HANGS_AFTER_S, lambda: tiny().push_to_hub("alice/silent", token=TOKEN))
 
 
-def test_a_cached_model_loads_when_the_server_is_silent(hermetic_hub, one_second, silent_server, monkeypatch):
+def test_a_cached_model_loads_when_the_server_is_silent(
+        hermetic_hub, one_second, silent_server, monkeypatch):
     """A model pulled once loads from the cache when the server later accepts and never answers."""
     model = tiny()
     pulled_once(model, "alice/cached", hermetic_hub / "hub", monkeypatch)
     monkeypatch.setenv("HF_ENDPOINT", silent_server)
-    assert_same_model(within(HANGS_AFTER_S, lambda: vitzoo.from_pretrained("hf-hub:alice/cached")).eval(), model)
+    assert_same_model(within(HANGS_AFTER_S,
+                             lambda: vitzoo.from_pretrained("hf-hub:alice/cached")).eval(), model)
 
 
-BAD_REVISIONS = ["../../..../x", "a/../b", "/main", "main/", "v1.", "a//b", ".hidden", "x/.y", "br.lock",
-                 "a@{1}", "@", "tab\there", "new\nline", "sp ace", "a~1", "a^", "a:b", "a?", "a*", "a[0]",
+BAD_REVISIONS = ["../../..../x", "a/../b", "/main", "main/", "v1.", "a//b",
+                 ".hidden", "x/.y", "br.lock",
+                 "a@{1}", "@", "tab\there", "new\nline", "sp ace", "a~1", "a^",
+                 "a:b", "a?", "a*", "a[0]",
                  "back\\slash", "del\x7f", ""]
 
 
@@ -85,14 +92,17 @@ def test_revisions_git_accepts_are_accepted(revision):
 
 
 @pytest.mark.parametrize("revision", BAD_REVISIONS)
-def test_a_revision_git_refuses_is_refused_before_anything_is_sent(hermetic_hub, revision, monkeypatch):
-    """A revision git's ref-name rules refuse (`..`, a leading or trailing `/`, a trailing `.`, `//`,
-    a part starting with `.` or ending in `.lock`, `@{`, `@`, control characters, space, `~^:?*[\\`)
-    is a HubError naming it, whether it comes after the @ of a reference or as `revision=`, on pull
-    and on push, before any request: nothing is written into the cache or beside it."""
+def test_a_revision_git_refuses_is_refused_before_anything_is_sent(
+        hermetic_hub, revision, monkeypatch):
+    """A revision git's ref-name rules refuse (`..`, a leading or trailing `/`, a trailing `.`,
+    `//`, a part starting with `.` or ending in `.lock`, `@{`, `@`, control characters, space,
+    `~^:?*[\\`) is a HubError naming it, whether it comes after the @ of a reference or as
+    `revision=`, on pull and on push, before any request: nothing is written into the cache or
+    beside it."""
     from vitzoo.checkpoints.hub import download
 
-    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens: a request would fail otherwise
+    monkeypatch.setenv("HF_ENDPOINT",
+                       "http://127.0.0.1:9")  # nothing listens: a request would fail otherwise
     if revision:
         with pytest.raises(HubError, match="is not a revision"):
             vitzoo.from_pretrained(f"hf-hub:org/name@{revision}")
@@ -104,7 +114,8 @@ def test_a_revision_git_refuses_is_refused_before_anything_is_sent(hermetic_hub,
 
 
 def test_the_cli_refuses_a_revision_git_refuses(hermetic_hub, tmp_path, capsys):
-    """`vitzoo pull --revision` and `vitzoo push --revision` refuse such a name with a one-line error."""
+    """`vitzoo pull --revision` and `vitzoo push --revision` refuse such a name with a one-line
+    error."""
     tiny().save_pretrained(tmp_path / "saved")
     assert main(["pull", "org/name", str(tmp_path / "out"), "--revision", "../../x"]) != 0
     assert main(["push", str(tmp_path / "saved"), "org/name", "--revision", "a..b"]) != 0
@@ -114,7 +125,8 @@ def test_the_cli_refuses_a_revision_git_refuses(hermetic_hub, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("repo_id", ["org/a..b", "org/name--x", "org/" + "a" * 100, "org/-x"])
-def test_a_repo_name_the_hub_rejects_is_the_same_hub_error_on_pull_and_push(hermetic_hub, monkeypatch, repo_id):
+def test_a_repo_name_the_hub_rejects_is_the_same_hub_error_on_pull_and_push(
+        hermetic_hub, monkeypatch, repo_id):
     """A repository name the Hub would reject is one HubError, the same on pull and on push."""
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
     with pytest.raises(HubError, match="is not a valid Hub repo id") as pulled:
@@ -132,21 +144,26 @@ def test_push_to_a_bad_repo_says_what_push_takes(tmp_path, capsys):
 
 
 def test_a_push_without_a_token_says_none_was_sent(hermetic_hub, monkeypatch):
-    """A push with no token anywhere says a token is needed and none was sent (not that it was refused)."""
+    """A push with no token anywhere says a token is needed and none was sent (not that it was
+    refused)."""
     from hubserver import HubServer
 
     monkeypatch.setattr("huggingface_hub.get_token", lambda: None)
     with HubServer(hermetic_hub / "hub", token=TOKEN) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
-        with pytest.raises(HubError, match="needs a token to write to alice/t and none was sent") as err:
+        with pytest.raises(HubError,
+                           match="needs a token to write to alice/t and none was sent") as err:
             tiny().push_to_hub("alice/t")
     assert "refused" not in str(err.value)
 
 
 def test_a_push_with_hf_hub_offline_says_offline_forbids_it(hermetic_hub, monkeypatch):
-    """A push with HF_HUB_OFFLINE=1 says that the setting forbids it, not anything about the cache."""
+    """A push with HF_HUB_OFFLINE=1 says that the setting forbids it, not anything about the cache.
+    """
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(HubError, match="HF_HUB_OFFLINE=1 forbids talking to the Hub.*unset HF_HUB_OFFLINE") as err:
+    with pytest.raises(HubError,
+                       match="HF_HUB_OFFLINE=1 forbids talking to the Hub.*unset "
+                             "HF_HUB_OFFLINE") as err:
         tiny().push_to_hub("alice/t", token=TOKEN)
     assert "cache" not in str(err.value)
 
@@ -168,14 +185,15 @@ def test_offline_advice_for_an_uncached_revision_keeps_the_revision(hermetic_hub
 
 
 def test_a_broken_repo_is_not_said_to_be_fixed_by_downloading_again(hub_server, tmp_path):
-    """Weights that do not load from a Hub repo whose files match their hashes: the error says the repo
-    holds them so (a revision that works, or its owner), not only to download them again."""
+    """Weights that do not load from a Hub repo whose files match their hashes: the error says the
+    repo holds them so (a revision that works, or its owner), not only to download them again."""
     from huggingface_hub import HfApi
 
     tiny().save_pretrained(tmp_path / "saved")
     weights = tmp_path / "saved" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:100])
-    api = HfApi(endpoint=hub_server.url, token=TOKEN)  # past vitzoo's push check, as another tool would
+    api = HfApi(endpoint=hub_server.url,
+                token=TOKEN)  # past vitzoo's push check, as another tool would
     api.create_repo("alice/broken")
     api.upload_folder(repo_id="alice/broken", folder_path=tmp_path / "saved")
     with pytest.raises(CheckpointError, match="the repo itself holds them so"):

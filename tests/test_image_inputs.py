@@ -17,7 +17,8 @@ from vitzoo.errors import InputError
 
 def gradient(height: int = 48, width: int = 64) -> np.ndarray:
     """Values from 0 to 1 across the image, along both axes: every pixel value matters."""
-    return 0.8 * np.linspace(0.0, 1.0, width)[None, :] + 0.2 * np.linspace(0.0, 1.0, height)[:, None]
+    return 0.8 * np.linspace(0.0, 1.0, width)[None, :] + 0.2 * np.linspace(0.0,
+                                                                           1.0, height)[:, None]
 
 
 def save(path, array, **options):
@@ -37,7 +38,8 @@ def high_bit_depth_images(tmp_path) -> dict[str, str]:
     g = gradient()
     return {
         "16-bit PNG": save(tmp_path / "g16.png", np.round(g * 65535).astype(np.uint16)),
-        "32-bit integer TIFF": save(tmp_path / "g32.tif", np.round(g * (2**31 - 1)).astype(np.int32)),
+        "32-bit integer TIFF": save(tmp_path / "g32.tif",
+                                    np.round(g * (2**31 - 1)).astype(np.int32)),
         "float TIFF in [0, 1]": save(tmp_path / "gf.tif", g.astype(np.float32)),
     }
 
@@ -62,10 +64,12 @@ def test_predict_reads_high_bit_depth_images_by_their_range(tmp_path, labelled):
         assert [t["probability"] for t in top] == pytest.approx([t["probability"] for t in expected], abs=0.02), kind
 
 
-@pytest.mark.parametrize("kind", ["float TIFF outside [0, 1]", "float TIFF with NaN", "negative 32-bit TIFF"])
+@pytest.mark.parametrize("kind",
+                         ["float TIFF outside [0, 1]", "float TIFF with NaN",
+                          "negative 32-bit TIFF"])
 def test_predict_refuses_images_it_cannot_read_correctly(tmp_path, kind):
-    """A float image outside [0, 1] or with NaNs, or an integer image with negative values, has no range
-    to read it by: a ValueError naming the file, what it holds and what to do."""
+    """A float image outside [0, 1] or with NaNs, or an integer image with negative values, has no
+    range to read it by: a ValueError naming the file, what it holds and what to do."""
     from vitzoo.commands.predict import read_image
 
     g = gradient()
@@ -73,7 +77,8 @@ def test_predict_refuses_images_it_cannot_read_correctly(tmp_path, kind):
              "float TIFF with NaN": np.where(g > 0.5, np.nan, g).astype(np.float32),
              "negative 32-bit TIFF": np.round((g - 0.5) * 1000).astype(np.int32)}[kind]
     path = save(tmp_path / "x.tif", array)
-    with pytest.raises(ValueError, match=rf"cannot read image '{re.escape(path)}' correctly: .*(rescale|save it)"):
+    with pytest.raises(ValueError,
+                       match=rf"cannot read image '{re.escape(path)}' correctly: .*(rescale|save it)"):
         read_image(path)
 
 
@@ -110,4 +115,5 @@ def test_the_fast_path_refuses_integer_images_as_the_model_does(dtype, inference
     with pytest.raises(InputError) as refused:
         fast(x)
     assert "expected floating-point images" in str(refused.value) and str(refused.value) == str(plain.value)
-    assert fast(torch.rand(2, 3, 32, 32, dtype=torch.float64)).dtype == inference_dtype  # floats are cast
+    assert fast(torch.rand(2, 3, 32, 32,
+                           dtype=torch.float64)).dtype == inference_dtype  # floats are cast

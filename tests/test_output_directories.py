@@ -22,8 +22,8 @@ def saved(tmp_path) -> Path:
 
 
 def test_convert_into_a_directory_holding_a_readme_keeps_it(tmp_path, saved, capsys):
-    """`vitzoo convert SRC DIR` with DIR holding the user's README.md is refused in one line naming it;
-    the README is kept byte for byte and nothing else is written."""
+    """`vitzoo convert SRC DIR` with DIR holding the user's README.md is refused in one line naming
+    it; the README is kept byte for byte and nothing else is written."""
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "README.md").write_text("my notes\n")
     before = snapshot(tmp_path)
@@ -67,7 +67,8 @@ def test_convert_into_a_new_or_empty_directory_writes_the_model(tmp_path, saved)
     (tmp_path / "empty").mkdir()
     for out in (tmp_path / "empty", tmp_path / "new" / "deeper"):
         assert main(["convert", str(saved), str(out)]) == 0
-        assert sorted(p.name for p in out.iterdir()) == ["README.md", "config.json", "model.safetensors"]
+        assert sorted(p.name for p in out.iterdir()) == ["README.md", "config.json",
+                                                         "model.safetensors"]
 
 
 def test_convert_onto_an_existing_file_is_a_one_line_error(tmp_path, capsys):
@@ -101,10 +102,12 @@ def test_pull_into_a_directory_holding_a_readme_or_a_run_keeps_them(hub, tmp_pat
     assert "already holds a run" in capsys.readouterr().err
     assert (snapshot(tmp_path / "mine"), snapshot(run)) == before
     assert main(["pull", "alice/model", str(tmp_path / "fresh")]) == 0
-    assert sorted(p.name for p in (tmp_path / "fresh").iterdir()) == ["README.md", "config.json", "model.safetensors"]
+    assert sorted(p.name for p in (tmp_path / "fresh").iterdir()) == ["README.md", "config.json",
+                                                                      "model.safetensors"]
 
 
-def test_pull_onto_an_existing_file_is_a_one_line_error(hermetic_hub, tmp_path, capsys, monkeypatch):
+def test_pull_onto_an_existing_file_is_a_one_line_error(
+        hermetic_hub, tmp_path, capsys, monkeypatch):
     """`vitzoo pull REPO DIR` with DIR an existing file says DIR is a file; the file is kept."""
     from hubserver import HubServer
 
@@ -119,8 +122,8 @@ def test_pull_onto_an_existing_file_is_a_one_line_error(hermetic_hub, tmp_path, 
 
 
 def test_training_refuses_an_out_that_holds_a_saved_model(tmp_path):
-    """`--out` onto a save_pretrained directory is refused, naming the saved model; its files are kept
-    byte for byte."""
+    """`--out` onto a save_pretrained directory is refused, naming the saved model; its files are
+    kept byte for byte."""
     tiny().save_pretrained(tmp_path / "saved")
     before = snapshot(tmp_path)
     with pytest.raises(ValueError, match=r"--out .*saved already holds a saved model"):
@@ -129,33 +132,32 @@ def test_training_refuses_an_out_that_holds_a_saved_model(tmp_path):
 
 
 def test_training_refuses_an_out_that_is_its_pretrained_source(tmp_path):
-    """`--pretrained DIR --out DIR` (or an --out holding the --pretrained file) is refused, naming the
-    source, before anything is written."""
+    """`--pretrained DIR --out DIR` (or an --out holding the --pretrained file) is refused, naming
+    the source, before anything is written."""
     vitzoo.create("vit_ti16", **TINY, num_classes=10).save_pretrained(tmp_path / "source")
     before = snapshot(tmp_path)
     with pytest.raises(ValueError, match="already holds the --pretrained source"):
         fit(short_config(tmp_path / "source", pretrained=str(tmp_path / "source")))
     with pytest.raises(ValueError, match="already holds the --pretrained source"):
-        fit(short_config(tmp_path / "source", pretrained=str(tmp_path / "source" / "model.safetensors")))
+        fit(short_config(tmp_path / "source",
+                         pretrained=str(tmp_path / "source" / "model.safetensors")))
     assert snapshot(tmp_path) == before
 
 
-def test_training_refuses_an_out_that_holds_other_files_or_is_a_file(tmp_path):
-    """`--out` onto a directory holding files of its own names them; onto a file says it is a file."""
+def test_training_refuses_an_out_that_holds_other_files(tmp_path):
+    """`--out` onto a directory holding files of its own names them and keeps them."""
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "todo.txt").write_text("keep me\n")
     with pytest.raises(ValueError, match=r"already holds files of its own \(todo.txt\)"):
         fit(short_config(tmp_path / "notes"))
-    (tmp_path / "file").write_text("x")
-    with pytest.raises(ValueError, match="is a file"):
-        fit(short_config(tmp_path / "file"))
-    assert (tmp_path / "notes" / "todo.txt").read_text() == "keep me\n" and (tmp_path / "file").read_text() == "x"
+    assert (tmp_path / "notes" / "todo.txt").read_text() == "keep me\n"
 
 
 def test_train_onto_an_existing_file_is_a_one_line_error(tmp_path, capsys):
     """`vitzoo train --out FILE` says FILE is a file; the file is kept."""
     (tmp_path / "taken").write_text("mine\n")
-    assert main(["train", "vit_ti16", "--data", "synthetic", "--device", "cpu", "--out", str(tmp_path / "taken")]) == 2
+    assert main(["train", "vit_ti16", "--data", "synthetic", "--device", "cpu", "--out",
+                 str(tmp_path / "taken")]) == 2
     err = capsys.readouterr().err
     assert "is a file" in err and "Traceback" not in err
     assert (tmp_path / "taken").read_text() == "mine\n"

@@ -19,8 +19,10 @@ TINY = dict(embed_dim=32, depth=1, num_heads=2, mlp_dim=64, img_size=28, patch_s
 def fit_tiny(out, **changes):
     from vitzoo.train import TrainConfig, fit
 
-    base = dict(model="vit_ti16", model_options=dict(TINY), data="fashion-mnist", train_limit=64, test_limit=32,
-                batch_size=32, steps=1, lr=1e-3, warmup=0, log_every=1, checkpoint_every=0, quiet=True,
+    base = dict(model="vit_ti16", model_options=dict(TINY), data="fashion-mnist",
+                train_limit=64, test_limit=32,
+                batch_size=32, steps=1, lr=1e-3, warmup=0, log_every=1,
+                checkpoint_every=0, quiet=True,
                 tensorboard=False, device="cpu", out=str(out))
     return fit(TrainConfig(**{**base, **changes}))
 
@@ -33,21 +35,26 @@ def write_folder(root, classes=("cat", "dog", "owl")):
         for c, name in enumerate(classes):
             (root / split / name).mkdir(parents=True)
             for i in range(count):
-                pixels = (torch.rand(32, 32, 3, generator=generator) * 60 + 80 * c).to(torch.uint8).numpy()
+                pixels = (torch.rand(32, 32, 3,
+                                     generator=generator) * 60 + 80 * c).to(torch.uint8).numpy()
                 Image.fromarray(pixels).save(root / split / name / f"{i}.png")
     return root
 
 
 def test_a_model_trained_on_a_folder_predicts_with_the_folder_s_class_names(tmp_path, capsys):
     data = write_folder(tmp_path / "animals")
-    trained = main(["train", "vit_ti16", "--data", str(data), "--recipe", "small", "--steps", "3", "--batch-size", "12",
-                    "--img-size", "32", "--patch-size", "8", "--embed-dim", "32", "--depth", "1", "--num-heads", "2",
-                    "--mlp-dim", "64", "--device", "cpu", "--out", str(tmp_path / "run"), "--quiet", "--no-tensorboard"])
+    trained = main(["train", "vit_ti16", "--data", str(data), "--recipe", "small", "--steps", "3",
+                    "--batch-size", "12",
+                    "--img-size", "32", "--patch-size", "8", "--embed-dim", "32", "--depth",
+                    "1", "--num-heads", "2",
+                    "--mlp-dim", "64", "--device", "cpu", "--out", str(tmp_path / "run"),
+                    "--quiet", "--no-tensorboard"])
     assert trained == 0, capsys.readouterr().err[-3000:]
     assert json.loads((tmp_path / "run" / "config.json").read_text())["labels"] == ["cat", "dog", "owl"]
     assert vitzoo.from_pretrained(tmp_path / "run").labels == ["cat", "dog", "owl"]
     capsys.readouterr()
-    predicted = main(["predict", str(data / "val" / "owl" / "0.png"), "--model", str(tmp_path / "run"), "--top", "3",
+    predicted = main(["predict", str(data / "val" / "owl" / "0.png"), "--model",
+                      str(tmp_path / "run"), "--top", "3",
                       "--json"])
     printed = capsys.readouterr()
     assert predicted == 0, printed.err[-3000:]
@@ -57,15 +64,16 @@ def test_a_model_trained_on_a_folder_predicts_with_the_folder_s_class_names(tmp_
 
 
 def test_a_model_trained_on_a_named_dataset_keeps_its_class_names_and_predicts(tmp_path, capsys):
-    """Fashion-MNIST's classes (torchvision's names) are saved with the run, so `vitzoo predict` names
-    its predictions."""
+    """Fashion-MNIST's classes (torchvision's names) are saved with the run, so `vitzoo predict`
+    names its predictions."""
     from PIL import Image
     from torchvision.datasets import FashionMNIST
 
     fit_tiny(tmp_path / "run")
     assert json.loads((tmp_path / "run" / "config.json").read_text())["labels"] == list(FashionMNIST.classes)
     Image.fromarray((torch.rand(28, 28) * 255).to(torch.uint8).numpy()).save(tmp_path / "shirt.png")
-    assert main(["predict", str(tmp_path / "shirt.png"), "--model", str(tmp_path / "run"), "--top", "3", "--json"]) == 0
+    assert main(["predict", str(tmp_path / "shirt.png"), "--model", str(tmp_path / "run"), "--top",
+                 "3", "--json"]) == 0
     top = json.loads(capsys.readouterr().out)["predictions"][0]["top"]
     assert len(top) == 3 and {item["label"] for item in top} <= set(FashionMNIST.classes)
 
@@ -77,9 +85,10 @@ def test_a_run_on_some_classes_keeps_their_names_in_the_order_given(tmp_path):
     assert vitzoo.from_pretrained(tmp_path / "run").labels == [FashionMNIST.classes[c] for c in (9, 0, 5)]
 
 
-def test_predict_refuses_a_head_without_class_names_before_downloading(hub_server, tmp_path, monkeypatch, capsys):
-    """`vitzoo predict --model vit_ti16.augreg_in21k` refuses its 21,843 unnamed classes from the tag,
-    before the repo (38 MB) is downloaded, as orig_in21k's missing head is."""
+def test_predict_refuses_a_head_without_class_names_before_downloading(
+        hub_server, tmp_path, monkeypatch, capsys):
+    """`vitzoo predict --model vit_ti16.augreg_in21k` refuses its 21,843 unnamed classes from the
+    tag, before the repo (38 MB) is downloaded, as orig_in21k's missing head is."""
     from PIL import Image
     from huggingface_hub import HfApi
 

@@ -1,7 +1,8 @@
-"""A training run that meets a fault says what it is and keeps what it can: a NaN loss is reported at
-the step the metrics give it and blames its cause, a failed evaluation after the last step leaves the
-trained model, and a run resumes past a damaged pointer or checkpoint, or from where it was moved, with
-the losses of an uninterrupted run; with nothing left to resume from it stops and deletes nothing."""
+"""A training run that meets a fault says what it is and keeps what it can: a NaN loss is reported
+at the step the metrics give it and blames its cause, a failed evaluation after the last step leaves
+the trained model, and a run resumes past a damaged pointer or checkpoint, or from where it was
+moved, with the losses of an uninterrupted run; with nothing left to resume from it stops and
+deletes nothing."""
 
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ from vitzoo.train import fit
 
 @pytest.mark.parametrize("log_every", [1, 3])
 def test_a_nan_is_reported_at_the_step_the_metrics_give_it(tmp_path, log_every):
-    """The step a NaN loss is reported at is numbered as the metrics number steps (1 for the first): the
-    metrics' last line is the step before it, and summary.json gives the same step."""
+    """The step a NaN loss is reported at is numbered as the metrics number steps (1 for the first):
+    the metrics' last line is the step before it, and summary.json gives the same step."""
     config = short_config(tmp_path / "run", model_options={**TINY, "depth": 1}, train_limit=32,
                           test_limit=16, steps=3, lr=1e30, warmup=0, log_every=log_every)
     with pytest.raises(TrainingDiverged) as err:
@@ -34,10 +35,11 @@ def test_a_nan_is_reported_at_the_step_the_metrics_give_it(tmp_path, log_every):
 
 
 def test_a_nan_loss_from_the_normalisation_does_not_advise_a_lower_learning_rate(tmp_path):
-    """A loss that is NaN because the normalised images are not finite (here a std so small that
-    x / std overflows) says so and names mean and std; it does not advise lowering the learning rate."""
+    """A loss that is NaN because the normalised images are not finite (here a std so small that x /
+    std overflows) says so and names mean and std; it does not advise lowering the learning rate."""
     config = short_config(tmp_path / "run", model_options={**TINY, "std": 1e-45})
-    with pytest.raises(TrainingDiverged, match="normalised images hold NaN or infinite values") as err:
+    with pytest.raises(TrainingDiverged,
+                       match="normalised images hold NaN or infinite values") as err:
         fit(config)
     assert "learning rate" not in str(err.value) and "std" in str(err.value)
 
@@ -80,14 +82,17 @@ def resume(run: Path):
     return fit(short_config(run, steps=6, checkpoint_every=2, resume=True))
 
 
-@pytest.mark.parametrize("pointer", [b"step_00000099\n", b"", b"\xff\xfe garbage", b"../../elsewhere\n"])
-def test_resume_with_a_damaged_latest_pointer_uses_the_newest_complete_checkpoint(tmp_path, uninterrupted, pointer):
+@pytest.mark.parametrize("pointer",
+                         [b"step_00000099\n", b"", b"\xff\xfe garbage", b"../../elsewhere\n"])
+def test_resume_with_a_damaged_latest_pointer_uses_the_newest_complete_checkpoint(
+        tmp_path, uninterrupted, pointer):
     """A `checkpoints/latest` that names a missing directory, is empty, unreadable or points outside
-    the run is said (a warning) and the newest complete checkpoint is resumed from: the run goes on at
-    step 5 and its losses are those of an uninterrupted run."""
+    the run is said (a warning) and the newest complete checkpoint is resumed from: the run goes on
+    at step 5 and its losses are those of an uninterrupted run."""
     run = stopped_run(tmp_path)
     (run / "checkpoints" / "latest").write_bytes(pointer)
-    with pytest.warns(UserWarning, match="resuming from the newest complete checkpoint, step_00000004"):
+    with pytest.warns(UserWarning,
+                      match="resuming from the newest complete checkpoint, step_00000004"):
         summary = resume(run)
     assert summary["step"] == 6 and losses(run) == uninterrupted
 
@@ -99,39 +104,45 @@ def test_resume_with_a_damaged_pointer_and_no_complete_checkpoint_stops(tmp_path
     (run / "checkpoints" / "step_00000004" / "state.pt").unlink()
     (run / "checkpoints" / "latest").write_text("step_00000099\n")
     before = snapshot(run)
-    with pytest.raises(CheckpointError, match=r"latest names 'step_00000099', which is not a complete checkpoint.*"
+    with pytest.raises(CheckpointError,
+                       match=r"latest names 'step_00000099', which is not a complete checkpoint.*"
                                               r"holds no complete checkpoint"):
         resume(run)
     assert snapshot(run) == before
 
 
 @pytest.mark.parametrize("damaged", ["model.safetensors", "state.pt"])
-def test_resume_from_a_truncated_checkpoint_names_it_and_uses_the_previous_one(tmp_path, uninterrupted, damaged):
+def test_resume_from_a_truncated_checkpoint_names_it_and_uses_the_previous_one(
+        tmp_path, uninterrupted, damaged):
     """A truncated file in the newest checkpoint is named (a warning) and the previous checkpoint is
     resumed from; the losses are those of an uninterrupted run."""
     run = stopped_run(tmp_path, keep=2)
     path = run / "checkpoints" / "step_00000004" / damaged
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
-    with pytest.warns(UserWarning, match=rf"step_00000004/{damaged} is damaged or truncated.*previous checkpoint, step_00000002"):
+    with pytest.warns(UserWarning,
+                      match=rf"step_00000004/{damaged} is damaged or truncated.*previous "
+                            rf"checkpoint, step_00000002"):
         summary = resume(run)
     assert summary["step"] == 6 and losses(run) == uninterrupted
 
 
 def test_resume_from_the_only_checkpoint_truncated_stops_and_keeps_it(tmp_path):
-    """When the only checkpoint is truncated, resume stops with a CheckpointError naming the file; the
-    checkpoint is kept for the user to restore."""
+    """When the only checkpoint is truncated, resume stops with a CheckpointError naming the file;
+    the checkpoint is kept for the user to restore."""
     run = stopped_run(tmp_path)
     path = run / "checkpoints" / "step_00000004" / "model.safetensors"
     path.write_bytes(path.read_bytes()[:100])
     before = snapshot(run)
-    with pytest.raises(CheckpointError, match=r"no checkpoint reads: .*step_00000004/model.safetensors is damaged"):
+    with pytest.raises(CheckpointError,
+                       match=r"no checkpoint reads: .*step_00000004/model.safetensors is damaged"):
         resume(run)
     assert snapshot(run) == before
 
 
 @pytest.mark.parametrize("how", ["move", "copy"])
 def test_a_moved_or_copied_run_resumes(tmp_path, uninterrupted, how):
-    """A run directory moved or copied elsewhere resumes from its checkpoint there, with the same losses."""
+    """A run directory moved or copied elsewhere resumes from its checkpoint there, with the same
+    losses."""
     import shutil
 
     run = stopped_run(tmp_path)

@@ -40,7 +40,8 @@ def test_a_garbage_torch_file_is_not_said_to_hold_python_objects(tmp_path, conte
 
 
 def test_a_torch_file_of_python_objects_still_says_so(tmp_path):
-    torch.save({"model": tiny().state_dict(), "optimizer_class": torch.optim.SGD}, tmp_path / "w.pth")
+    torch.save({"model": tiny().state_dict(),
+                "optimizer_class": torch.optim.SGD}, tmp_path / "w.pth")
     with pytest.raises(CheckpointError, match="holds Python objects besides tensors"):
         vitzoo.from_pretrained(tmp_path / "w.pth")
 
@@ -50,7 +51,9 @@ def test_a_torch_save_file_named_safetensors_is_said_to_be_one(tmp_path):
     for zipped in (True, False):
         path = tmp_path / f"weights{zipped}.safetensors"
         torch.save(model.state_dict(), path, _use_new_zipfile_serialization=zipped)
-        with pytest.raises(vitzoo.CheckpointError, match="is not a safetensors file: its bytes are a (zip archive of pickles|pickle)"):
+        with pytest.raises(vitzoo.CheckpointError,
+                           match="is not a safetensors file: its bytes are a (zip archive of "
+                                 "pickles|pickle)"):
             vitzoo.from_pretrained(path)
         path.rename(path.with_suffix(".pth"))  # as the error says: then it reads
         assert vitzoo.from_pretrained(path.with_suffix(".pth"), num_heads=2).config.embed_dim == 32
@@ -60,8 +63,8 @@ def test_a_torch_save_file_named_safetensors_is_said_to_be_one(tmp_path):
 
 
 def test_an_unreadable_weights_file_is_not_called_damaged(tmp_path):
-    """A weights file the system will not read (here: a directory where the file belongs) is reported
-    with the system's reason, not as damaged."""
+    """A weights file the system will not read (here: a directory where the file belongs) is
+    reported with the system's reason, not as damaged."""
     from vitzoo.errors import CheckpointError
 
     tiny().save_pretrained(tmp_path / "saved")
@@ -77,12 +80,14 @@ def test_an_unreadable_weights_file_is_not_called_damaged(tmp_path):
     ("vit_tiny_patch16_224", dict(no_embed_class=True), "no_embed_class"),
     ("deit_tiny_distilled_patch16_224", {}, "distillation token"),
 ])
-def test_timm_weights_of_another_form_than_the_papers_are_said_to_be_so(tmp_path, model, options, fragment):
+def test_timm_weights_of_another_form_than_the_papers_are_said_to_be_so(
+        tmp_path, model, options, fragment):
     """Register tokens, DeiT's distillation token and no_embed_class are named, not taken for a
     damaged (not square) position-embedding grid."""
     timm = pytest.importorskip("timm")
     reference = timm.create_model(model, pretrained=False, img_size=32, patch_size=8, **options)
-    save_file({k: v.contiguous() for k, v in reference.state_dict().items()}, str(tmp_path / "w.safetensors"))
+    save_file({k: v.contiguous() for k, v in reference.state_dict().items()},
+              str(tmp_path / "w.safetensors"))
     with pytest.raises(CheckpointError, match="not a ViT of the paper's form") as err:
         vitzoo.from_pretrained(tmp_path / "w.safetensors")
     assert fragment in str(err.value) and "square grid" not in str(err.value)
@@ -104,8 +109,8 @@ CHANGES = [
 
 @pytest.mark.parametrize("changes", CHANGES)
 def test_integer_or_boolean_weights_in_a_bare_file_are_refused(tmp_path, changes):
-    """A bare model.safetensors (or .pth) whose tensors include int64, int8, int32 or bool ones where
-    the model has floats is a CheckpointError naming each such tensor and its dtype."""
+    """A bare model.safetensors (or .pth) whose tensors include int64, int8, int32 or bool ones
+    where the model has floats is a CheckpointError naming each such tensor and its dtype."""
     state = retyped(tiny().state_dict(), changes)
     save_file(state, str(tmp_path / "w.safetensors"))
     torch.save(state, tmp_path / "w.pth")
@@ -130,15 +135,16 @@ def test_integer_or_boolean_weights_in_a_saved_directory_are_refused(tmp_path, c
 
 
 def test_integer_weights_are_not_loaded_with_strict_false(tmp_path, caplog):
-    """strict=False loads what fits: an integer tensor does not fit a float parameter, so it is left at
-    its init and named in the warning, never cast in."""
+    """strict=False loads what fits: an integer tensor does not fit a float parameter, so it is left
+    at its init and named in the warning, never cast in."""
     import logging
 
     model = tiny()
     state = retyped(model.state_dict(), {"head.fc.weight": torch.int64})
     save_file(state, str(tmp_path / "w.safetensors"))
     with caplog.at_level(logging.WARNING, logger="vitzoo"):
-        loaded = vitzoo.create("vit_b16", pretrained=tmp_path / "w.safetensors", strict=False, embed_dim=32, depth=2,
+        loaded = vitzoo.create("vit_b16", pretrained=tmp_path / "w.safetensors", strict=False,
+                               embed_dim=32, depth=2,
                                num_heads=2, mlp_dim=64, img_size=32, patch_size=8, num_classes=5)
     assert "head.fc.weight" in caplog.text
     assert not torch.equal(loaded.head.fc.weight, state["head.fc.weight"].float())

@@ -13,9 +13,12 @@ TINY = dict(embed_dim=32, depth=2, num_heads=2, mlp_dim=64, img_size=28, patch_s
 def tiny_config(tmp_path=None, **changes) -> TrainConfig:
     options = dict(TINY)
     options.update(changes.pop("model_options", {}))
-    base = dict(model="vit_ti16", model_options=options, data="synthetic", train_limit=256, test_limit=128,
-                batch_size=32, steps=8, lr=3e-3, warmup=2, log_every=1, checkpoint_every=0, quiet=True,
-                tensorboard=False, device="cpu", out=str(tmp_path / "run") if tmp_path is not None else None)
+    base = dict(model="vit_ti16", model_options=options, data="synthetic",
+                train_limit=256, test_limit=128,
+                batch_size=32, steps=8, lr=3e-3, warmup=2, log_every=1,
+                checkpoint_every=0, quiet=True,
+                tensorboard=False, device="cpu",
+                out=str(tmp_path / "run") if tmp_path is not None else None)
     base.update(changes)
     return TrainConfig(**base)
 
