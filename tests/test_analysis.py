@@ -61,7 +61,8 @@ def test_position_embedding_similarity_is_a_cosine_map(tiny, pos_embed):
     assert sim.shape == (4, 4, 4, 4)
     assert torch.allclose(sim.reshape(16, 16).diagonal(), torch.ones(16), atol=1e-5)
     assert torch.allclose(sim.reshape(16, 16), sim.reshape(16, 16).t(), atol=1e-6)
-    if pos_embed == "learned_2d":  # same row: the row halves agree, so similarity is higher than across rows
+    # same row: the row halves agree, so similarity is higher than across rows
+    if pos_embed == "learned_2d":
         assert sim[0, 0, 0, 1:].mean() > sim[0, 0, 1:, 1:].mean()
 
 

@@ -19,11 +19,13 @@ def test_count_flops_takes_a_model_a_config_or_a_name():
 
 
 def test_transforms_for_a_tag_name_are_the_tag_s_preprocessing():
-    tag = vitzoo.create("vit_s16.augreg_in21k_ft_in1k")  # its architecture and preprocessing, no weights
+    # its architecture and preprocessing, no weights
+    tag = vitzoo.create("vit_s16.augreg_in21k_ft_in1k")
     by_name = vitzoo.transforms_for("vit_s16.augreg_in21k_ft_in1k")
     image = torch.randint(0, 256, (3, 300, 260), dtype=torch.uint8)
     assert torch.equal(by_name(image), vitzoo.transforms_for(tag)(image))
-    assert tag.config.crop_pct == 0.9 and "Resize(size=[248]" in repr(by_name)  # 224 / 0.9, as timm resizes
+    # 224 / 0.9, as timm resizes
+    assert tag.config.crop_pct == 0.9 and "Resize(size=[248]" in repr(by_name)
 
 
 def test_training_transforms_crop_at_random_and_give_the_input_size():

@@ -127,7 +127,8 @@ def test_the_top_level_help_describes_vitzoo_to_a_user(capsys):
     listed = [line.split()[0] for line in commands.split("\n\n")[0].splitlines() if line.startswith("    ")
               and not line.startswith("      ")]
     assert listed[:3] == ["list", "info", "predict"] and sorted(listed) == _commands()
-    assert "vitzoo predict" in out and "vitzoo COMMAND --help" in out  # examples, and where the options are
+    # examples, and where the options are
+    assert "vitzoo predict" in out and "vitzoo COMMAND --help" in out
 
 
 def test_the_training_help_lists_every_training_option(capsys):

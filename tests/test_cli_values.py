@@ -107,7 +107,8 @@ def test_every_value_of_every_command_refuses_empty_and_blank(value, capsys):
         err = capsys.readouterr().err
         shown = "/".join(action.option_strings) or action.metavar or dest
         assert exit_info.value.code == 2, (label, dest)
-        assert ("is empty" if value == "" else "is blank") in err and str(shown) in err, (label, dest, err)
+        assert ("is empty" if value == "" else "is blank") in err
+        assert str(shown) in err, (label, dest, err)
 
 
 def test_an_empty_path_is_refused_before_anything_is_trained_or_written(

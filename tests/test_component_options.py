@@ -122,7 +122,8 @@ def test_a_parts_option_given_as_a_model_option_is_refused_naming_where_it_goes(
 def test_the_cli_refuses_a_parts_option_given_as_a_model_option(capsys):
     with pytest.raises(SystemExit) as exit_:
         build_parser().parse_args(["train", "vit_b16_hybrid", "--resnet-layers", "3,4,9"])
-    assert exit_.value.code == 2 and "unrecognized arguments: --resnet-layers" in capsys.readouterr().err
+    assert exit_.value.code == 2
+    assert "unrecognized arguments: --resnet-layers" in capsys.readouterr().err
 
 
 # -------------------------------------------------------------------- committed records and tags

@@ -57,4 +57,5 @@ def test_every_environment_variable_of_the_source_is_tried_above():
         read |= set(re.findall(r"""environ(?:\.get\(|\[)\s*["'](VITZOO_[A-Z_]+)""", source))
         read |= set(re.findall(r"""env_\w+\(\s*["'](VITZOO_[A-Z_]+)""", source))
         read |= {m for m in re.findall(r"""^[A-Z_]+ = ["'](VITZOO_[A-Z_]+)["']""", source, re.M)}
-    assert read - {"VITZOO_COMMIT"} == set(ENVIRONMENT), read ^ set(ENVIRONMENT)  # VITZOO_COMMIT: any text is a commit
+    # VITZOO_COMMIT: any text is a commit
+    assert read - {"VITZOO_COMMIT"} == set(ENVIRONMENT), read ^ set(ENVIRONMENT)

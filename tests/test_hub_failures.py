@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hub_testing import (HANGS_AFTER_S, TOKEN, assert_same_model, pulled_once, tiny,  # tests/hub_testing.py
+# tests/hub_testing.py
+from hub_testing import (HANGS_AFTER_S, TOKEN, assert_same_model, pulled_once, tiny,
                          within)
 
 import vitzoo

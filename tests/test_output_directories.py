@@ -176,6 +176,7 @@ def test_a_directory_that_is_not_empty_is_refused_in_plain_words(tmp_path, capsy
     (tmp_path / "notes.txt").write_text("mine")
     with pytest.raises(ValueError) as refused:
         check_new_directory(tmp_path, "the directory", writer="pull writes only into")
-    assert str(refused.value).endswith("choose another directory") and "another the" not in str(refused.value)
+    assert str(refused.value).endswith("choose another directory")
+    assert "another the" not in str(refused.value)
     with pytest.raises(ValueError, match="choose another --out$"):
         check_new_directory(tmp_path, "--out", writer="a new run needs")

@@ -107,7 +107,8 @@ def test_predict_refuses_a_head_without_class_names_before_downloading(
     monkeypatch.setattr(hub, "download", lambda *a, **k: downloads.append(a) or real(*a, **k))
     Image.new("RGB", (32, 32)).save(tmp_path / "cat.png")
     assert main(["predict", str(tmp_path / "cat.png"), "--model", "vit_ti16.augreg_in21k"]) == 2
-    assert downloads == [] and not list((tmp_path / "hf_home" / "hub").glob("models--timm--*"))  # the cache too
+    # the cache too
+    assert downloads == [] and not list((tmp_path / "hf_home" / "hub").glob("models--timm--*"))
     err = capsys.readouterr().err
     assert "vit_ti16.augreg_in21k has a head of 21843 classes without names" in err
     assert "vit_ti16.augreg_in21k_ft_in1k" in err  # a tag that names its classes

@@ -137,7 +137,8 @@ def test_a_bare_vitzoo_state_dict_says_what_it_assumes_and_a_relative_table_give
     sincos = realistic(vitzoo.create("vit_ti16", **tiny, pos_embed="sincos_2d"))
     save_file(sincos.state_dict(), str(tmp_path / "sincos.safetensors"))
     with pytest.warns(UserWarning,
-                      match=r"pos_embed='none'.*img_size=\(224, 224\)"):  # none, or a parameter-free one
+                      # none, or a parameter-free one
+                      match=r"pos_embed='none'.*img_size=\(224, 224\)"):
         vitzoo.from_pretrained(tmp_path / "sincos.safetensors", num_heads=4)
     model = vitzoo.from_pretrained(tmp_path / "sincos.safetensors", num_heads=4,
                                    pos_embed="sincos_2d", img_size=32)

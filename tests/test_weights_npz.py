@@ -115,7 +115,8 @@ def test_strict_loading_lists_every_difference(tmp_path):
                       **{**OPTIONS, "depth": 3, "mlp_dim": 48})
     message = str(err.value)
     assert "missing (12): encoder.blocks.2." in message  # one whole block
-    assert "mis-shaped" in message and "encoder.blocks.0.mlp.fc1.weight: checkpoint (64, 32) vs model (48, 32)" in message
+    assert "mis-shaped" in message
+    assert "encoder.blocks.0.mlp.fc1.weight: checkpoint (64, 32) vs model (48, 32)" in message
 
 
 def test_unknown_keys_are_reported_as_unexpected(tmp_path):
