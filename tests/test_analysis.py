@@ -1,4 +1,5 @@
-"""Inspection tools of section 4.5: attention distance, rollout, position-embedding similarity, PCA."""
+"""Inspection tools of section 4.5: attention distance, rollout, position-embedding similarity, PCA.
+"""
 
 import pytest
 import torch
@@ -10,8 +11,6 @@ from vitzoo.analysis import (
     patch_embedding_components,
     position_embedding_similarity,
 )
-
-
 def uniform_attention_model(tiny, **options):
     """q = k = 0 in every layer: each query attends equally to every token."""
     model = vitzoo.create("vit_ti16", **tiny, **options).eval()
@@ -62,7 +61,8 @@ def test_position_embedding_similarity_is_a_cosine_map(tiny, pos_embed):
     assert sim.shape == (4, 4, 4, 4)
     assert torch.allclose(sim.reshape(16, 16).diagonal(), torch.ones(16), atol=1e-5)
     assert torch.allclose(sim.reshape(16, 16), sim.reshape(16, 16).t(), atol=1e-6)
-    if pos_embed == "learned_2d":  # same row: the row halves agree, so similarity is higher than across rows
+    # same row: the row halves agree, so similarity is higher than across rows
+    if pos_embed == "learned_2d":
         assert sim[0, 0, 0, 1:].mean() > sim[0, 0, 1:, 1:].mean()
 
 
@@ -80,4 +80,5 @@ def test_principal_components_of_patch_filters(tiny):
     assert torch.all(explained[:-1] >= explained[1:]) and explained.sum() <= 1.0 + 1e-6
     assert torch.allclose(components.reshape(6, -1).norm(dim=1), torch.ones(6), atol=1e-5)
     with pytest.raises(ValueError, match="linear patch projection"):
-        patch_embedding_components(vitzoo.create("vit_ti16", **{**tiny, "patch_size": 2}, stem="resnet", stem_options={"layers": ()}))
+        patch_embedding_components(vitzoo.create("vit_ti16", **{**tiny, "patch_size": 2},
+                                                 stem="resnet", stem_options={"layers": ()}))

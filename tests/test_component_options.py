@@ -1,6 +1,6 @@
 """Each part of a model owns its options: a component declares them (its `Options` dataclass), the
-config carries them beside the part's name (`stem_options`, ...), and config.json, the Hub, the CLI, run
-keys and pretrained tags carry them too; a training run works out its model once."""
+config carries them beside the part's name (`stem_options`, ...), and config.json, the Hub, the CLI,
+run keys and pretrained tags carry them too; a training run works out its model once."""
 
 from __future__ import annotations
 
@@ -24,18 +24,22 @@ RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 SMALL = dict(embed_dim=32, depth=1, num_heads=2, mlp_dim=64, img_size=32, num_classes=3)
 
 
-# ----------------------------------------------------------------------- a plugin declares options
+# --------------------------------------------------------------------- a plugin declares options
 def test_a_plugin_stem_declares_an_option_that_changes_what_it_builds():
     plain = vitzoo.create("vit_s16", stem="convstem", **SMALL)
     deeper = vitzoo.create("vit_s16", stem="convstem", stem_options={"extra_layers": 1}, **SMALL)
-    strides = [[m.stride[0] for m in model.stem.convs if isinstance(m, torch.nn.Conv2d)] for model in (plain, deeper)]
-    assert strides == [[2, 2, 2, 2], [2, 2, 1, 2, 2]]  # the stride-1 layer of the paper's larger stems
+    strides = [[m.stride[0] for m in model.stem.convs if isinstance(m,
+                                                                    torch.nn.Conv2d)] for model in (plain, deeper)]
+    assert strides == [[2, 2, 2, 2],
+                       [2, 2, 1, 2, 2]]  # the stride-1 layer of the paper's larger stems
     assert plain.config.stem_options == {"extra_layers": 0}  # resolved: the default written out
     assert deeper(torch.randn(2, 3, 32, 32)).shape == (2, 3)  # the same token grid
 
 
 def test_a_components_options_are_checked_by_it_with_the_fix_named():
-    with pytest.raises(ConfigError, match="unknown stem 'convstem' option 'extra_layer'. Did you mean 'extra_layers'"):
+    with pytest.raises(ConfigError,
+                       match="unknown stem 'convstem' option 'extra_layer'. Did you mean "
+                             "'extra_layers'"):
         vitzoo.create("vit_s16", stem="convstem", stem_options={"extra_layer": 1}, **SMALL)
     with pytest.raises(ConfigError, match="extra_layers must be >= 0"):
         vitzoo.create("vit_s16", stem="convstem", stem_options={"extra_layers": -1}, **SMALL)
@@ -49,7 +53,8 @@ def test_the_option_travels_through_config_json_and_a_hub_round_trip(tmp_path, m
     from hubserver import HubServer
 
     hermetic_hub_environment(monkeypatch, tmp_path)
-    model = vitzoo.create("vit_s16", stem="convstem", stem_options={"extra_layers": 2}, **SMALL).eval()
+    model = vitzoo.create("vit_s16", stem="convstem",
+                          stem_options={"extra_layers": 2}, **SMALL).eval()
     model.save_pretrained(tmp_path / "saved")
     saved = json.loads((tmp_path / "saved" / "config.json").read_text())
     assert saved["model"]["stem_options"] == {"extra_layers": 2}
@@ -65,7 +70,8 @@ def test_the_option_travels_through_config_json_and_a_hub_round_trip(tmp_path, m
 
 
 def test_the_cli_has_a_flag_per_component_option_and_help_lists_them(capsys):
-    args = build_parser().parse_args(["train", "vit_s16", "--stem", "convstem", "--stem.extra-layers", "1",
+    args = build_parser().parse_args(["train", "vit_s16", "--stem", "convstem",
+                                      "--stem.extra-layers", "1",
                                       "--head", "mlp", "--head.representation-size", "16"])
     options = config_from_args(args).model_options
     assert options == {"stem": "convstem", "head": "mlp", "stem_options": {"extra_layers": 1},
@@ -79,10 +85,12 @@ def test_the_cli_has_a_flag_per_component_option_and_help_lists_them(capsys):
 
 # ------------------------------------------------------------------ the paper's parts own theirs
 def test_the_hybrids_resnet_and_the_mlp_heads_width_are_their_components_options():
-    config = vitzoo.get_config("vit_b16_hybrid", head="mlp", head_options={"representation_size": 768})
+    config = vitzoo.get_config("vit_b16_hybrid", head="mlp",
+                               head_options={"representation_size": 768})
     assert config.stem_options == {"layers": [3, 4, 9], "width": 1, "numerics": "official"}
     assert config.head_options == {"representation_size": 768}
-    assert not {"resnet_layers", "resnet_width", "resnet_numerics", "representation_size"} & set(config.to_dict())
+    assert not {"resnet_layers", "resnet_width", "resnet_numerics",
+                "representation_size"} & set(config.to_dict())
 
 
 def test_options_of_one_part_change_one_by_one_and_a_new_part_starts_from_its_defaults():
@@ -93,8 +101,9 @@ def test_options_of_one_part_change_one_by_one_and_a_new_part_starts_from_its_de
 
 @pytest.mark.parametrize("given", ["create", "config.json", "replace"])
 def test_a_parts_option_given_as_a_model_option_is_refused_naming_where_it_goes(given, tmp_path):
-    """`resnet_layers` is the ResNet stem's option `layers`: given beside the model's own options (in a
-    call, a saved config.json, a config's copy) it is an unknown option, and the error says where it goes."""
+    """`resnet_layers` is the ResNet stem's option `layers`: given beside the model's own options
+    (in a call, a saved config.json, a config's copy) it is an unknown option, and the error says
+    where it goes."""
     where = r"unknown model option 'resnet_layers'\. It is the ResNet stem's: stem_options=\{'layers': \.\.\.\}"
     with pytest.raises(ConfigError, match=where):
         if given == "create":
@@ -113,24 +122,26 @@ def test_a_parts_option_given_as_a_model_option_is_refused_naming_where_it_goes(
 def test_the_cli_refuses_a_parts_option_given_as_a_model_option(capsys):
     with pytest.raises(SystemExit) as exit_:
         build_parser().parse_args(["train", "vit_b16_hybrid", "--resnet-layers", "3,4,9"])
-    assert exit_.value.code == 2 and "unrecognized arguments: --resnet-layers" in capsys.readouterr().err
+    assert exit_.value.code == 2
+    assert "unrecognized arguments: --resnet-layers" in capsys.readouterr().err
 
 
-# --------------------------------------------------------- what was written before means the same
+# -------------------------------------------------------------------- committed records and tags
 def committed_model_configs() -> list[dict]:
     configs = {}
     for path in sorted(RESULTS.rglob("*.json")):
         document = json.loads(path.read_text())
         runs = document.get("runs", []) if isinstance(document, dict) else []
-        for record in [entry.get("record", entry) for entry in runs]:  # the archives' entries hold one
+        for record in [entry.get("record",
+                                 entry) for entry in runs]:  # the archives' entries hold one
             if "model_config" in record:
                 configs[json.dumps(record["model_config"], sort_keys=True)] = record
     return list(configs.values())
 
 
 def test_every_committed_model_config_loads_and_builds_the_model_it_measured():
-    """The model_config of every committed run, archived ones too, loads and builds a model with exactly
-    the parameter count the run recorded; a hybrid's ResNet is its stem's options."""
+    """The model_config of every committed run, archived ones too, loads and builds a model with
+    exactly the parameter count the run recorded; a hybrid's ResNet is its stem's options."""
     records = committed_model_configs()
     assert len(records) > 20
     for record in records:
@@ -152,12 +163,13 @@ def test_every_pretrained_tag_resolves_with_its_options_in_their_parts():
 def test_a_run_key_hashes_a_parts_options():
     def key(layers: tuple) -> str:
         options = {"stem_options": {"layers": layers}, "depth": 0}
-        return suite.Run("hybrid", "R1", {"model": "vit_b16_hybrid", "options": options, "train": {"steps": 1}}).key
+        return suite.Run("hybrid", "R1",
+                         {"model": "vit_b16_hybrid", "options": options, "train": {"steps": 1}}).key
 
     assert key((1,)) == key((1,)) != key((2,))
 
 
-# -------------------------------------------------------------------- a run works its model out once
+# ---------------------------------------------------------------- a run works its model out once
 def test_a_training_run_resolves_its_model_once_and_builds_no_model_on_meta(tmp_path, monkeypatch):
     from vitzoo.train import TrainConfig, Trainer, distributed
 
@@ -171,9 +183,12 @@ def test_a_training_run_resolves_its_model_once_and_builds_no_model_on_meta(tmp_
         builds.append(str(next(self.parameters()).device))
 
     monkeypatch.setattr(vitzoo.VisionTransformer, "__init__", counted)
-    cfg = TrainConfig(model="vit_ti16", pretrained=str(tmp_path / "pre"), data="synthetic", train_limit=64, test_limit=32,
-                      batch_size=16, steps=1, quiet=True, tensorboard=False, device="cpu", checkpoint_every=0).resolved()
-    with pytest.warns(UserWarning, match="holds another model than vit_ti16"):  # the name is only a label then
+    cfg = TrainConfig(model="vit_ti16", pretrained=str(tmp_path / "pre"), data="synthetic",
+                      train_limit=64, test_limit=32,
+                      batch_size=16, steps=1, quiet=True, tensorboard=False, device="cpu",
+                      checkpoint_every=0).resolved()
+    with pytest.warns(UserWarning,
+                      match="holds another model than vit_ti16"):  # the name is only a label then
         trainer = Trainer(cfg, distributed.setup("cpu"))
     assert builds == ["cpu"]  # one model, the one trained: none on the meta device to read a config
     assert trainer.model.config.num_classes == 10 and trainer.model.config.embed_dim == 32

@@ -40,94 +40,63 @@ def test_unknown_model_name_suggests_the_closest():
         vitzoo.create("vit_b61")
 
 
-@pytest.mark.parametrize(
-    "options, fragment",
-    [
-        ({"embed_dim": 100, "num_heads": 3}, "not divisible by num_heads"),
-        ({"img_size": 0}, "img_size must be positive"),
-        ({"img_size": (32, 32, 3)}, "img_size must be an int or a (height, width) pair"),
-        ({"act": "relu"}, "act='relu' is not one of"),
-        ({"dropout": 1.5}, "dropout must be in [0, 1)"),
-        ({"num_classes": -1}, "num_classes must be an int >= 0"),
-        ({"pos_embed_mode": "every_layers"}, "Did you mean 'every_layer'"),
-        ({"depth": -1}, "depth must be an int >= 0"),
-        ({"num_heads": 0}, "num_heads must be a positive int"),
-        ({"mean": (0.4, 0.5)}, "one value per input channel"),
-        ({"in_chans": 1, "mean": (0.485, 0.456, 0.406)}, "one value per input channel"),
-        ({"dropout": "0.1"}, "dropout must be a number, got '0.1'"),
-        ({"std": "wide"}, "std must be a number or a sequence of numbers"),
-    ],
-)
-def test_bad_values_fail_at_once_with_the_option_named(options, fragment):
-    with pytest.raises(ConfigError) as err:
-        vitzoo.get_config("vit_ti16", **options)
-    assert fragment in str(err.value)
 
 
 def test_a_uniform_normalisation_applies_to_any_number_of_channels():
-    """The named models normalise every channel alike (0.5, 0.5): `in_chans=1` needs nothing else."""
+    """The named models normalise every channel alike (0.5, 0.5): `in_chans=1` needs nothing else.
+    """
     assert vitzoo.get_config("vit_ti16", in_chans=1).mean == (0.5,)
     assert vitzoo.get_config("vit_ti16", in_chans=4, std=0.25).std == (0.25,) * 4
 
 
 def test_image_size_not_divisible_by_the_stride_names_both():
-    with pytest.raises(ConfigError, match=r"img_size=\(225, 224\) is not divisible by the stem's stride \(16, 16\)"):
+    with pytest.raises(ConfigError,
+                       match=r"img_size=\(225, 224\) is not divisible by the stem's stride \(16, 16\)"):
         vitzoo.create("vit_ti16", img_size=(225, 224))
     with pytest.raises(ConfigError, match=r"stride \(16, 16\)"):
         vitzoo.create("vit_b16_hybrid", img_size=200, device="meta")  # R50 (3,4,9): total stride 16
 
 
-def test_activations_and_resnet_numerics_are_checked_against_the_tables_the_layers_use():
-    """One table per concept: the config accepts exactly what the layers can build, and the transformers
-    converter maps only onto names of that table."""
+def test_the_config_accepts_exactly_the_activations_and_numerics_the_layers_build():
+    """One table per concept: the plain-data config holds the names, the layers what each name
+    means; the transformers converter maps only onto names of that table."""
+    from vitzoo import config
     from vitzoo.layers.activations import ACTIVATIONS
     from vitzoo.layers.resnet import NUMERICS
     from vitzoo.weights.transformers import HIDDEN_ACT
 
+    assert tuple(ACTIVATIONS) == config.ACTIVATIONS
+    assert set(HIDDEN_ACT.values()) <= set(ACTIVATIONS)
     for act in ACTIVATIONS:
         assert ViTConfig(act=act).act == act
-    for numerics in NUMERICS:
-        assert vitzoo.get_config("vit_b16_hybrid", stem_options={"numerics": numerics}).stem_options["numerics"] == numerics
-    assert set(HIDDEN_ACT.values()) <= set(ACTIVATIONS)
     with pytest.raises(ConfigError, match="'gelu', 'gelu_tanh'"):
         ViTConfig(act="relu")
-
-
-def test_the_config_names_exactly_the_activations_the_layers_have():
-    """The plain-data config holds the names, the layers what each name means: the two lists agree (the
-    ResNet's numerics are its stem's own option, checked by the stem against the same table)."""
-    from vitzoo import config
-    from vitzoo.layers.activations import ACTIVATIONS
-    from vitzoo.layers.resnet import NUMERICS
-
-    assert tuple(ACTIVATIONS) == config.ACTIVATIONS
     assert config.HYBRID_NUMERICS["stem_options"]["numerics"] in NUMERICS
+    for numerics in NUMERICS:
+        options = {"numerics": numerics}
+        assert vitzoo.get_config("vit_b16_hybrid",
+                                 stem_options=options).stem_options["numerics"] == numerics
     with pytest.raises(ConfigError, match="numerics='tim' is not one of .*Did you mean 'timm'"):
         vitzoo.get_config("vit_b16_hybrid", stem_options={"numerics": "tim"})
 
 
-# ---------------------------------------------------------------------------- one base, one error
 def test_both_configs_round_trip_through_json_text():
     model = vitzoo.get_config("vit_ti16", img_size=(32, 48))
-    train = TrainConfig(model="vit_ti16", model_options={"img_size": 32}, betas=(0.9, 0.95), fewshot=(1, 5), steps=3)
+    train = TrainConfig(model="vit_ti16", model_options={"img_size": 32}, betas=(0.9, 0.95),
+                        fewshot=(1, 5), steps=3)
     for config in (model, train):
         text = config.to_json()
         assert text.endswith("}\n") and json.loads(text) == config.to_dict()
         assert type(config).from_json(text) == config
 
 
-@pytest.mark.parametrize("config, kind, typo, meant", [(ViTConfig, "model", "embed_dims", "embed_dim"),
+@pytest.mark.parametrize("config, kind, typo, meant",
+                         [(ViTConfig, "model", "embed_dims", "embed_dim"),
                                                         (TrainConfig, "training", "lrr", "lr")])
-def test_an_unknown_option_of_either_config_is_one_config_error_naming_the_closest(config, kind, typo, meant):
-    with pytest.raises(ConfigError, match=rf"unknown {kind} option '{typo}'. Did you mean '{meant}'"):
+def test_an_unknown_option_of_either_config_is_one_config_error_naming_the_closest(
+        config, kind, typo, meant):
+    with pytest.raises(ConfigError,
+                       match=rf"unknown {kind} option '{typo}'. Did you mean '{meant}'"):
         config.from_dict({typo: 1})
 
 
-def test_a_bad_training_option_is_the_same_config_error_as_a_bad_model_option():
-    """One error type for bad configuration, still a ValueError for code that catches that."""
-    for bad in (dict(lr=-1.0), dict(recipe="paper"), dict(optimizer="adam"), dict(steps=3, epochs=1.0),
-                dict(keep_best=True), dict(resume=True)):
-        with pytest.raises(ConfigError):
-            TrainConfig(**bad)
-    assert issubclass(ConfigError, ValueError)
-    assert vitzoo.ConfigError is ConfigError

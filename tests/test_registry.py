@@ -64,11 +64,11 @@ def test_list_components_by_kind():
     assert set(components) == {"stem", "pos_embed", "pool", "head"}
     assert {"patch", "resnet"} <= set(components["stem"])
     assert {"none", "learned_1d", "learned_2d", "relative"} <= set(components["pos_embed"])
-    assert {"token", "gap"} <= set(components["pool"]) and {"linear", "mlp"} <= set(components["head"])
-
-
+    assert {"token", "gap"} <= set(components["pool"]) and {"linear",
+                                                            "mlp"} <= set(components["head"])
 def test_list_models_filters_with_fnmatch():
-    assert vitzoo.list_models("vit_l*") == ["vit_l16", "vit_l16_hybrid", "vit_l32", "vit_l32_hybrid"]
+    assert vitzoo.list_models("vit_l*") == ["vit_l16", "vit_l16_hybrid",
+                                            "vit_l32", "vit_l32_hybrid"]
     assert vitzoo.list_models("nothing*") == []
 
 
@@ -100,8 +100,8 @@ def test_unregistering_restores_the_registry(registered):
 
 
 def test_hooks_are_called_through_pluggy_one_plugin_at_a_time():
-    """Through pm.hook, so that pluggy's call monitoring (tracing) sees every call; one plugin per call,
-    so that each name's plugin is known."""
+    """Through pm.hook, so that pluggy's call monitoring (tracing) sees every call; one plugin per
+    call, so that each name's plugin is known."""
     fresh = Registry(autoload=False)
     calls = []
     fresh.pm.add_hookcall_monitoring(
@@ -118,7 +118,8 @@ def test_hooks_are_called_through_pluggy_one_plugin_at_a_time():
 def test_a_hook_that_returns_no_dict_is_an_error_naming_the_plugin():
     fresh = Registry(autoload=False)
     fresh.register(ListPlugin(), name="list-plugin")
-    with pytest.raises(PluginError, match=r"plugin 'list-plugin': vitzoo_heads\(\) must return a dict, got list"):
+    with pytest.raises(PluginError,
+                       match=r"plugin 'list-plugin': vitzoo_heads\(\) must return a dict, got list"):
         fresh.names("head")
 
 
@@ -130,7 +131,8 @@ def test_a_misspelled_hook_is_an_error_naming_the_plugin_and_the_hook_it_meant()
     message = str(err.value)
     assert "plugin 'misspelled-plugin'" in message
     assert "'vitzoo_stem' is not a vitzoo hook. Did you mean 'vitzoo_stems'?" in message
-    assert ("Rename the function to one of vitzoo_heads, vitzoo_models, vitzoo_pools, vitzoo_pos_embeds, "
+    assert ("Rename the function to one of vitzoo_heads, vitzoo_models, vitzoo_pools, "
+            "vitzoo_pos_embeds, "
             "vitzoo_pretrained_tags, vitzoo_stems, vitzoo_weight_formats") in message
     # refused, not half-registered: the registry is as it was, and a correct plugin still registers
     assert registry.pm.get_plugin("misspelled-plugin") is None

@@ -1,4 +1,5 @@
-"""Official .npz checkpoints: same logits as the official JAX model, strict loading, resampling.
+"""Official .npz checkpoints: same logits as the official JAX model, strict loading, resampling;
+an .npz that is not a checkpoint (empty, not a zip archive, pickled objects, cut short) says so.
 
 The reference is `official_reference.py`, an independent Flax model with the official parameter
 names; its checkpoints are perturbed at random, so zero-initialised parts (head, class token, gn3)
@@ -34,8 +35,10 @@ def logits_close(model, params, fields, img_size, atol=1e-4):
         ({"patch_size": 8, "classifier": "token"}, {"patch_size": 8}),
         ({"patch_size": 8, "classifier": "gap"}, {"patch_size": 8}),
         ({"patch_size": 8, "classifier": "token", "representation_size": 24}, {"patch_size": 8}),
-        ({"patch_size": 1, "resnet_layers": (1, 1), "classifier": "token"}, {"patch_size": 1, "stem": "resnet", "stem_options": {"layers": (1, 1)}}),
-        ({"patch_size": 2, "resnet_layers": (), "classifier": "gap"}, {"patch_size": 2, "stem": "resnet", "stem_options": {"layers": ()}}),
+        ({"patch_size": 1, "resnet_layers": (1, 1), "classifier": "token"},
+         {"patch_size": 1, "stem": "resnet", "stem_options": {"layers": (1, 1)}}),
+        ({"patch_size": 2, "resnet_layers": (), "classifier": "gap"},
+         {"patch_size": 2, "stem": "resnet", "stem_options": {"layers": ()}}),
     ],
     ids=["token", "gap", "pre_logits", "r-hybrid", "root-only-hybrid"],
 )
@@ -70,7 +73,8 @@ def test_odd_resolution_exercises_tf_same_padding(tmp_path):
 def test_another_resolution_resamples_position_embeddings_like_the_official_code(tmp_path):
     fields = {**VIT, "patch_size": 8}
     params = make_checkpoint(tmp_path / "c.npz", img_size=32, **fields)  # grid 4x4
-    model = vitzoo.create("vit_ti16", pretrained=tmp_path / "c.npz", img_size=64, patch_size=8, **OPTIONS)  # grid 8x8
+    model = vitzoo.create("vit_ti16", pretrained=tmp_path / "c.npz", img_size=64, patch_size=8,
+                          **OPTIONS)  # grid 8x8
     pos = params["Transformer/posembed_input/pos_embedding"][0]
     resampled = model.encoder.pos_embed.weight[0].detach().numpy()
     assert np.array_equal(resampled[0], pos[0])  # class-token embedding kept
@@ -90,7 +94,8 @@ def test_another_num_classes_replaces_the_head_saying_so(tmp_path, caplog):
     fields = {**VIT, "patch_size": 8, "representation_size": 24}
     make_checkpoint(tmp_path / "c.npz", img_size=32, **fields)
     with caplog.at_level(logging.WARNING, logger="vitzoo"):
-        model = vitzoo.create("vit_ti16", pretrained=tmp_path / "c.npz", img_size=32, patch_size=8, **{**OPTIONS, "num_classes": 3})
+        model = vitzoo.create("vit_ti16", pretrained=tmp_path / "c.npz", img_size=32, patch_size=8,
+                              **{**OPTIONS, "num_classes": 3})
     assert "head replaced by a zero-initialised linear layer" in caplog.text
     assert model.config.head == "linear" and model.config.head_options == {}
     assert torch.count_nonzero(model.head.fc.weight) == 0 and model.head.fc.weight.shape == (3, 32)
@@ -98,36 +103,45 @@ def test_another_num_classes_replaces_the_head_saying_so(tmp_path, caplog):
 
 def test_without_num_classes_the_checkpoint_decides_it(tmp_path):
     make_checkpoint(tmp_path / "c.npz", img_size=32, **{**VIT, "patch_size": 8, "num_classes": 11})
-    model = vitzoo.create("vit_ti16", pretrained=tmp_path / "c.npz", img_size=32, patch_size=8, embed_dim=32, depth=2, mlp_dim=64, num_heads=4)
+    model = vitzoo.create("vit_ti16", pretrained=tmp_path / "c.npz", img_size=32, patch_size=8,
+                          embed_dim=32, depth=2, mlp_dim=64, num_heads=4)
     assert model.config.num_classes == 11
 
 
 def test_strict_loading_lists_every_difference(tmp_path):
     make_checkpoint(tmp_path / "c.npz", img_size=32, **{**VIT, "patch_size": 8})
     with pytest.raises(CheckpointError) as err:
-        vitzoo.create("vit_ti16", pretrained=tmp_path / "c.npz", img_size=32, patch_size=8, **{**OPTIONS, "depth": 3, "mlp_dim": 48})
+        vitzoo.create("vit_ti16", pretrained=tmp_path / "c.npz", img_size=32, patch_size=8,
+                      **{**OPTIONS, "depth": 3, "mlp_dim": 48})
     message = str(err.value)
     assert "missing (12): encoder.blocks.2." in message  # one whole block
-    assert "mis-shaped" in message and "encoder.blocks.0.mlp.fc1.weight: checkpoint (64, 32) vs model (48, 32)" in message
+    assert "mis-shaped" in message
+    assert "encoder.blocks.0.mlp.fc1.weight: checkpoint (64, 32) vs model (48, 32)" in message
 
 
 def test_unknown_keys_are_reported_as_unexpected(tmp_path):
     params = make_checkpoint(tmp_path / "c.npz", img_size=32, **{**VIT, "patch_size": 8})
-    np.savez(tmp_path / "extra.npz", **params, **{"Transformer/extra/kernel": np.zeros(3, np.float32)})
+    np.savez(tmp_path / "extra.npz", **params,
+             **{"Transformer/extra/kernel": np.zeros(3, np.float32)})
     with pytest.raises(CheckpointError, match=r"unexpected \(1\): Transformer/extra/kernel"):
-        vitzoo.create("vit_ti16", pretrained=tmp_path / "extra.npz", img_size=32, patch_size=8, **OPTIONS)
+        vitzoo.create("vit_ti16", pretrained=tmp_path / "extra.npz", img_size=32,
+                      patch_size=8, **OPTIONS)
 
 
 def test_strict_false_loads_what_fits(tmp_path):
     make_checkpoint(tmp_path / "c.npz", img_size=32, **{**VIT, "patch_size": 8})
-    model = vitzoo.create("vit_ti16", pretrained=tmp_path / "c.npz", strict=False, img_size=32, patch_size=8, **{**OPTIONS, "depth": 3})
+    model = vitzoo.create("vit_ti16", pretrained=tmp_path / "c.npz", strict=False, img_size=32,
+                          patch_size=8, **{**OPTIONS, "depth": 3})
     assert model.config.depth == 3
 
 
 def test_a_conflicting_structural_option_is_refused(tmp_path):
-    make_checkpoint(tmp_path / "c.npz", img_size=32, **{**VIT, "patch_size": 8, "classifier": "gap"})
-    with pytest.raises(vitzoo.ConfigError, match="the checkpoint has pool='gap' but pool='token' was requested"):
-        vitzoo.create("vit_ti16", pretrained=tmp_path / "c.npz", img_size=32, patch_size=8, pool="token", **OPTIONS)
+    make_checkpoint(tmp_path / "c.npz", img_size=32,
+                    **{**VIT, "patch_size": 8, "classifier": "gap"})
+    with pytest.raises(vitzoo.ConfigError,
+                       match="the checkpoint has pool='gap' but pool='token' was requested"):
+        vitzoo.create("vit_ti16", pretrained=tmp_path / "c.npz", img_size=32, patch_size=8,
+                      pool="token", **OPTIONS)
 
 
 def test_an_npz_that_is_not_a_vit_checkpoint(tmp_path):
@@ -142,8 +156,11 @@ def test_an_incomplete_checkpoint_names_the_tensor_it_lacks(tmp_path):
     params = make_checkpoint(tmp_path / "c.npz", img_size=32, **{**VIT, "patch_size": 8})
     del params["Transformer/encoderblock_1/MlpBlock_3/Dense_0/bias"]
     np.savez(tmp_path / "incomplete.npz", **params)
-    with pytest.raises(CheckpointError, match=r"lacks the tensor 'Transformer/encoderblock_1/MlpBlock_3/Dense_0/bias'"):
-        vitzoo.create("vit_ti16", pretrained=tmp_path / "incomplete.npz", img_size=32, patch_size=8, **OPTIONS)
+    with pytest.raises(CheckpointError,
+                       match=r"lacks the tensor "
+                             r"'Transformer/encoderblock_1/MlpBlock_3/Dense_0/bias'"):
+        vitzoo.create("vit_ti16", pretrained=tmp_path / "incomplete.npz", img_size=32,
+                      patch_size=8, **OPTIONS)
 
 
 def test_the_number_of_heads_is_read_from_the_attention_kernels(tmp_path):
@@ -154,3 +171,41 @@ def test_the_number_of_heads_is_read_from_the_attention_kernels(tmp_path):
     model = vitzoo.from_pretrained(tmp_path / "c.npz")
     assert model.config.num_heads == 2
     logits_close(model, params, fields, 32)
+
+
+def test_an_empty_npz_is_not_a_checkpoint(tmp_path):
+    """An empty .npz file is a CheckpointError saying it is not a checkpoint (not a bare EOFError).
+    """
+    (tmp_path / "empty.npz").write_bytes(b"")
+    with pytest.raises(CheckpointError, match="empty.npz is not a checkpoint: the file is empty"):
+        vitzoo.from_pretrained(tmp_path / "empty.npz")
+
+
+@pytest.mark.parametrize("content", [b"random bytes here" * 10, b"\x93NUMPY not really" * 4])
+def test_a_random_npz_is_not_a_checkpoint_and_pickles_are_never_advised(tmp_path, content):
+    """An .npz that is not a zip archive is not a checkpoint; numpy's advice to allow pickles (an
+    unsafe fix) is never passed on."""
+    (tmp_path / "random.npz").write_bytes(content)
+    with pytest.raises(CheckpointError,
+                       match="is not a checkpoint: the file is not a zip archive") as err:
+        vitzoo.from_pretrained(tmp_path / "random.npz")
+    assert "pickle" not in str(err.value)
+
+
+def test_an_npz_of_python_objects_is_not_a_checkpoint(tmp_path):
+    """An .npz holding object arrays (pickled Python objects) is not a checkpoint; they are never
+    loaded."""
+    np.savez(tmp_path / "objects.npz", a=np.array([{"x": 1}], dtype=object))
+    with pytest.raises(CheckpointError,
+                       match="not a checkpoint: it holds pickled Python objects, which vitzoo "
+                             "never loads"):
+        vitzoo.from_pretrained(tmp_path / "objects.npz")
+
+
+def test_a_truncated_npz_is_damaged(tmp_path):
+    """A zip archive cut short is reported as damaged or truncated."""
+    np.savez(tmp_path / "full.npz", a=np.zeros(1000))
+    data = (tmp_path / "full.npz").read_bytes()
+    (tmp_path / "cut.npz").write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match="cut.npz is damaged or truncated"):
+        vitzoo.from_pretrained(tmp_path / "cut.npz")

@@ -1,5 +1,5 @@
-"""The functions a timm user reaches for take the argument they would pass: a model where a config is
-asked for, a tag's name where a model is, and a model pickles like any module."""
+"""The functions a timm user reaches for take the argument they would pass: a model where a config
+is asked for, a tag's name where a model is, and a model pickles like any module."""
 
 import io
 import pickle
@@ -19,11 +19,13 @@ def test_count_flops_takes_a_model_a_config_or_a_name():
 
 
 def test_transforms_for_a_tag_name_are_the_tag_s_preprocessing():
-    tag = vitzoo.create("vit_s16.augreg_in21k_ft_in1k")  # its architecture and preprocessing, no weights
+    # its architecture and preprocessing, no weights
+    tag = vitzoo.create("vit_s16.augreg_in21k_ft_in1k")
     by_name = vitzoo.transforms_for("vit_s16.augreg_in21k_ft_in1k")
     image = torch.randint(0, 256, (3, 300, 260), dtype=torch.uint8)
     assert torch.equal(by_name(image), vitzoo.transforms_for(tag)(image))
-    assert tag.config.crop_pct == 0.9 and "Resize(size=[248]" in repr(by_name)  # 224 / 0.9, as timm resizes
+    # 224 / 0.9, as timm resizes
+    assert tag.config.crop_pct == 0.9 and "Resize(size=[248]" in repr(by_name)
 
 
 def test_training_transforms_crop_at_random_and_give_the_input_size():
@@ -46,7 +48,8 @@ def test_list_models_with_pretrained_lists_the_tags_as_timm_does():
 
 
 def test_a_model_pickles_and_saves_whole_with_torch_save():
-    model = vitzoo.create("vit_ti16", num_classes=4, img_size=32, patch_size=8, act="gelu_tanh").eval()
+    model = vitzoo.create("vit_ti16", num_classes=4, img_size=32, patch_size=8,
+                          act="gelu_tanh").eval()
     x = torch.randn(2, 3, 32, 32)
     buffer = io.BytesIO()
     torch.save(model, buffer)

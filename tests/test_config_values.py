@@ -1,0 +1,153 @@
+"""Every value of a model or training config, from code, a flag or a file, is checked by name when
+the config is made: its type and range, in one ConfigError that names the option and the value.
+A truthy text where a bool belongs is refused, not acted on; a tensor is named, never printed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import vitzoo
+from vitzoo.errors import ConfigError
+from vitzoo.train import TrainConfig
+
+
+MODEL_VALUES = [
+    ({"embed_dim": 100, "num_heads": 3}, "not divisible by num_heads"),
+    ({"img_size": 0}, "img_size must be positive"),
+    ({"img_size": (32, 32, 3)}, "img_size must be an int or a (height, width) pair"),
+    ({"act": "relu"}, "act='relu' is not one of"),
+    ({"act": None}, "act must be a str"),
+    ({"head": None}, "head must be a str"),
+    ({"fc_norm": "no"}, "fc_norm must be True or False"),
+    ({"in_chans": None}, "in_chans must be an int"),
+    ({"dropout": 1.5}, "dropout must be in [0, 1)"),
+    ({"dropout": "0.1"}, "dropout must be a number, got '0.1'"),
+    ({"dropout": float("inf")}, "dropout must be a finite number"),
+    ({"num_classes": -1}, "num_classes must be an int >= 0"),
+    ({"num_classes": True}, "num_classes must be an int, got True"),
+    ({"pos_embed_mode": "every_layers"}, "Did you mean 'every_layer'"),
+    ({"depth": -1}, "depth must be an int >= 0"),
+    ({"num_heads": 0}, "num_heads must be a positive int"),
+    ({"embed_dim": 64.0}, "embed_dim must be an int"),
+    ({"norm_eps": float("nan")}, "norm_eps must be a finite number"),
+    ({"mean": (0.4, 0.5)}, "one value per input channel"),
+    ({"in_chans": 1, "mean": (0.485, 0.456, 0.406)}, "one value per input channel"),
+    ({"mean": float("nan")}, "mean must be a finite number"),
+    ({"std": "wide"}, "std must be a number or a sequence of numbers"),
+    ({"std": 0}, "std must be > 0"),
+    ({"std": (0.5, -0.5, 0.5)}, "std must be > 0"),
+    ({"head": "mlp", "head_options": {"representation_size": "64"}},
+     "representation_size must be an int, got '64'"),
+    ({"head": "mlp", "head_options": {"representation_size": 0}},
+     "representation_size must be > 0"),
+    ({"stem": "resnet", "stem_options": {"layers": (True,)}},
+     "option layers must be positive block counts"),
+]
+
+
+@pytest.mark.parametrize("options, fragment", MODEL_VALUES)
+def test_a_model_option_of_the_wrong_type_or_range_is_one_config_error(options, fragment):
+    """A bool or text where a number belongs, None for a name, NaN, infinite, zero or negative where
+    it cannot be: a ConfigError naming the option, raised when the config is made."""
+    with pytest.raises(ConfigError) as err:
+        vitzoo.get_config("vit_ti16", **options)
+    assert fragment in str(err.value)
+
+
+def test_a_model_option_given_a_tensor_is_refused_without_printing_it():
+    with pytest.raises(ConfigError,
+                       match=r"embed_dim must be an int, got a Tensor of shape \(100,\)") as err:
+        vitzoo.create("vit_ti16", embed_dim=torch.full((100,), 0.123456))
+    assert "0.1235" not in str(err.value)
+
+
+@pytest.mark.parametrize("call, fragment", [
+    (lambda: vitzoo.create("vit_ti16", pretrained=1), "pretrained must be True .* got 1 \\(int\\)"),
+    (lambda: vitzoo.create("vit_ti16", pretrained=0), "pretrained must be .* got 0 \\(int\\)"),
+    (lambda: vitzoo.create("vit_ti16", pretrained=[1]),
+     "pretrained must be .* got \\[1\\] \\(list\\)"),
+    (lambda: vitzoo.create("vit_ti16", strict="no"), "strict must be True or False, got 'no'"),
+    (lambda: vitzoo.create("vit_ti16", fc_norm="no"), "fc_norm must be True or False"),
+    (lambda: vitzoo.create(None), "name must be a model or tag name"),
+    (lambda: vitzoo.from_pretrained(5),
+     "source must be a path, 'hf-hub:ORG/NAME', a state dict or a "
+                                        "model holding one, got 5 \\(int\\)"),
+])
+def test_the_arguments_of_create_and_from_pretrained_are_checked_as_options_are(call, fragment):
+    with pytest.raises(ConfigError, match=fragment):
+        call()
+
+
+@pytest.mark.parametrize("changes, fragment", [
+    ({"hflip": "no"}, "hflip must be True or False, got 'no'"),
+    ({"quiet": "false"}, "quiet must be True or False"),
+    ({"compile": 1}, "compile must be True or False, got 1"),
+    ({"model": None}, "model must be a str"),
+    ({"model_options": [("depth", 2)]}, "model_options must be a dict"),
+    ({"out": 5}, "out must be a str or None, got 5"),
+    ({"log_every": 0}, "log_every must be > 0"),
+    ({"eval_every": -1}, "eval_every must be >= 0"),
+    ({"checkpoint_every": -5}, "checkpoint_every must be >= 0"),
+    ({"train_limit": 0}, "train_limit must be > 0"),
+    ({"test_limit": -1}, "test_limit must be > 0"),
+    ({"warmup": float("nan")}, "warmup must be a finite number"),
+    ({"lr": float("inf")}, "lr must be a finite number"),
+    ({"lr": "0.1"}, "lr must be a number, got '0.1'"),
+    ({"steps": True}, "steps must be an int, got True"),
+    ({"batch_size": 16.0}, "batch_size must be an int"),
+    ({"label_smoothing": 1.0}, "label_smoothing must be in \\[0, 1\\)"),
+    ({"mixup": -0.2}, "mixup must be >= 0"),
+    ({"fewshot": (5, 0)}, "fewshot must be > 0, got 0"),
+    ({"betas": (0.9, float("nan"))}, "betas must be a finite number"),
+    ({"keep_checkpoints": 0}, "keep_checkpoints must be > 0"),
+])
+def test_a_training_option_of_the_wrong_type_or_range_is_one_config_error(changes, fragment):
+    """Checked when the TrainConfig is made, before any data loads: a truthy text or number where a
+    bool belongs is refused, not acted on."""
+    with pytest.raises(ConfigError, match=fragment):
+        TrainConfig(**changes)
+
+
+@pytest.mark.parametrize("option", ["out", "data", "data_dir", "pretrained"])
+def test_a_training_config_refuses_an_empty_path_from_code_or_a_saved_file(option):
+    """The same refusal for a TrainConfig made in Python or read from a train_config.json: a path
+    option is a path or None, never "" (for out, "" would mean "write nothing")."""
+    from vitzoo.errors import ConfigError
+    from vitzoo.train import TrainConfig
+
+    for value in ("", " \t"):
+        with pytest.raises(ConfigError, match=rf"{option}=.* is (empty|blank): name a path"):
+            TrainConfig(**{option: value})
+        with pytest.raises(ConfigError, match=rf"{option}=.* is (empty|blank)"):
+            TrainConfig.from_json(json.dumps({option: value}))
+
+
+def test_a_train_config_json_with_a_wrong_type_is_refused_on_resume(tmp_path, capsys):
+    """A run's train_config.json edited to hold "quiet": "false" is refused when the run resumes,
+    naming the option; one that is not a JSON object says so."""
+    from vitzoo.cli import main
+
+    run = tmp_path / "run"
+    run.mkdir()
+    document = TrainConfig(model="vit_ti16", data="synthetic", out=str(run)).to_dict()
+    document["quiet"] = "false"
+    (run / "train_config.json").write_text(json.dumps(document))
+    assert main(["train", "--resume", str(run)]) == 2
+    assert "quiet must be True or False, got 'false'" in capsys.readouterr().err
+    (run / "train_config.json").write_text("[1, 2]")
+    with pytest.raises(ConfigError, match="must be a JSON object"):
+        TrainConfig.from_json((run / "train_config.json").read_text())
+
+
+def test_a_bad_training_option_is_the_same_config_error_as_a_bad_model_option():
+    """One error type for bad configuration, still a ValueError for code that catches that."""
+    for bad in (dict(lr=-1.0), dict(recipe="paper"), dict(optimizer="adam"),
+                dict(steps=3, epochs=1.0),
+                dict(keep_best=True), dict(resume=True)):
+        with pytest.raises(ConfigError):
+            TrainConfig(**bad)
+    assert issubclass(ConfigError, ValueError)
+    assert vitzoo.ConfigError is ConfigError
