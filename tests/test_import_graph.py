@@ -23,7 +23,7 @@ from typing import NamedTuple
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "vitzoo"
 PACKAGES = (PACKAGE, "benchmarks")
-LINE_LIMIT = 450
+LINE_LIMIT = 400
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
 START, END = "<!-- layers:start -->", "<!-- layers:end -->"
 

@@ -2,7 +2,7 @@
 
 An empty value is never what a user meant: `--resume ""` is not "no --resume", `--out " "` is not
 a folder to make, and `Path("")` is the current directory. Every parser of vitzoo's commands and
-of the benchmarks is this `ArgumentParser` (tests/test_empty_values.py finds them all), so the
+of the benchmarks is this `ArgumentParser` (tests/test_cli_values.py finds them all), so the
 refusal is said at the boundary, naming the option, before anything runs.
 """
 

@@ -1,6 +1,6 @@
 """vitzoo's environment variables, read one way: a value that means nothing is refused, naming the
 variable and the values it takes, never silently ignored. An empty value is the same as unset, as
-`VAR= command` means in a shell; a blank one is refused. tests/test_hostile_afternoon.py holds every
+`VAR= command` means in a shell; a blank one is refused. tests/test_environment.py holds every
 `VITZOO_*` variable of the source to these readers (or a check of its own).
 """
 
