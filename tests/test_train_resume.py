@@ -107,7 +107,9 @@ def test_a_stop_signal_saves_a_checkpoint_and_exits_cleanly(tmp_path, sent):
            "--batch-size", "16", "--train-limit", "256", "--test-limit", "64", "--checkpoint-every", "0",
            "--log-every", "1", "--out", str(run), "--quiet", "--no-tensorboard", "--device", "cpu"]
     cmd += [f"--{k.replace('_', '-')}={v}" for k, v in TINY.items()]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # started as a terminal starts it, SIGHUP's default disposition kept (nohup's pytest ignores it)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
     deadline = time.time() + 120
     while not ((run / "metrics.jsonl").exists() and (run / "metrics.jsonl").read_text().count("\n") >= 3):
         assert proc.poll() is None, proc.communicate()
@@ -123,6 +125,7 @@ def test_a_stop_signal_saves_a_checkpoint_and_exits_cleanly(tmp_path, sent):
     assert latest is not None and latest.name == f"step_{summary['step']:08d}"
     assert not list(run.rglob("*.tmp"))
 
+
 def test_sighup_stops_training_unless_the_run_was_started_ignoring_it():
     """SIGHUP asks the loop to stop as SIGINT does; under nohup (SIGHUP ignored when training starts) it
     stays ignored, so that the run outlives its terminal; the previous handlers come back afterwards."""
@@ -130,6 +133,7 @@ def test_sighup_stops_training_unless_the_run_was_started_ignoring_it():
 
     previous = signal.getsignal(signal.SIGHUP)
     try:
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)  # as a terminal starts a process
         flag = {}
         with stop_signals(flag):
             signal.raise_signal(signal.SIGHUP)
@@ -142,6 +146,7 @@ def test_sighup_stops_training_unless_the_run_was_started_ignoring_it():
         assert flag == {} and signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGHUP, previous)
+
 
 def test_checkpoints_are_atomic(tmp_path, monkeypatch):
     model = vitzoo.create("vit_ti16", **TINY, num_classes=10)
