@@ -4,11 +4,9 @@
     python -m benchmarks.speed --report-only       (README.md and under_load.md from the records)
     python -m benchmarks.speed profile MODEL [--peer timm] [--dtype bf16] ...
 
-A runner per kind of case, as timm's benchmark.py has them: inference, a training step, each
-contestant at its fastest precision, and the operator profile. How each measures, fairly, is
-benchmarks/speed_timing.py. Every case's records are stored when measured, each with its
-environment (benchmarks/machine.py), in benchmarks/results/speed/results.json; the README is
-written once, from every stored record.
+A runner per kind of case, as in timm's benchmark.py: inference, a training step, each contestant
+at its fastest precision, the operator profile (timed by speed_timing.py). Records are stored as
+measured, with their machine; the README is written from them all.
 """
 
 from __future__ import annotations
@@ -284,17 +282,8 @@ def figure(rows: list[dict], path: Path) -> None:
     pyplot.close(fig)
 
 
-def profile(argv: list[str]) -> Path:
+def profile(args: argparse.Namespace, parser: ArgumentParser) -> Path:
     """Where vitzoo and a peer spend an eager inference call, operator by operator."""
-    parser = ArgumentParser(prog="python -m benchmarks.speed profile", description=profile.__doc__)
-    parser.add_argument("model", help="a speed-benchmark case: vit_b16 or vit_b16_hybrid")
-    parser.add_argument("--peer", default="timm", help="timm or torchvision, where the case has it")
-    parser.add_argument("--dtype", default="bf16", choices=sorted(DTYPES), help="the precision")
-    parser.add_argument("--batch", type=int, default=2, help="images per call")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads")
-    parser.add_argument("--calls", type=int, default=3, help="profiled calls, after a warm-up")
-    parser.add_argument("--rows", type=int, default=20, help="rows of the table")
-    args = parser.parse_args(argv)
     by_name = {case.vitzoo_name: case for case in cases(quick=False)["inference"]}
     if args.model not in by_name:
         parser.error(f"no speed-benchmark case {args.model!r}: use one of {', '.join(by_name)}")
@@ -324,10 +313,11 @@ def profile(argv: list[str]) -> Path:
     print(text)
     return path
 
+
 # ---------------------------------------------------------------- the command
 def case_key(row: dict, quick: bool) -> str:
-    quick_tag = " quick" if quick else ""
-    return f"{row['kind']} {row['model']} {row['dtype']} batch {row['batch']}{quick_tag}"
+    key = f"{row['kind']} {row['model']} {row['dtype']} batch {row['batch']}"
+    return key + (" quick" if quick else "")
 
 
 def main(quick: bool = False, out: Path = OUT, device: str = "cpu", kinds: tuple[str, ...] = KINDS,
@@ -365,22 +355,36 @@ def main(quick: bool = False, out: Path = OUT, device: str = "cpu", kinds: tuple
     return out
 
 
-def cli(argv: list[str]) -> None:
-    if argv[:1] == ["profile"]:
-        profile(argv[1:])
-        return
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.speed", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="python -m benchmarks.speed", description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", default=",".join(KINDS), help="kinds of case, comma-separated")
     parser.add_argument("--quick", action="store_true", help="small stand-ins (for the tests)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or auto")
     parser.add_argument("--out", type=Path, default=OUT, help="where results.json and README.md go")
     parser.add_argument("--report-only", action="store_true", help="report the stored records")
-    parser.add_argument("--probe", nargs=4, metavar=("CASE", "CONTESTANT", "BATCH", "DTYPE"),
+    parser.add_argument("--probe", metavar="CASE,CONTESTANT,BATCH,DTYPE",
                         help="the memory probe's child process")
+    commands = parser.add_subparsers(dest="command", metavar="{profile}", help="profile: operators")
+    sub = commands.add_parser("profile", help=profile.__doc__)
+    sub.add_argument("model", help="a speed-benchmark case: vit_b16 or vit_b16_hybrid")
+    sub.add_argument("--peer", default="timm", help="timm or torchvision, where the case has it")
+    sub.add_argument("--dtype", default="bf16", choices=sorted(DTYPES), help="the precision")
+    sub.add_argument("--batch", type=int, default=2, help="images per call")
+    sub.add_argument("--threads", type=int, default=1, help="torch threads")
+    sub.add_argument("--calls", type=int, default=3, help="profiled calls, after a warm-up")
+    sub.add_argument("--rows", type=int, default=20, help="rows of the table")
+    return parser
+
+
+def cli(argv: list[str]) -> None:
+    parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "profile":
+        profile(args, parser)
+        return
     if args.probe:
-        index, contestant, batch, dtype_name = args.probe
+        index, contestant, batch, dtype_name = args.probe.split(",")
         print(json.dumps(probe(int(index), contestant, int(batch), dtype_name, args.quick,
                                torch.device(args.device))))
         return

@@ -228,8 +228,9 @@ def peak_memory_gb(case_index: int, contestant: str, batch: int, dtype_name: str
                    device: torch.device) -> dict:
     """{"peak_gb", "resident_gb", "compiler_gb"} of training steps, probed in a fresh process so
     that no contestant inherits another's heap (`python -m benchmarks.speed --probe ...`)."""
-    cmd = [sys.executable, "-m", "benchmarks.speed", "--probe", str(case_index), contestant,
-           str(batch), dtype_name, "--device", str(device), *(["--quick"] if quick else [])]
+    cmd = [sys.executable, "-m", "benchmarks.speed", "--probe",
+           f"{case_index},{contestant},{batch},{dtype_name}", "--device", str(device),
+           *(["--quick"] if quick else [])]
     root = Path(__file__).resolve().parents[1]
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=root)
     if out.returncode != 0:
