@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     if "--because" in argv:  # --because TEXT: why the settings changed, before each record's differences
         at = argv.index("--because")
         if at + 1 >= len(argv) or not argv[at + 1].strip():
-            raise SystemExit("--because takes the reason the settings changed, e.g. --because 'issue 34: ...'")
+            raise SystemExit("--because takes the reason the settings changed, e.g. --because 'the rate is picked on validation'")
         because = argv[at + 1]
         del argv[at:at + 2]
     names = argv or [n for n in ABLATIONS if (RESULTS / n / "findings.json").exists()]

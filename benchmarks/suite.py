@@ -29,7 +29,7 @@ RESULTS = Path(__file__).parent / "results"
 # and seed measures (initialisation, layers, the loss, the optimizer or its schedule, data order or
 # augmentation, evaluation, torch's version), and re-record the trace that guards it
 # (`python -m benchmarks.numerics --record`; tests/test_numerics.py fails until both are done).
-# Records written before the version existed (every record committed up to issue 24) lack the field and
+# Records written before the version existed lack the field and
 # count as version 0: they predate the check, and their code is named only by their `commit`.
 NUMERICS_VERSION = 1
 RECORD = "record.json"  # a run's record, in its folder: what results.json is the union of
