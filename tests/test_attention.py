@@ -16,13 +16,18 @@ def perturbed(model):
     return model.eval()
 
 
+def bf16_tokens(tiny, pos_embed, images):
+    """A perturbed bf16 model and the embedded tokens of `images` random images."""
+    model = perturbed(vitzoo.create("vit_ti16", **tiny, pos_embed=pos_embed)).bfloat16()
+    with torch.no_grad():
+        tokens, grid = model.embed(torch.randn(images, 3, 32, 32, dtype=torch.bfloat16))
+    return model, tokens, grid
+
+
 @pytest.mark.parametrize("pos_embed", ["learned_1d", "relative"])
 def test_bf16_on_the_cpu_is_written_out_and_computes_what_sdpa_computes(tiny, pos_embed,
                                                                         monkeypatch):
-    model = perturbed(vitzoo.create("vit_ti16", **tiny, pos_embed=pos_embed)).bfloat16()
-    image = torch.randn(2, 3, 32, 32, dtype=torch.bfloat16)
-    with torch.no_grad():
-        tokens, grid = model.embed(image)
+    model, tokens, grid = bf16_tokens(tiny, pos_embed, 2)
     assert attention.written_out_is_faster(tokens)
     assert not attention.written_out_is_faster(tokens.float())
     with torch.no_grad():
@@ -35,10 +40,8 @@ def test_bf16_on_the_cpu_is_written_out_and_computes_what_sdpa_computes(tiny, po
 @pytest.mark.parametrize("pos_embed", ["learned_1d", "relative"])
 def test_bf16_inference_writes_large_batches_out_in_chunks_with_the_same_tokens(tiny, pos_embed,
                                                                               monkeypatch):
-    model = perturbed(vitzoo.create("vit_ti16", **tiny, pos_embed=pos_embed)).bfloat16()
-    image = torch.randn(5, 3, 32, 32, dtype=torch.bfloat16)
+    model, tokens, grid = bf16_tokens(tiny, pos_embed, 5)
     with torch.inference_mode():
-        tokens, grid = model.embed(image)
         whole = model.encoder(tokens, grid)
         chunk_sizes = []
         monkeypatch.setattr(attention, "CHUNK_LOGITS", 2 * 2 * 17 * 17)  # 2 images, 2 heads, 17 tokens
