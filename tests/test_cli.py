@@ -43,15 +43,15 @@ def test_info_reports_parameters_flops_and_sequence_length(capsys):
     assert "Did you mean 'vit_b16'" in capsys.readouterr().err
 
 
-def test_bench_runs_the_benchmarks_of_the_checkout_as_vitzoo_bench(capsys):
+def test_bench_runs_the_benchmarks_of_the_checkout_as_vitzoo_bench(capfd):
     from benchmarks.__main__ import BENCH_OUT, parse
     from benchmarks.suite import RESULTS
 
     with pytest.raises(SystemExit) as exited:
         main(["bench", "posembed"])
-    assert exited.value.code == 2 and "unknown ablation 'posembed'" in capsys.readouterr().err
+    assert exited.value.code == 2 and "unknown ablation 'posembed'" in capfd.readouterr().err
     assert main(["bench", "--help"]) == 0
-    out = capsys.readouterr().out
+    out = capfd.readouterr().out
     assert "usage: vitzoo bench" in out and "runs/bench" in out  # where its results go
 
     def out_of(*argv: str, prog: str = "vitzoo bench"):
@@ -62,12 +62,12 @@ def test_bench_runs_the_benchmarks_of_the_checkout_as_vitzoo_bench(capsys):
 
 
 @pytest.mark.parametrize("command", [None, *commands()])
-def test_every_command_answers_help(command, capsys):
+def test_every_command_answers_help(command, capfd):
     try:
         code = main([*([command] if command else []), "--help"])
     except SystemExit as exc:  # argparse's help
         code = exc.code
-    printed = capsys.readouterr()
+    printed = capfd.readouterr()  # bench's: its child process's
     assert code in (0, None) and printed.out.startswith("usage:"), printed.err[-2000:]
 
 

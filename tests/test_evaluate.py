@@ -12,6 +12,21 @@ from vitzoo.errors import ConfigError
 TINY = dict(embed_dim=32, depth=1, num_heads=2, mlp_dim=64, img_size=28, patch_size=7)
 
 
+class Table(torch.utils.data.Dataset):
+    """Images whose features are given, as `features(dataset, indices)` hands them out."""
+
+    def __init__(self, rows: torch.Tensor, targets: torch.Tensor) -> None:
+        self.rows, self.targets = rows, targets
+
+    def __len__(self):
+        return len(self.targets)
+
+    @staticmethod
+    def features(dataset, indices):
+        indices = list(range(len(dataset))) if indices is None else list(indices)
+        return dataset.rows[indices], dataset.targets[indices]
+
+
 def clustered(n_per_class: int, classes: int = 10, dim: int = 64, seed: int = 0):
     g = torch.Generator().manual_seed(seed)
     centers = torch.randn(classes, dim, generator=g) * 3
@@ -20,13 +35,15 @@ def clustered(n_per_class: int, classes: int = 10, dim: int = 64, seed: int = 0)
 
 
 def test_fewshot_is_accurate_on_separable_features_and_at_chance_on_random_labels():
-    x, y = clustered(40)
-    result = evaluate.fewshot_from_features(x, y, *clustered(20), shots=(1, 5, 10, 25), draws=3)
+    train, test = Table(*clustered(40)), Table(*clustered(20))
+    result = evaluate.fewshot_linear_accuracy(None, train, test, shots=(1, 5, 10, 25), draws=3,
+                                              features=Table.features)
     assert set(result) == {1, 5, 10, 25} and all(acc > 0.95 for acc in result.values()), result
     noise = torch.Generator().manual_seed(1)
-    chance = evaluate.fewshot_from_features(
-        x, torch.randint(0, 10, (len(x),), generator=noise), clustered(200, seed=2)[0],
-        torch.randint(0, 10, (2000,), generator=noise), shots=(5, 25), draws=5, details=True)
+    train.targets = torch.randint(0, 10, (len(train),), generator=noise)
+    test = Table(clustered(200, seed=2)[0], torch.randint(0, 10, (2000,), generator=noise))
+    chance = evaluate.fewshot_linear_accuracy(None, train, test, shots=(5, 25), details=True,
+                                              features=Table.features)
     assert all(abs(r["mean"] - 0.1) < 0.04 and len(r["accuracies"]) == 5 for r in chance.values())
 
 
@@ -65,31 +82,19 @@ def test_top1_top5_loss_and_the_linear_probe_of_a_model():
     assert evaluate.linear_probe(model, train, test, max_iter=50)["top1"] > 0.5
 
 
-class FeatureTable:
-    """Fixed features of every image, handed out by index, as a model would give them."""
-
-    def __init__(self, train_set, test_set, dim: int = 48) -> None:
-        g = torch.Generator().manual_seed(5)
-        self.train_set, self.asked = train_set, []
-        centers = torch.randn(10, dim, generator=g)
-        self.tables = {id(ds): centers[torch.as_tensor(ds.targets)] + torch.randn(
-            len(ds), dim, generator=g) for ds in (train_set, test_set)}
-
-    def __call__(self, dataset, indices):
-        indices = list(range(len(dataset))) if indices is None else list(indices)
-        if dataset is self.train_set:
-            self.asked.append(indices)
-        return self.tables[id(dataset)][indices], torch.as_tensor(dataset.targets)[indices]
-
-
 def test_fewshot_computes_and_holds_the_features_of_the_drawn_images_only():
-    """The accuracies, draw by draw, of the regression on the whole training set's features,
-    from the features of the union of the draws (each image once) and no matrix of the training
-    set's size."""
-    train = data.subset(data.load_split("synthetic", "train", img_size=(8, 8), in_chans=1), 600,
-                        seed=1)
-    test = data.subset(data.load_split("synthetic", "test", img_size=(8, 8), in_chans=1), 100)
-    table, shapes = FeatureTable(train, test), []
+    """The features of the union of the draws are asked for (each image once) and no matrix of
+    the training set's size is made; the accuracies are those of the whole set's features."""
+    train_set = data.subset(data.load_split("synthetic", "train", img_size=(8, 8), in_chans=1),
+                            600, seed=1)
+    labels = torch.as_tensor(train_set.targets)
+    train = Table(torch.randn(10, 48)[labels] + torch.randn(600, 48), labels)
+    test = Table(*clustered(10, dim=48))
+    asked, shapes = [], []
+
+    def features(dataset, indices):
+        asked.append(indices) if dataset is train else None
+        return Table.features(dataset, indices)
 
     class Shapes(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -99,15 +104,14 @@ def test_fewshot_computes_and_holds_the_features_of_the_drawn_images_only():
 
     with Shapes():
         compact = evaluate.fewshot_linear_accuracy(None, train, test, shots=(1, 2), draws=4,
-                                                   seed=3, details=True, features=table)
-    drawn = evaluate.fewshot_draws(torch.as_tensor(train.targets), (1, 2), 4, seed=3)
+                                                   seed=3, details=True, features=features)
+    drawn = evaluate.fewshot_draws(labels, (1, 2), 4, seed=3)
     union = sorted({int(i) for sets in drawn.values() for idx in sets for i in idx})
-    assert table.asked == [union] and len(union) < len(train) // 4
+    assert asked == [union] and len(union) < len(train) // 4
     assert not any(len(shape) == 2 and shape[0] == len(train) for shape in shapes)
-    whole = evaluate.fewshot_from_features(table.tables[id(train)], torch.as_tensor(train.targets),
-                                           *table(test, None), shots=(1, 2), draws=4, seed=3,
-                                           details=True)
-    assert compact == whole
+    for k, sets in drawn.items():
+        assert compact[k]["accuracies"] == [evaluate.ridge_fewshot_accuracy(
+            train.rows[idx], labels[idx], test.rows, test.targets, 10) for idx in sets]
 
 
 def test_more_shots_than_any_class_holds_is_refused_before_any_feature_is_computed():

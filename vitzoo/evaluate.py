@@ -1,12 +1,10 @@
 """Evaluation: top-1 / top-5 accuracy, the paper's few-shot linear evaluation, and a linear probe.
 
-Few-shot linear evaluation (section 4.1, Appendix D): the frozen pre-logits representation of k
-training images per class is mapped to {-1, 1}^C targets by regularised least squares in closed
-form; a test image's prediction is the arg max of its regressed vector. As big_vision's
-`_fewshot_acc_fn`: features whitened with the k-shot set's mean and std (+1e-5), a constant feature
-of 100 appended as the bias, W = (X^T X + 2**10 I)^-1 X^T T in float64 (the dual form when there
-are fewer samples than features), averaged over random draws of the k-shot sets. Only the
-features of the training images some draw uses are computed.
+Few-shot linear evaluation (section 4.1, Appendix D), as big_vision's `_fewshot_acc_fn`: the frozen
+pre-logits features of k training images per class, whitened with their mean and std (+1e-5) and a
+constant 100 appended as the bias, are mapped to {-1, 1}^C targets by ridge regression in closed
+form, W = (X^T X + 2**10 I)^-1 X^T T in float64; a test image's class is the arg max of its
+regressed vector. Averaged over random draws of the k-shot sets.
 """
 
 from __future__ import annotations
@@ -31,7 +29,7 @@ Features = Callable[[Dataset, Sequence[int] | None], tuple[torch.Tensor, torch.T
 
 def eval_loader(dataset: Dataset, indices: Sequence[int] | None = None, *, batch_size: int = 256,
                 num_workers: int = 0, pin_memory: bool = False) -> DataLoader:
-    """Batches of `dataset` (or of its `indices`) in order; the workers end with the pass."""
+    """Batches of `dataset` (or of its `indices`) in order."""
     data = dataset if indices is None else Subset(dataset, list(indices))
     return DataLoader(data, batch_size=batch_size, num_workers=num_workers, pin_memory=pin_memory,
                       multiprocessing_context=worker_start(num_workers))
@@ -48,8 +46,7 @@ def _normalised(model: torch.nn.Module, batches: Iterable):
 @torch.no_grad()
 def classification_sums(model: torch.nn.Module, batches: Iterable,
                         autocast_dtype: torch.dtype | None = None) -> torch.Tensor:
-    """[top-1 correct, top-5 correct, summed loss, count] on the model's device (float64, but
-    float32 on MPS): sums, which processes add."""
+    """[top-1 correct, top-5 correct, summed loss, count]: sums, which processes add."""
     device, was_training = next(model.parameters()).device, model.training
     model.eval()
     sums = torch.zeros(4, dtype=sum_dtype(device), device=device)
@@ -96,9 +93,8 @@ def extract_features(model: torch.nn.Module,
 
 def fewshot_draws(labels: torch.Tensor, shots: Iterable[int], draws: int,
                   seed: int) -> dict[int, list[torch.Tensor]]:
-    """For each k, `draws` index sets of k training images per class (all of a class that holds
-    fewer, warned). A draw's sets nest: the first k of a random order of each class. A k no class
-    holds is refused: every draw would be the whole training set."""
+    """For each k, `draws` nested index sets of k images per class (all a class holds if fewer);
+    a k no class holds is refused: every draw would be the whole training set."""
     classes, counts = labels.unique(return_counts=True)
     per_class = dict(zip(classes.tolist(), counts.tolist()))
     shots = sorted({int(k) for k in shots})
@@ -145,41 +141,13 @@ def ridge_fewshot_accuracy(x: torch.Tensor, y: torch.Tensor, x_test: torch.Tenso
     return float(((a_test @ w).argmax(dim=1) == y_test.long()).double().mean())
 
 
-def fewshot_from_features(train_features: torch.Tensor, train_labels: torch.Tensor,
-                          test_features: torch.Tensor, test_labels: torch.Tensor,
-                          shots: Iterable[int] = (1, 5, 10, 25), draws: int = 5, seed: int = 0,
-                          l2_reg: float = FEWSHOT_L2_REG, details: bool = False) -> dict:
-    """{k: mean accuracy over the draws} from precomputed features (`details`: {k: {"mean",
-    "std", "accuracies"}})."""
-    drawn = fewshot_draws(train_labels, shots, draws, seed)
-    return _scores(drawn, lambda idx: train_features[idx], train_labels, test_features,
-                   test_labels, l2_reg, details)
-
-
-def _scores(drawn: dict[int, list[torch.Tensor]], rows: Callable[[torch.Tensor], torch.Tensor],
-            train_labels: torch.Tensor, test_features: torch.Tensor, test_labels: torch.Tensor,
-            l2_reg: float, details: bool) -> dict:
-    """The accuracies of the draws `drawn`, `rows(indices)` giving their training features."""
-    num_classes = int(max(train_labels.max(), test_labels.max())) + 1
-    result = {}
-    for k, index_sets in drawn.items():
-        accs = [ridge_fewshot_accuracy(rows(idx), train_labels[idx], test_features, test_labels,
-                                       num_classes, l2_reg) for idx in index_sets]
-        mean = sum(accs) / len(accs)
-        std = math.sqrt(sum((a - mean) ** 2 for a in accs) / len(accs))
-        result[k] = {"mean": mean, "std": std, "accuracies": accs} if details else mean
-    return result
-
-
 def fewshot_linear_accuracy(model: torch.nn.Module, train_set: Dataset, test_set: Dataset,
                             shots: Iterable[int] = (1, 5, 10, 25), draws: int = 5, seed: int = 0, *,
                             l2_reg: float = FEWSHOT_L2_REG, test_limit: int | None = None,
                             batch_size: int = 256, num_workers: int = 0, details: bool = False,
                             features: Features | None = None) -> dict:
-    """The paper's few-shot linear evaluation of a model's frozen representation: {k: the mean
-    test accuracy over `draws` draws}. `train_set` and `test_set` yield (uint8 image, label) at
-    the model's resolution. `features(dataset, indices)` replaces the model's own extraction (the
-    training loop shares it between processes)."""
+    """{k: the mean test accuracy over `draws` draws} of the model's frozen features, computed
+    once for the training images the draws use (`features` replaces the model's extraction)."""
     if features is None:
         def features(dataset, indices):
             return extract_features(model, eval_loader(dataset, indices, batch_size=batch_size,
@@ -188,19 +156,27 @@ def fewshot_linear_accuracy(model: torch.nn.Module, train_set: Dataset, test_set
     targets = getattr(train_set, "targets", None)
     labels = (torch.as_tensor(targets).long() if targets is not None
               else torch.tensor([int(train_set[i][1]) for i in range(len(train_set))]))
-    drawn = fewshot_draws(labels, shots, draws, seed)  # refused here before any feature
+    drawn = fewshot_draws(labels, shots, draws, seed)  # refused before any feature
     needed = torch.cat([idx for sets in drawn.values() for idx in sets]).unique()  # sorted
     rows, _ = features(train_set, needed.tolist())  # row i: training image needed[i]
     test = list(range(min(len(test_set), test_limit))) if test_limit else None
-    return _scores(drawn, lambda idx: rows[torch.searchsorted(needed, idx)], labels,
-                   *features(test_set, test), l2_reg, details)
+    test_features, test_labels = features(test_set, test)
+    num_classes = int(max(labels.max(), test_labels.max())) + 1
+    result = {}
+    for k, index_sets in drawn.items():
+        accs = [ridge_fewshot_accuracy(rows[torch.searchsorted(needed, idx)], labels[idx],
+                                       test_features, test_labels, num_classes, l2_reg)
+                for idx in index_sets]
+        mean = sum(accs) / len(accs)
+        std = math.sqrt(sum((a - mean) ** 2 for a in accs) / len(accs))
+        result[k] = {"mean": mean, "std": std, "accuracies": accs} if details else mean
+    return result
 
 
 def linear_probe(model: torch.nn.Module, train_set: Dataset, test_set: Dataset, *,
                  l2_reg: float = 1e-4, max_iter: int = 200, batch_size: int = 256,
                  num_workers: int = 0) -> dict[str, float]:
-    """Multinomial logistic regression on frozen standardised features, full-batch L-BFGS;
-    test and training top-1. `l2_reg`: the weight penalty per sample."""
+    """Logistic regression on frozen standardised features (full-batch L-BFGS): top-1."""
     x, y = extract_features(model, eval_loader(train_set, batch_size=batch_size,
                                                num_workers=num_workers))
     x_test, y_test = extract_features(model, eval_loader(test_set, batch_size=batch_size,

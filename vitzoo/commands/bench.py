@@ -1,7 +1,7 @@
-"""`vitzoo bench LIST ...`: the ablation benchmarks of a checkout, run as `python -m benchmarks
-LIST ...` by this interpreter from the caller's directory; the results go to runs/bench unless
-`--out` or `--committed` (the checkout's benchmarks/results/). The benchmarks are no part of the
-installed package: they live beside it in the repository.
+"""`vitzoo bench LIST ...`: the ablation benchmarks of a checkout, `python -m benchmarks LIST ...`
+run by this interpreter from the caller's directory; the results go to runs/bench unless `--out`
+or `--committed` (the checkout's benchmarks/results/). The benchmarks are no part of the installed
+package: they live beside it in the repository.
 """
 
 from __future__ import annotations
@@ -27,28 +27,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args) -> int:
     root = Path(__file__).resolve().parents[2]  # the checkout vitzoo was installed from (editable)
     if not (root / "benchmarks" / "__main__.py").is_file():
-        raise FileNotFoundError("the benchmarks live in vitzoo's repository, not in the installed "
-                                "package: clone it, `pip install -e '.[bench]'` there, and run "
-                                "`vitzoo bench` in it")
+        raise FileNotFoundError("the benchmarks are not installed with vitzoo: they live in its "
+                                "repository; clone it, `pip install -e '.[bench]'` there, and "
+                                "run `vitzoo bench` in it")
     # the checkout first on the child's path; -P (3.11+): not the caller's directory, where
     # another `benchmarks` could stand
     path = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
     safe = ["-P"] if sys.version_info >= (3, 11) else []
     command = [sys.executable, *safe, "-c", AS_VITZOO_BENCH, *(args.args or ["--help"])]
-    env = {**os.environ, "PYTHONPATH": path}
     sys.stdout.flush()
-    sys.stderr.flush()
-    try:  # straight to this process's files or terminal
-        streams: dict = {"stdout": sys.stdout.fileno(), "stderr": sys.stderr.fileno()}
-    except (AttributeError, OSError, ValueError):  # captured (a notebook, a test): copied after
-        streams = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
-    with subprocess.Popen(command, env=env, **streams) as child:
+    with subprocess.Popen(command, env={**os.environ, "PYTHONPATH": path}) as child:
         try:
-            out, err = child.communicate()
+            code = child.wait()
         except KeyboardInterrupt:  # the benchmarks had it too: they stop and say so
-            out, err = child.communicate()
-    sys.stdout.write(out or "")
-    sys.stderr.write(err or "")
-    if child.returncode != 0:  # the benchmarks said why; their status is the command's
-        raise SystemExit(child.returncode if child.returncode > 0 else 128 - child.returncode)
+            code = child.wait()
+    if code != 0:  # the benchmarks said why; their status is the command's
+        raise SystemExit(code if code > 0 else 128 - code)
     return 0

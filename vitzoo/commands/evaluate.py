@@ -92,9 +92,11 @@ def run_eval(args: argparse.Namespace) -> int:
     torch.manual_seed(opts.seed)
     transform = datasets.build_transform(model.config.img_size, None)
     load = dict(img_size=model.config.img_size, in_chans=model.config.in_chans, seed=opts.seed)
-    train_set = datasets.Transformed(datasets.load_split(data, "train", data_dir, **load), transform)
-    test_raw = datasets.load_split(data, "test", data_dir, **load)
-    test_set = datasets.Transformed(datasets.subset(test_raw, opts.test_limit, opts.seed), transform)
+    train_raw, test_raw = (datasets.load_split(data, split, data_dir, **load)
+                           for split in ("train", "test"))
+    train_set = datasets.Transformed(train_raw, transform)
+    test_set = datasets.Transformed(datasets.subset(test_raw, opts.test_limit, opts.seed),
+                                    transform)
     sizes = dict(batch_size=opts.batch_size, num_workers=opts.num_workers)
     result = {"model_dir": str(model_dir), "weights": "ema" if opts.ema else "raw", "data": data,
               "test_images": len(test_set)}

@@ -6,9 +6,8 @@
     RUN/checkpoints/latest                                         "step_00001000": the commit point
 
 Every file is written atomically and `latest` once a checkpoint is complete, so a crash at any
-moment leaves the previous checkpoint whole and pointed to; a full disk is said as such. Weights go
-straight to the host (`host_copy`). A new run needs an empty or new directory, a resumed one the
-settings it was started with.
+moment leaves the previous checkpoint whole and pointed to; a full disk is said as such. A new run
+needs an empty or new directory, a resumed one the settings it was started with.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """TrainConfig: every training knob in one dataclass, saved as `train_config.json` in the run.
 
-A recipe fills the knobs left at None (the paper's Tables 3 and 4; `small` trains small models in
-minutes on a CPU; docs/training.md tabulates them). A recipe's warm-up is capped at a tenth of the
-run. Each field's metadata holds its help and its rules (`range`, `choices`, `items`, `path`): the
-one source of the checks (`check_options`) and of the flags (`vitzoo.flags`).
+A recipe fills the knobs left at None (the paper's Tables 3 and 4; `small`: small models in
+minutes on a CPU), its warm-up capped at a tenth of the run. A field's metadata holds its help and
+rules (`range`, `choices`, `items`, `path`): the one source of the checks and of the flags.
 """
 
 from __future__ import annotations
@@ -66,93 +65,81 @@ class TrainConfig(Options):
 
     KIND = "training"  # in errors: "unknown training option ..."
 
-    model: str = knob("vit_ti16", "registered model name, or a pretrained tag MODEL.TAG for its "
-                      "architecture and preprocessing (vitzoo list)")
+    model: str = knob("vit_ti16", "model name, or a pretrained tag MODEL.TAG (vitzoo list)")
     model_options: dict = field(default_factory=dict, metadata={"help": "ViTConfig options"})
-    pretrained: str | None = knob(
-        None, "start from these weights: a tag MODEL.TAG[@REV], a Hub repo hf-hub:ORG/NAME[@REV], "
-        "a save_pretrained directory, or a weights file", path=True)
+    pretrained: str | None = knob(None, "start from these weights: a tag, hf-hub:ORG/NAME[@REV], "
+                                  "a saved directory or a weights file", path=True)
     # data
     data: str = knob("fashion-mnist", "fashion-mnist | cifar10 | cifar100 | oxford-pets | "
-                     "flowers102 | synthetic | an ImageFolder directory | its WebDataset shards "
-                     "(docs/datasets.md)", path=True)
-    data_dir: str | None = knob(None, "where the named dataset's files are (default "
-                                "$VITZOO_CACHE/datasets)", path=True)
+                     "flowers102 | synthetic | an image folder | its shards", path=True)
+    data_dir: str | None = knob(None, "the named datasets' folder ($VITZOO_CACHE/datasets)",
+                                path=True)
     download: bool = knob(False, "fetch a named dataset that is missing (MD5-checked)")
-    train_limit: int | None = knob(None, "train on this many images (a fixed random subset)",
-                                   **POSITIVE)
-    test_limit: int | None = knob(None, "evaluate on this many test images", **POSITIVE)
-    val_size: int = knob(0, "hold out this many training images for validation, the same for "
-                         "every --seed and --train-limit; --eval-every then evaluates on them",
-                         **NONNEGATIVE)
-    classes: tuple[int, ...] | None = knob(None, "keep only these classes, renumbered 0, 1, ... "
-                                           "in the order given", items=int, **NONNEGATIVE)
+    train_limit: int | None = knob(None, "train on a fixed random subset of this many", **POSITIVE)
+    test_limit: int | None = knob(None, "test on this many images", **POSITIVE)
+    val_size: int = knob(0, "hold out this many training images for --eval-every, the same for "
+                         "every --seed and --train-limit", **NONNEGATIVE)
+    classes: tuple[int, ...] | None = knob(None, "keep these classes, renumbered in this order",
+                                           items=int, **NONNEGATIVE)
     num_workers: int = knob(0, "data loader worker processes", **NONNEGATIVE)
-    decode: str = knob("auto", "where image files are decoded: workers | device (nvJPEG on a "
-                       "GPU) | auto (device on CUDA for image files)",
+    decode: str = knob("auto", "where image files are decoded (auto: on a CUDA device)",
                        choices=("auto", "workers", "device"))
-    random_resized_crop: float = knob(0.0, "RandomResizedCrop min scale (0: off)",
-                                      range="in [0, 1]")
+    random_resized_crop: float = knob(0.0, "RandomResizedCrop's min scale", range="in [0, 1]")
     crop_padding: int = knob(0, "random crop after zero padding by this many pixels",
                              **NONNEGATIVE)
     hflip: bool = knob(False, "random horizontal flips")
-    randaugment: int = knob(0, "RandAugment magnitude, 2 ops (0: off)", **NONNEGATIVE)
-    mixup: float = knob(0.0, "MixUp alpha (0: off)", **NONNEGATIVE)
-    cutmix: float = knob(0.0, "CutMix alpha (0: off)", **NONNEGATIVE)
+    randaugment: int = knob(0, "RandAugment's magnitude (2 ops)", **NONNEGATIVE)
+    mixup: float = knob(0.0, "MixUp's alpha", **NONNEGATIVE)
+    cutmix: float = knob(0.0, "CutMix's alpha", **NONNEGATIVE)
     # the recipe and its knobs
     recipe: str = knob("paper-pretrain", "the knobs left out", choices=tuple(RECIPES))
-    optimizer: str | None = knob(None, "adamw | sgd", choices=("adamw", "sgd"))
+    optimizer: str | None = knob(None, "", choices=("adamw", "sgd"))
     lr: float | None = knob(None, "peak learning rate", **POSITIVE)
     batch_size: int | None = knob(None, "global batch size, whatever the processes", **POSITIVE)
-    micro_batch: int | None = knob(None, "images per forward pass and process; the rest is "
-                                   "gradient accumulation", **POSITIVE)
-    weight_decay: float | None = knob(None, "decoupled weight decay (AdamW) / L2 (SGD)",
-                                      **NONNEGATIVE)
-    betas: tuple[float, float] | None = knob(None, "AdamW betas", items=float, range="in [0, 1)")
-    momentum: float | None = knob(None, "SGD momentum", **NONNEGATIVE)
+    micro_batch: int | None = knob(None, "images a forward pass (the rest accumulated)",
+                                   **POSITIVE)
+    weight_decay: float | None = knob(None, "decoupled (AdamW) or L2 (SGD)", **NONNEGATIVE)
+    betas: tuple[float, float] | None = knob(None, "AdamW's", items=float, range="in [0, 1)")
+    momentum: float | None = knob(None, "SGD's", **NONNEGATIVE)
     schedule: str | None = knob(None, "decay after the warm-up",
                                 choices=("linear", "cosine", "constant"))
-    warmup: float | None = knob(None, "warm-up steps (>= 1) or fraction of the run (< 1)",
-                                **NONNEGATIVE)
+    warmup: float | None = knob(None, "steps (>= 1) or a fraction of the run", **NONNEGATIVE)
     clip_grad: float | None = knob(None, "clip the gradient norm to this (0: off)", **NONNEGATIVE)
     reset_head: bool | None = knob(None, "replace the head by a zero-initialised linear layer")
-    label_smoothing: float = knob(0.0, "label smoothing", range="in [0, 1)")
-    layer_decay: float | None = knob(None, "layer-wise lr decay R: block i of L learns at "
-                                     "R**(L-i) times the rate, as timm's groups", range="in (0, 1]")
-    model_ema: bool = knob(False, "keep a moving average of the weights, evaluated beside them "
-                           "and saved as model_ema.safetensors")
-    model_ema_decay: float = knob(0.9998, "the average's decay: it spans about 1/(1-decay) steps",
+    label_smoothing: float = knob(0.0, "", range="in [0, 1)")
+    layer_decay: float | None = knob(None, "block i of L learns at R**(L-i) times the rate",
+                                     range="in (0, 1]")
+    model_ema: bool = knob(False, "keep a moving average of the weights (model_ema.safetensors)")
+    model_ema_decay: float = knob(0.9998, "the average spans about 1/(1-decay) steps",
                                   range="in [0, 1)")
-    model_ema_warmup: bool = knob(False, "decay of update t: min(decay, (1+t)/(10+t))")
+    model_ema_warmup: bool = knob(False, "update t's decay: min(decay, (1+t)/(10+t))")
     # the length: one of these (default 10 epochs)
-    epochs: float | None = knob(None, "train for this many epochs", **POSITIVE)
-    steps: int | None = knob(None, "train for this many optimizer steps", **POSITIVE)
-    time_budget_min: float | None = knob(None, "train for this many minutes; the schedule "
-                                         "follows the clock", **POSITIVE)
+    epochs: float | None = knob(None, "", **POSITIVE)
+    steps: int | None = knob(None, "optimizer steps", **POSITIVE)
+    time_budget_min: float | None = knob(None, "minutes; the schedule follows the clock",
+                                         **POSITIVE)
     stop_at: int | None = knob(None, "stop with a checkpoint at this step", **POSITIVE)
     # devices and numerics
-    device: str = knob("auto", "auto | cpu | cuda | mps", choices=DEVICES)
-    precision: str = knob("auto", "auto (the GPU's half precision, fp32 elsewhere) | gpu-half | "
-                          "fp32 | bf16 | fp16 (CUDA)", choices=PRECISIONS)
+    device: str = knob("auto", "", choices=DEVICES)
+    precision: str = knob("auto", "auto: the GPU's half precision, fp32 elsewhere",
+                          choices=PRECISIONS)
     compile: bool = knob(False, "torch.compile the model")
     grad_checkpointing: bool = knob(False, "recompute blocks in the backward pass (less memory)")
-    seed: int = knob(0, "random seed: initial weights, data order, augmentation", **NONNEGATIVE)
+    seed: int = knob(0, "initial weights, data order, augmentation", **NONNEGATIVE)
     # output
     out: str | None = knob(None, "run directory (None: write nothing)", path=True)
     resume: bool = knob(False, "continue the run in --out from its last checkpoint")
-    checkpoint_every: int = knob(1000, "checkpoint every this many steps, at each epoch's end, "
-                                 "every --checkpoint-every-min and at the end (0: the end only)",
-                                 **NONNEGATIVE)
-    checkpoint_every_min: float = knob(10.0, "minutes of training between checkpoints (0: off)",
+    checkpoint_every: int = knob(1000, "steps between checkpoints, also at each epoch's end and "
+                                 "the end (0: the end only)", **NONNEGATIVE)
+    checkpoint_every_min: float = knob(10.0, "minutes of training between checkpoints",
                                        **NONNEGATIVE)
-    keep_checkpoints: int = knob(1, "how many checkpoints to keep", **POSITIVE)
-    eval_every: int = knob(0, "evaluate every this many steps, on the validation set with "
-                           "--val-size (0: at the end only)", **NONNEGATIVE)
-    keep_best: bool = knob(False, "end with the weights of the best validation top-1 (ties: the "
-                           "earliest; needs --val-size and --eval-every)")
-    log_every: int = knob(10, "write a metrics line every this many steps", **POSITIVE)
-    fewshot: tuple[int, ...] = knob((), "after training, few-shot linear accuracy for these "
-                                    "shots", items=int, **POSITIVE)
+    keep_checkpoints: int = knob(1, "", **POSITIVE)
+    eval_every: int = knob(0, "steps between evaluations (0: the end only)", **NONNEGATIVE)
+    keep_best: bool = knob(False, "end with the weights of the best validation top-1 (needs "
+                           "--val-size and --eval-every)")
+    log_every: int = knob(10, "steps between metrics lines", **POSITIVE)
+    fewshot: tuple[int, ...] = knob((), "few-shot linear accuracy of these shots at the end",
+                                    items=int, **POSITIVE)
     quiet: bool = knob(False, "no progress bar and no messages")
     tensorboard: bool = knob(True, "also write TensorBoard logs (if installed)")
 

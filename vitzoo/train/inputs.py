@@ -1,10 +1,8 @@
 """A run's images: the splits, the sampler of global batches, the loaders, the evaluation passes.
 
-`decode` chooses where image files are decoded: in the loader `workers`, or on the `device` (the
-workers read bytes and draw the crops and flips, the training process decodes and applies them,
-vitzoo.data.transforms); `auto` is `device` on CUDA for image files. An augmentation the device
-does not apply keeps training on the workers. An evaluation gives each rank a share of the images
-(rank r: r, r + W, ...); a share that fails fails every rank.
+Image files are decoded in the loader workers, or on the device (the workers read bytes and draw
+the crops and flips); an augmentation the device does not apply keeps training on the workers. An
+evaluation gives rank r the images r, r + W, ...; a share that fails fails every rank.
 """
 
 from __future__ import annotations
@@ -29,8 +27,7 @@ Batches = Callable[[Dataset, Sequence[int]], Iterable]
 
 
 def check_data(cfg: TrainConfig, env: Env) -> None:
-    """A DataError unless the dataset reads, before any work; with `download` the first process
-    fetches what is missing while the others wait."""
+    """A DataError unless the dataset reads; with `download` rank 0 fetches it, the others wait."""
     if cfg.download and env.is_main:
         datasets.check_data(cfg.data, cfg.data_dir, download=True)
     if cfg.download:
@@ -78,10 +75,9 @@ def resolve_decode(decode: str, device: torch.device, train_raw: Dataset,
 
 
 class GlobalBatchSampler(Sampler):
-    """Micro-batches of keys (epoch, index) for one process. Epoch e's order is a permutation seeded
-    by (seed, e), cut into global batches (the last incomplete one dropped); process `rank` takes
-    the rank-th of `world_size` shares of each, in micro-batches: the global batches do not depend
-    on the world size. `start_step` skips the steps already done."""
+    """Micro-batches of keys (epoch, index) for one process: epoch e's permutation, seeded by
+    (seed, e), cut into global batches, of which `rank` takes the rank-th of `world_size` shares:
+    the global batches do not depend on the world size. `start_step` skips the steps done."""
 
     def __init__(self, size: int, global_batch: int, micro_batch: int, rank: int, world_size: int,
                  seed: int, epoch: int, start_step: int = 0) -> None:
@@ -109,9 +105,8 @@ class GlobalBatchSampler(Sampler):
 
 
 class Inputs:
-    """The splits as the workers read them (`train_set`, `train_eval_set`, `val_set`, `test_set`),
-    the batch mixer, where images are decoded, the training loader (made once: its workers stay
-    between epochs and evaluations) and each evaluation pass's batches."""
+    """The splits as the workers read them, the batch mixer, where images are decoded, the
+    training loader (made once: its workers stay) and each evaluation pass's batches."""
 
     def __init__(self, cfg: TrainConfig, env: Env, img_size: tuple[int, int], splits: tuple,
                  num_classes: int, micro_batch: int) -> None:
@@ -164,8 +159,7 @@ class Inputs:
             epoch, start = epoch + 1, 0
 
     def eval_batches(self, dataset: Dataset, indices: Sequence[int]) -> Iterable:
-        """(uint8 images, labels) of `indices` of a plain split, in order; the pass's workers end
-        with it."""
+        """(uint8 images, labels) of a split's `indices`; the workers end with the pass."""
         size, workers = max(self.micro, 256), self.cfg.num_workers
         if self.eval_ops is None or not isinstance(dataset, datasets.Transformed):
             return eval_loader(dataset, indices, batch_size=size, num_workers=workers,
@@ -182,16 +176,14 @@ def plain_batches(dataset: Dataset, indices: Sequence[int]) -> Iterable:
 
 def measure(model: torch.nn.Module, dataset: Dataset, env: Env, dtype: torch.dtype | None = None,
             batches: Batches = plain_batches) -> dict[str, float]:
-    """Top-1, top-5 and loss of `model` on `dataset` under autocast to `dtype`, each rank a
-    share, the sums all-reduced."""
+    """Top-1, top-5 and loss of `model` on `dataset`, each rank a share, the sums all-reduced."""
     loader = batches(dataset, range(env.rank, len(dataset), env.world_size))
     sums = distributed.all_or_none(lambda: classification_sums(model, loader, dtype), env)
     return metrics_from_sums(distributed.all_reduce(sums, env))
 
 
 def shared_features(model: torch.nn.Module, env: Env, batches: Batches = plain_batches):
-    """`features(dataset, indices)` of the few-shot evaluation: each rank extracts every W-th
-    image, every rank gets them all, in order."""
+    """The few-shot evaluation's `features`: each rank extracts every W-th image; all get all."""
 
     def features(dataset: Dataset, indices: Sequence[int] | None):
         indices = list(range(len(dataset))) if indices is None else list(indices)

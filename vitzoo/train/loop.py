@@ -1,12 +1,10 @@
 """`fit(TrainConfig)`: the training loop, top to bottom, as a `Trainer`.
 
-`Trainer.__init__` checks what is cheap first (the data, the run directory, the batch), then builds
-the splits, the model, the optimizer and the schedule, and loads the last checkpoint when resuming.
-`run` trains: each `train_step` accumulates the micro-batches' gradients, agrees across processes on
-the loss, clips and steps; the losses stay on the device until a log, an evaluation or a checkpoint
-reads them (`read_steps`, which stops at a non-finite one); a stop signal ends the loop with a
-checkpoint. Then the final evaluation, the few-shot accuracy, the saved model and summary.json.
-The global batch is `batch_size` whatever the number of processes.
+`Trainer.__init__` checks what is cheap first, then builds the splits, the model, the optimizer and
+the schedule, and loads the last checkpoint when resuming. Each `train_step` accumulates the
+micro-batches' gradients, clips and steps; its loss stays on the device until a log, evaluation or
+checkpoint reads it (`read_steps`, which stops at a non-finite one). A stop signal ends the loop
+with a checkpoint; then the final evaluation, the saved model and summary.json.
 """
 
 from __future__ import annotations
@@ -41,7 +39,7 @@ def loss_fn(logits: torch.Tensor, targets: torch.Tensor, label_smoothing: float)
 
 
 def fit(config: TrainConfig) -> dict[str, Any]:
-    """Train as `config` says; the summary (also RUN/summary.json). For the trained model:
+    """Train as `config` says; the summary (also RUN/summary.json). For the model as well:
     `trainer = Trainer.from_config(config)`, `trainer.run()`, `trainer.model`."""
     return checkpoint.finished_summary(config) or Trainer.from_config(config).run()
 
@@ -57,12 +55,12 @@ def resolve_model(cfg: TrainConfig) -> vitzoo.Resolved:
 
 
 class Trainer:
-    """One run: `Trainer(cfg, env)` sets everything up; `run()` trains, evaluates and saves, and
-    returns the summary; `model` is then the trained model."""
+    """One run: `Trainer(cfg, env)` sets it up; `run()` trains, evaluates, saves, and returns
+    the summary."""
 
     @classmethod
     def from_config(cls, config: TrainConfig) -> Trainer:
-        """The run of `config` (its recipe resolved) in this process (torchrun's, or alone)."""
+        """The run of `config`, its recipe resolved, in this process (torchrun's, or alone)."""
         cfg = config.resolved()
         return cls(cfg, distributed.setup(cfg.device))
 
@@ -99,7 +97,7 @@ class Trainer:
         if self.device.type == "cuda":
             torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
         self.wrapped = self.model  # what trains; `model` is evaluated and saved
-        if env.distributed:  # buffers broadcast for BatchNorm's statistics only (vitzoo's are fixed)
+        if env.distributed:  # buffers broadcast for BatchNorm statistics only (vitzoo's are fixed)
             moving = any(getattr(m, "running_mean", None) is not None for m in self.model.modules())
             self.wrapped = torch.nn.parallel.DistributedDataParallel(
                 self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None,
@@ -108,8 +106,7 @@ class Trainer:
             self.wrapped = torch.compile(self.wrapped)
 
     def build_model(self, resolved: vitzoo.Resolved, info: datasets.DataInfo) -> torch.nn.Module:
-        """The resolved model with the data's classes; from scratch also its channels and
-        normalisation, unless the user set them."""
+        """The model with the data's classes; from scratch its channels and normalisation too."""
         cfg, given = self.cfg, self.cfg.model_options
         if given.get("num_classes", info.num_classes) != info.num_classes:
             raise ConfigError(f"num_classes={given['num_classes']} but {cfg.data} has "
@@ -133,7 +130,7 @@ class Trainer:
             print(message, file=sys.stderr, flush=True)
 
     def resume(self) -> None:
-        """The state a checkpoint holds: the last readable checkpoint's, or a fresh one."""
+        """The state a checkpoint holds: the last readable one's, or a fresh one."""
         cfg, env, device = self.cfg, self.env, self.device
         self.step, self.train_seconds, self.images_seen = 0, 0.0, 0
         self.loss_value = self.grad_norm = None  # the last read: a run resumed at its end has them
@@ -194,8 +191,7 @@ class Trainer:
         return report.finish(self, final, val_final)
 
     def train(self) -> None:
-        """Steps until the run's length, `stop_at` or a signal; reads, logs, evaluates and
-        checkpoints at their points."""
+        """Steps until the run's end, `stop_at` or a signal; logs, evaluations, checkpoints."""
         from tqdm import tqdm
 
         cfg, config = self.cfg, self.model.config
@@ -241,7 +237,7 @@ class Trainer:
 
     def checkpoint_due(self) -> bool:
         """Every `checkpoint_every` steps, at each epoch's end, or `checkpoint_every_min` minutes of
-        training after the last checkpoint (agreed time: every process decides alike)."""
+        training after the last (agreed time: every process decides alike)."""
         cfg = self.cfg
         since = self.train_seconds - self.last_checkpoint_s
         return bool(cfg.checkpoint_every) and (
@@ -254,9 +250,8 @@ class Trainer:
         return self.train_seconds >= self.budget_s
 
     def train_step(self, batches, normalize) -> tuple[float, bool]:
-        """One optimizer step on a global batch: the micro-batches' gradients accumulated (synced
-        across processes on the last), clipped, stepped. The learning rate, and whether any
-        process was asked to stop."""
+        """One optimizer step on a global batch (gradients synced on its last micro-batch); the
+        learning rate, and whether any process was asked to stop."""
         cfg, env, device = self.cfg, self.env, self.device
         exact = sum_dtype(device)  # of the loss and clock reductions
         lr = cfg.lr * self.schedule.factor(self.step, self.train_seconds)
@@ -300,8 +295,8 @@ class Trainer:
         return lr, stop_requested > 0
 
     def read_steps(self) -> None:
-        """The unread steps' losses and gradient norms, read in one wait for the device; a
-        non-finite one stops the run, blaming the data when its normalised images were not."""
+        """The unread steps' losses, in one wait for the device; a non-finite one stops the run,
+        blaming the data when its normalised images were not finite."""
         if not self.unread:
             return
         exact = sum_dtype(self.device)
@@ -356,8 +351,7 @@ class Trainer:
                         weights=checkpoint.host_copy(self.model))
 
     def final_evaluation(self) -> tuple[dict[str, float], dict[str, float]]:
-        """The last checkpoint, then the (test, validation) scores of the final weights, or with
-        keep_best of the best; the test set measured once."""
+        """The last checkpoint; the (test, validation) scores of the final (or best) weights."""
         val_set, test_set = self.inputs.val_set, self.inputs.test_set
         if self.run_dir is not None and self.last_checkpoint != self.step:
             self.save_checkpoint()

@@ -1,9 +1,6 @@
-"""What a run reports: RUN/metrics.jsonl as it trains (and metrics.csv, TensorBoard's logs); once it
-stops the saved model and summary.json, its record, or the record of a run that diverged.
-
-metrics.jsonl holds one JSON line per log and evaluation, each with its step; a resumed run first
-drops the lines of the steps its checkpoint had not reached. metrics.csv is the same numbers as a
-table, written when the run stops.
+"""What a run reports: RUN/metrics.jsonl as it trains, a JSON line per log and evaluation (a
+resumed run drops those its checkpoint had not reached), the same as a table in metrics.csv and
+TensorBoard's logs; once it stops the saved model and summary.json, its record.
 """
 
 from __future__ import annotations
@@ -23,8 +20,8 @@ import vitzoo
 from vitzoo.errors import TrainingDiverged
 from vitzoo.evaluate import fewshot_linear_accuracy
 from vitzoo.io import out_of_space, write_text
-from vitzoo.train.checkpoint import disk_full, latest, save_model, tensor_bytes
 from vitzoo.train import distributed
+from vitzoo.train.checkpoint import disk_full, latest, save_model, tensor_bytes
 from vitzoo.train.inputs import shared_features
 from vitzoo.weights.layout import CONFIG_NAME, WEIGHTS_NAME
 
@@ -38,7 +35,8 @@ def json_text(document: Any) -> str:
 class Metrics:
     """metrics.jsonl, metrics.csv and TensorBoard's logs, written by rank 0 (a no-op elsewhere)."""
 
-    def __init__(self, run: Path | None, enabled: bool, resume_step: int, tensorboard: bool) -> None:
+    def __init__(self, run: Path | None, enabled: bool, resume_step: int,
+                 tensorboard: bool) -> None:
         self.run, self.file, self.tb, self.records = run, None, None, []
         if run is None or not enabled:
             return
@@ -129,8 +127,8 @@ def record(trainer, final: dict[str, float], val_final: dict[str, float],
 def finish(trainer, final: dict[str, float], val_final: dict[str, float]) -> dict[str, Any]:
     """Few-shot accuracy (each rank a share of the features), the summary, and from rank 0 the
     saved model and summary.json; a few-shot failure is raised once they are written."""
-    cfg, run, done, model = trainer.cfg, trainer.run_dir, trainer.status == "finished", trainer.model
-    ema = trainer.ema and trainer.ema.module
+    cfg, run, model, ema = trainer.cfg, trainer.run_dir, trainer.model, trainer.ema
+    done, ema = trainer.status == "finished", ema and ema.module
     fewshot, error = {}, None
     if cfg.fewshot and done:
         try:
