@@ -46,6 +46,9 @@ def test_a_run_with_sums_in_float32_makes_no_float64_tensor(monkeypatch):
     gradient norm, evaluation) makes no float64 tensor that would reach the device."""
     assert precision.sum_dtype(torch.device("mps")) == torch.float32
     assert precision.sum_dtype(torch.device("cuda", 1)) == torch.float64
+    a = torch.randn(4, 4)  # one autocast: its dtype, or float32 even inside another autocast
+    with torch.autocast("cpu", dtype=torch.bfloat16), precision.autocast("cpu", None):
+        assert (a @ a).dtype == torch.float32
     monkeypatch.setattr(loop, "sum_dtype", lambda device: torch.float32)
     monkeypatch.setattr(evaluate, "sum_dtype", lambda device: torch.float32)
     with Calls() as seen:
@@ -237,7 +240,8 @@ def test_on_cuda_fp16_bf16_and_workers_train_and_a_resume_is_exact(tmp_path):
     fp16 = fit(tiny_config(tmp_path / "fp16", device="cuda", precision="fp16", checkpoint_every=2))
     state = torch.load(tmp_path / "fp16/run/checkpoints/step_00000008/state.pt")
     assert fp16["precision"] == "float16" and state["scaler"]["scale"] > 0
-    assert fit(tiny_config(device="cuda", precision="bf16", eval_every=2))["precision"] == "bfloat16"
+    bf16 = fit(tiny_config(device="cuda", precision="bf16", eval_every=2))
+    assert bf16["precision"] == "bfloat16"
     changes = dict(device="cuda", precision="fp32", model_options=dict(dropout=0.1, drop_path=0.1))
     fit(tiny_config(tmp_path / "straight", num_workers=2, **changes))
     fit(tiny_config(tmp_path / "split", stop_at=3, **changes))
@@ -317,7 +321,7 @@ def test_the_cost_ablation_measures_on_the_models_device(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(cost, "cpu_largest_batch", lambda name, options, batch: {})
     cell = cost.cells(Scale("quick", {}, {}, seeds=1))[0]
-    run = Run("cost", cell.label, {"model": cell.model, "options": cell.options, "train": cell.train})
+    run = Run("cost", cell.label, dict(model=cell.model, options=cell.options, train=cell.train))
     assert cost.measure(run, "auto")["metrics"]["measured_on"] == "cpu"
     waited = []
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: waited.append(device))

@@ -1,7 +1,7 @@
 """A full disk loses nothing: the error names the file, the space it needs and has, and what is
 kept; the last good checkpoint stays whole and pointed to; nothing half-written is left; and
 `--resume`, once space is free, finishes with the weights of a run that never met it. The writers
-raise what a full disk makes them raise (safetensors' error, torch.save's OSError or RuntimeError)."""
+raise what a full disk makes them raise (safetensors' error, torch.save's OSError, RuntimeError)."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def test_a_full_disk_is_said_keeps_the_last_checkpoint_and_resume_finishes(
         fit(tiny_config(tmp_path, **SETTINGS))
     message, kept = str(info.value), "step_00000004" if which == "model" else "step_00000002"
     assert info.value.errno == errno.ENOSPC and f"vitzoo train --resume {run}" in message
-    assert "the disk is full" in message and "it needs about" in message and "MB are free" in message
+    assert all(words in message for words in ("the disk is full", "it needs about", "MB are free"))
     assert (f"the trained model (model.safetensors) and summary.json" if which == "model"
             else "checkpoint step_00000004 (model.safetensors and state.pt)") in message
     assert f"the last good checkpoint, {kept}, is kept" in message

@@ -66,7 +66,7 @@ def by_name(model: torch.nn.Module, groups: list[dict]) -> dict[str, tuple[float
 @pytest.mark.parametrize("options", [{}, dict(pos_embed="relative", pool="gap", head="mlp",
                                               head_options={"representation_size": 8}),
                                      dict(pos_embed="learned_2d", pos_embed_mode="every_layer"),
-                                     dict(stem="resnet", stem_options={"layers": (1,), "width": 8})],
+                                     dict(stem="resnet", stem_options=dict(layers=(1,), width=8))],
                          ids=["class token", "gap and MLP head", "2-D at every layer", "hybrid"])
 def test_the_groups_are_timms_with_and_without_layer_decay(options):
     """Weight decay on matrices only, not on the class token or position embedding; with

@@ -63,7 +63,8 @@ def test_the_recipes_fill_the_knobs_left_out_and_warm_up_a_tenth_at_most(tmp_pat
     fit(tiny_config(tmp_path, steps=20, warmup=None, lr=1e-3))  # warm-up min(10k, 20 // 10) = 2
     lrs = [r["lr"] for r in lines(tmp_path / "run") if "lr" in r]
     assert lrs[:2] == pytest.approx([5e-4, 1e-3]) and lrs[-1] == pytest.approx(1e-3 / 18)
-    small, knobs = TrainConfig(recipe="small").resolved(), ("batch_size", "weight_decay", "schedule")
+    small = TrainConfig(recipe="small").resolved()
+    knobs = ("batch_size", "weight_decay", "schedule", "clip_grad")
     assert {k: getattr(small, k) for k in knobs} == {k: SMALL_RECIPE[k] for k in knobs}
     assert small.optimizer == "adamw" and small.recipe_warmup(total_steps=468) == 0.05
 

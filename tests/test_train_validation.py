@@ -155,7 +155,7 @@ def test_resume_refuses_another_validation_split(tmp_path):
 
 
 @pytest.mark.skipif(not Path("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"
-                             ).is_file(), reason="Debian package dataset-fashion-mnist not installed")
+                             ).is_file(), reason="Debian's dataset-fashion-mnist not installed")
 def test_fashion_mnists_validation_split_and_the_data_ablations_subsets(data_cache):
     train = datasets.load_split("fashion-mnist", "train", img_size=(28, 28), in_chans=1)
     rest, val = datasets.split_validation(train, 10_000)

@@ -42,6 +42,8 @@ def check_options(options: Any) -> None:
         value, rules = getattr(options, f.name), f.metadata
         if value is None:
             continue
+        if "items" in rules and not isinstance(value, tuple):
+            raise ConfigError(f"{f.name} must be a sequence of numbers, got {value!r}")
         for item in value if "items" in rules else ():
             check_number(f.name, item, rules["items"], rules.get("range"))
         if "choices" in rules and value not in rules["choices"]:
@@ -151,7 +153,8 @@ class TrainConfig(Options):
         given = [n for n in ("epochs", "steps", "time_budget_min") if getattr(self, n) is not None]
         if len(given) > 1:
             raise ConfigError(f"give one of epochs, steps, time_budget_min, not {', '.join(given)}")
-        if self.classes is not None and len(set(self.classes)) != len(self.classes or (None,)):
+        if self.classes is not None and (not self.classes
+                                         or len(set(self.classes)) < len(self.classes)):
             raise ConfigError(f"classes={self.classes}: name each class once, e.g. 0,1,2,3,4")
         if self.keep_best and not (self.val_size and self.eval_every):
             missing = [flag for flag, value in (("--val-size N", self.val_size),
