@@ -56,7 +56,7 @@ def test_missing_and_malformed_data_are_named(tmp_path):
     with pytest.raises(DataError, match="not a directory"):
         data.check_data("fashion-mnist", tmp_path / "none")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(DataError, match="incomplete"):
+    with pytest.raises(DataError, match="lacks train-images-idx3-ubyte.gz"):
         data.check_data("fashion-mnist", tmp_path / "empty")
     with pytest.raises(DataError, match="cifar-10-batches-py"):
         data.check_data("cifar10", tmp_path / "empty")

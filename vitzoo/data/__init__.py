@@ -6,13 +6,13 @@ read at random, `sharding` writes them; `transforms`: decoding, augmentation, no
 decoding on the training device; `workers`: how a loader starts its worker processes.
 
     from vitzoo import data
-    train = data.Transformed(data.load_split("synthetic", "train"), data.build_transform((28, 28), None))
+    raw = data.load_split("synthetic", "train")
+    train = data.Transformed(raw, data.build_transform((28, 28), None))
 """
 
-from vitzoo.data.folders import (FASHION_FILES, STATS, SYSTEM_FASHION_MNIST, VALIDATION_SEED,
-                                 DataInfo, FileImages, FolderImages, SyntheticImages, TensorImages,
-                                 check_data, classes_kept, data_info, keep_classes, load_split,
-                                 split_validation, subset)
+from vitzoo.data.folders import (FASHION_FILES, SYSTEM_FASHION_MNIST, DataInfo, FileImages,
+                                 FolderImages, TensorImages, check_data, classes_kept, data_info,
+                                 keep_classes, load_split, split_validation, subset)
 from vitzoo.data.named import download
 from vitzoo.data.sharding import write_shards
 from vitzoo.data.shards import ShardImages

@@ -1,11 +1,9 @@
 """Where images come from, and the splits cut from them.
 
-Each dataset yields `(uint8 image (C, H, W), label)` at its own resolution and has `targets`.
-`fashion-mnist`: its four idx files, from the Debian package dataset-fashion-mnist, else
-`--data-dir`, else the cache ($VITZOO_CACHE/datasets, where `--download` puts it); `cifar10`,
-`cifar100`, `oxford-pets`, `flowers102`: torchvision's classes (vitzoo.data.named); a directory in
-ImageFolder layout (`DIR/train/<class>/*.jpg`, `DIR/val/...` or `test/`) or its WebDataset shards
-(vitzoo.data.shards); `synthetic`: random images with a learnable class pattern, from the seed.
+Every dataset yields `(uint8 image (C, H, W), label)` at its own size and has `targets`: the named
+ones (`fashion-mnist` read from its idx files, the Debian package's first; the others through
+torchvision, vitzoo.data.named), an ImageFolder directory (`DIR/train/<class>/*.jpg`, `DIR/val/`
+or `test/`) or its shards (vitzoo.data.shards), and `synthetic` images made from the seed.
 """
 
 from __future__ import annotations
@@ -26,10 +24,8 @@ from vitzoo.errors import DataError
 from vitzoo.options import closest
 
 SYSTEM_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
-FASHION_FILES = {  # file -> the idx magic number it starts with
-    "train-images-idx3-ubyte": 2051, "train-labels-idx1-ubyte": 2049,
-    "t10k-images-idx3-ubyte": 2051, "t10k-labels-idx1-ubyte": 2049,
-}
+FASHION_FILES = {f"{split}-{kind}-ubyte": magic for split in ("train", "t10k")  # -> idx magic
+                 for kind, magic in (("images-idx3", 2051), ("labels-idx1", 2049))}
 NAMED = ("fashion-mnist", "cifar10", "cifar100", "oxford-pets", "flowers102", "synthetic")
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 STATS = {  # per-channel mean and std of the training sets (pixels in [0, 1])
@@ -38,8 +34,7 @@ STATS = {  # per-channel mean and std of the training sets (pixels in [0, 1])
     "cifar100": ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
 }
 SYNTHETIC_SIZES = {"train": 10_000, "test": 2_000}
-# the validation split's own seed: the held-out images never depend on --seed or --train-limit
-VALIDATION_SEED = 20_210_503
+VALIDATION_SEED = 20_210_503  # held-out images never depend on --seed or --train-limit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,42 +50,43 @@ class DataInfo:
 
 
 # ---------------------------------------------------------------------------- checks
-def _fashion_file(folder: Path, name: str) -> Path | None:
+def _idx_path(folder: Path, name: str) -> Path | None:
     candidates = (folder / f"{name}.gz", folder / name, folder / "FashionMNIST" / "raw" / name)
-    return next((p for p in candidates if p.is_file()), None)
+    return next((path for path in candidates if path.is_file()), None)
+
+
+def _read_idx(path: Path, whole: bool = True) -> bytes:
+    """An idx file's bytes (or, not `whole`, its header), its magic number and size checked."""
+    name = path.name.removesuffix(".gz")
+    try:
+        with (gzip.open if path.suffix == ".gz" else open)(path, "rb") as f:
+            data = f.read(-1 if whole else 8)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise DataError(f"{path} is unreadable or not gzip ({exc}); delete it and run with "
+                        "--download") from None
+    header, item = (16, 784) if "images" in name else (8, 1)
+    size = header + int.from_bytes(data[4:8], "big") * item
+    if int.from_bytes(data[:4], "big") != FASHION_FILES[name] or whole and len(data) != size:
+        raise DataError(f"{path} is truncated or not an idx file; delete it and run with "
+                        "--download")
+    return data
 
 
 def _fashion_folder(data_dir, download: bool = False) -> Path:
-    """The folder holding the four Fashion-MNIST files (.gz or not), downloaded if asked."""
-    if data_dir is None and SYSTEM_FASHION_MNIST.is_dir():
-        folder = SYSTEM_FASHION_MNIST
-    else:
-        folder = named.root_of(data_dir)
-        if download and not all(_fashion_file(folder, name) for name in FASHION_FILES):
-            named.download("fashion-mnist", data_dir)
-    hint = "`sudo apt-get install dataset-fashion-mnist`, or " if data_dir is None else ""
-    if not folder.is_dir():
-        raise DataError(f"Fashion-MNIST not found: {folder} is not a directory; "
-                        f"{hint}{named.how_to_get('fashion-mnist', folder)}")
-    absent = [name for name in FASHION_FILES if _fashion_file(folder, name) is None]
+    """The folder of the four Fashion-MNIST files (.gz or not), downloaded if asked, checked."""
+    system = data_dir is None and SYSTEM_FASHION_MNIST.is_dir()
+    folder = SYSTEM_FASHION_MNIST if system else named.root_of(data_dir)
+    if download and not system and not all(_idx_path(folder, n) for n in FASHION_FILES):
+        named.download("fashion-mnist", data_dir)
+    absent = [name for name in FASHION_FILES if not _idx_path(folder, name)]
     if absent:
-        raise DataError(f"Fashion-MNIST in {folder} is incomplete: no {absent[0]}.gz; "
-                        f"{hint}{named.how_to_get('fashion-mnist', folder)}")
+        what = f"lacks {absent[0]}.gz" if folder.is_dir() else "is not a directory"
+        hint = "apt-get install dataset-fashion-mnist, or " if data_dir is None else ""
+        raise DataError(f"Fashion-MNIST not found: {folder} {what}; {hint}"
+                        f"{named.how_to_get('fashion-mnist', folder)}")
+    for name in FASHION_FILES:
+        _read_idx(_idx_path(folder, name), whole=False)
     return folder
-
-
-def _read_idx(path: Path, header: int, item: int) -> torch.Tensor:
-    """An idx file's items as uint8, its magic number and size checked."""
-    try:
-        with (gzip.open if path.suffix == ".gz" else open)(path, "rb") as f:
-            data = f.read()
-    except (OSError, EOFError, zlib.error) as exc:
-        raise DataError(f"{path} cannot be read ({exc}); delete it and run with --download") from None
-    count = int.from_bytes(data[4:8], "big")
-    if int.from_bytes(data[:4], "big") != FASHION_FILES[path.name.removesuffix(".gz")] or len(
-            data) != header + count * item:
-        raise DataError(f"{path} is truncated or not an idx file; delete it and run with --download")
-    return torch.frombuffer(bytearray(data[header:]), dtype=torch.uint8)
 
 
 def _folder_split(root: Path, split: str) -> Path:
@@ -114,11 +110,10 @@ def check_data(name: str, data_dir=None, download: bool = False) -> None:
     elif shards.is_shards(name):
         shards.locate(name)
     elif Path(name).is_dir():
-        for split in ("train", "test"):
-            split_dir = _folder_split(Path(name), split)
-            classes = sorted(d for d in split_dir.iterdir() if d.is_dir())
+        for split_dir in (_folder_split(Path(name), split) for split in ("train", "test")):
+            classes = [d for d in sorted(split_dir.iterdir()) if d.is_dir()]
             if not classes:
-                raise DataError(f"{split_dir} has no class folders ({split_dir}/<class>/<images>)")
+                raise DataError(f"{split_dir} has no class folders (<class>/<images>)")
             for d in classes:
                 if not any(f.name.lower().endswith(IMAGE_EXTENSIONS) for f in d.iterdir()):
                     raise DataError(f"class folder {d} holds no images: add its images, or "
@@ -161,10 +156,14 @@ class FileImages(Dataset):
         return decode_rgb(data), label
 
 
+def _real(path: str) -> str:
+    return os.path.realpath(path) + os.sep
+
+
 class FolderImages(FileImages):
-    """An ImageFolder tree (`ROOT/<class>/<images>`) in torchvision's ImageFolder order: classes
-    sorted, each class's folders walked in sorted order; a link back to a folder above it (a loop)
-    is not followed."""
+    """An ImageFolder tree (`ROOT/<class>/<images>`) in torchvision's ImageFolder order (classes
+    sorted, each class's folders walked in sorted order), never following a link to a folder
+    above it (a loop)."""
 
     def __init__(self, root: Path) -> None:
         classes = sorted(entry.name for entry in os.scandir(root) if entry.is_dir())
@@ -172,15 +171,13 @@ class FolderImages(FileImages):
         for label, name in enumerate(classes):
             walked = []
             for folder, dirs, files in os.walk(os.path.join(root, name), followlinks=True):
-                real = os.path.realpath(folder) + os.sep
-                dirs[:] = [d for d in dirs if not real.startswith(
-                    os.path.realpath(os.path.join(folder, d)) + os.sep)]
+                here = _real(folder)  # a subfolder that is this one or above it: a loop
+                dirs[:] = [d for d in dirs if not here.startswith(_real(os.path.join(folder, d)))]
                 walked.append((folder, files))
             for folder, files in sorted(walked):
-                found = [os.path.join(folder, f) for f in sorted(files)
-                         if f.lower().endswith(IMAGE_EXTENSIONS)]
-                paths += found
-                targets += [label] * len(found)
+                paths += [os.path.join(folder, f) for f in sorted(files)
+                          if f.lower().endswith(IMAGE_EXTENSIONS)]
+            targets += [label] * (len(paths) - len(targets))
         super().__init__(paths, targets, classes)
 
 
@@ -210,7 +207,8 @@ class SyntheticImages(Dataset):
         self.size, self.num_classes, self.in_chans = size, num_classes, in_chans
         self.img_size = tuple(img_size)
         self.offset = (seed * 1_000_003 + (0 if split == "train" else 500_000_000)) % (2**62)
-        coarse = torch.rand(num_classes, in_chans, 4, 4, generator=torch.Generator().manual_seed(seed))
+        coarse = torch.rand(num_classes, in_chans, 4, 4,
+                            generator=torch.Generator().manual_seed(seed))
         smooth = torch.nn.functional.interpolate(coarse, size=self.img_size, mode="bilinear",
                                                  align_corners=False)
         self.templates = (smooth * 152).to(torch.uint8)  # 60% template + 40% noise, in uint8
@@ -234,10 +232,10 @@ def load_split(name: str, split: str, data_dir=None, *, img_size=(28, 28), in_ch
     if name == "synthetic":
         return SyntheticImages(SYNTHETIC_SIZES[split], 10, in_chans, img_size, seed, split)
     if name in STATS:
-        return TensorImages(*_tensor_split(name, split == "train", str(data_dir) if data_dir else None))
+        folder = str(data_dir) if data_dir else None
+        return TensorImages(*_tensor_split(name, split == "train", folder))
     if name in named.TORCHVISION:
-        root = named.root_of(data_dir)
-        return TorchvisionImages([named.open_split(name, root, kwargs)
+        return TorchvisionImages([named.open_split(name, named.root_of(data_dir), kwargs)
                                   for kwargs in named.splits(name, split)])
     if shards.is_shards(name):
         return shards.load_shards(name, split)
@@ -251,8 +249,9 @@ def _tensor_split(name: str, train: bool, data_dir: str | None):
         from torchvision.datasets import FashionMNIST
 
         folder, prefix = _fashion_folder(data_dir), "train" if train else "t10k"
-        images = _read_idx(_fashion_file(folder, f"{prefix}-images-idx3-ubyte"), 16, 784)
-        labels = _read_idx(_fashion_file(folder, f"{prefix}-labels-idx1-ubyte"), 8, 1)
+        images, labels = (torch.frombuffer(bytearray(_read_idx(_idx_path(
+            folder, f"{prefix}-{kind}-ubyte"))[header:]), dtype=torch.uint8)
+            for kind, header in (("images-idx3", 16), ("labels-idx1", 8)))
         return images.view(-1, 1, 28, 28), labels.long(), tuple(FashionMNIST.classes)
     ds = named.open_split(name, named.root_of(data_dir), {"train": train})  # MD5s checked here
     images = torch.from_numpy(ds.data).permute(0, 3, 1, 2).contiguous()
@@ -260,15 +259,14 @@ def _tensor_split(name: str, train: bool, data_dir: str | None):
 
 
 def data_info(name: str, train_set: Dataset, in_chans: int = 3) -> DataInfo:
+    half = (0.5,) * (in_chans if name == "synthetic" else 3)  # the paper's inputs in [-1, 1]
     if name == "synthetic":
-        half = (0.5,) * in_chans
         return DataInfo(name, train_set.num_classes, train_set.in_chans, half, half)
     if name in STATS:  # the class names too: a model trained on them can `vitzoo predict`
         mean, std = STATS[name]
         return DataInfo(name, named.TORCHVISION[name][2], len(mean), mean, std,
                         getattr(train_set, "classes", None))
     count = named.TORCHVISION[name][2] if name in named.TORCHVISION else len(train_set.classes)
-    half = (0.5, 0.5, 0.5)  # the paper's inputs in [-1, 1], where no statistics are recorded
     return DataInfo(name, count, 3, half, half, tuple(train_set.classes))
 
 

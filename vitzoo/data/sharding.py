@@ -151,8 +151,9 @@ def write_shards(folder, out, shard_mb: float = DEFAULT_SHARD_MB,
         present = {p.name for p in out.iterdir()}
         others = sorted(n for n in present if not _OURS.match(n))
         if others and not overwrite:
-            raise DataError(f"{out} holds files that are not vitzoo's shards ({', '.join(others[:3])}"
-                            "): choose a new or empty folder, or pass --overwrite")
+            raise DataError(f"{out} holds files that are not vitzoo's shards "
+                            f"({', '.join(others[:3])}): choose a new or empty folder, or pass "
+                            "--overwrite")
         same = plan["digest"] in (_digest(out / INFO), _digest(out / PLAN))
         if not same and present - set(others) and not overwrite:
             raise DataError(f"{out} holds shards of another folder or shard size: pass --overwrite "
@@ -169,8 +170,8 @@ def write_shards(folder, out, shard_mb: float = DEFAULT_SHARD_MB,
         write_text(out / PLAN, json.dumps(info))
         total = sum(sum(s["sizes"]) for s in plan["splits"].values())
         left = sum(sum(split["sizes"][a:b]) for _, split, a, b in todo)
-        with tqdm(total=total, initial=total - left, unit="B", unit_scale=True, disable=not progress,
-                  desc=f"shard {folder.name}") as bar:
+        with tqdm(total=total, initial=total - left, unit="B", unit_scale=True,
+                  disable=not progress, desc=f"shard {folder.name}") as bar:
             for path, split, first, stop in todo:
                 _write_shard(path, split, first, stop, pool, bar)
     for name in info["splits"].values():  # the complete shards kept from a stopped run: indexed

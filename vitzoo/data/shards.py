@@ -1,20 +1,18 @@
 """A dataset stored as WebDataset tar shards, read at random: few large files, not many small.
 
-`--data` names shards as a folder holding an info file (`_info.json` or `info.json` in timm's
-WebDataset format; `vitzoo shard` writes one, with the class names) or as a brace pattern
-(`DIR/train-{000000..000127}.tar`), whose validation split is the one the info file beside them
-lists, else the files matching the pattern with `train` -> `val` (`validation`, `test`).
-
-A sample is WebDataset's: consecutive members sharing a key (the name up to the first dot of its
-last part), its image the member with an image extension, its class the integer in `.cls`. Where
-each image lies is read from the tar headers once (`ShardIndex`, kept as `SHARD.idx` beside the
-shard, else in $VITZOO_CACHE/shard-index/); `ShardImages` reads an image with one positioned read.
+`--data` names shards as a folder with an info file (`_info.json` or `info.json`, timm's format)
+or as a brace pattern (`DIR/train-{000000..000127}.tar`), whose validation split is the one the
+info file beside them lists, else the files of the pattern with `train` -> `val` (or `validation`,
+`test`). A sample is WebDataset's: consecutive members sharing a key, an image member and a `.cls`
+member holding its class. Where each image lies is read from the tar headers once (`SHARD.idx`
+beside the shard, else in $VITZOO_CACHE/shard-index/); `ShardImages` reads it with one `pread`.
 """
 
 from __future__ import annotations
 
 import bisect
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -54,18 +52,15 @@ class ShardIndex(NamedTuple):
 def index_files(shard: Path) -> tuple[Path, Path]:
     """Where a shard's index is kept: beside it, else (a folder this user cannot write) cached."""
     digest = hashlib.sha256(str(shard.resolve()).encode()).hexdigest()[:16]
-    return shard.with_name(shard.name + ".idx"), cache_dir() / "shard-index" / f"{digest}-{shard.name}.idx"
+    return (shard.with_name(shard.name + ".idx"),
+            cache_dir() / "shard-index" / f"{digest}-{shard.name}.idx")
 
 
 def load_index(shard: Path) -> ShardIndex:
     """The index of `shard`: the saved one while the shard's size and time are unchanged, else read
     from its headers and saved."""
-    shard = Path(shard)
-    try:
-        stat = shard.stat()
-    except OSError as exc:
-        raise DataError(f"shard {shard} cannot be read ({exc.strerror or exc})") from None
-    stamp = (stat.st_size, stat.st_mtime_ns)
+    stat = Path(shard).stat()
+    shard, stamp = Path(shard), (stat.st_size, stat.st_mtime_ns)
     for place in index_files(shard):
         try:
             with np.load(place, allow_pickle=False) as saved:
@@ -151,20 +146,12 @@ def expand_braces(pattern: str) -> list[str]:
     return names
 
 
-class ShardInfo(NamedTuple):
-    path: Path
-    splits: dict[str, tuple[Path, ...]]  # split -> its shard files
-    classes: tuple[str, ...] | None
-
-
-def read_info(folder: Path) -> ShardInfo | None:
-    """The info file of a folder of shards, checked: every file it names lies inside the folder.
-    None where there is none, or where it is another tool's info.json, listing no splits."""
+def read_info(folder: Path) -> tuple[dict[str, tuple[Path, ...]], tuple | None] | None:
+    """({split: its shard files}, class names or None) from a folder's info file, checked: every
+    file lies inside the folder. None without one, or for another tool's info.json (no splits)."""
     path = next((folder / name for name in INFO_FILES if (folder / name).is_file()), None)
-    if path is None:
-        return None
     try:
-        info = json.loads(path.read_text(encoding="utf-8"))
+        info = json.loads(path.read_text(encoding="utf-8")) if path else None
     except (OSError, ValueError) as exc:
         raise DataError(f"{path} is not a readable JSON info file ({exc}); write the shards "
                         "again with `vitzoo shard`") from None
@@ -179,7 +166,7 @@ def read_info(folder: Path) -> ShardInfo | None:
         if not all(inside in p.resolve().parents for p in splits[split]):
             raise DataError(f"{path}: split {split!r} names a file outside {folder}")
     classes = info.get("classes")
-    return ShardInfo(path, splits, tuple(map(str, classes)) if isinstance(classes, list) else None)
+    return splits, tuple(map(str, classes)) if isinstance(classes, list) else None
 
 
 def is_shards(name: str) -> bool:
@@ -203,20 +190,17 @@ def _all_there(name: str, files) -> None:
 def locate(name: str) -> ShardSplits:
     """The shards `--data name` names (a folder with an info file, or a pattern), all there."""
     if os.path.isdir(name):
-        info = read_info(Path(name))
-        if info is None:
-            raise DataError(f"{name} holds no shard info file ({' or '.join(INFO_FILES)}): write "
-                            "it with `vitzoo shard`, or give a pattern DIR/train-{0..9}.tar")
-        test = next((s for s in TEST_SPLITS if s in info.splits), None)
-        if "train" not in info.splits or test is None:
-            raise DataError(f"{info.path} lists no train or no validation split "
-                            f"({' or '.join(TEST_SPLITS)}); it has {', '.join(info.splits)}")
-        splits = ShardSplits(info.splits["train"], info.splits[test], info.classes)
+        splits, classes = read_info(Path(name)) or ({}, None)
+        test = next((splits[s] for s in TEST_SPLITS if s in splits), None)
+        if "train" not in splits or test is None:
+            raise DataError(f"{name}: its info file lists no train or no validation split "
+                            f"({' or '.join(TEST_SPLITS)}); write it with `vitzoo shard`")
+        found = ShardSplits(splits["train"], test, classes)
     else:
         train = tuple(Path(p) for p in expand_braces(name))
         _all_there(name, train)
-        info = read_info(train[0].parent)
-        test = next((info.splits[s] for s in TEST_SPLITS if info and s in info.splits), ())
+        splits, classes = read_info(train[0].parent) or ({}, None)
+        test = next((splits[s] for s in TEST_SPLITS if s in splits), ())
         base = os.path.basename(_BRACES.sub("*", name))
         for other in TEST_SPLITS if not test and "train" in base else ():
             test = tuple(sorted(train[0].parent.glob(base.replace("train", other))))
@@ -224,27 +208,27 @@ def locate(name: str) -> ShardSplits:
                 break
         if not test:
             raise DataError(f"no validation shards for {name}: no info file beside them lists "
-                            "them and no val-*.tar; name them so, or write both with `vitzoo shard`")
-        splits = ShardSplits(train, test, info.classes if info else None)
-    _all_there(name, (*splits.train, *splits.test))
-    return splits
+                            "them, and no val-*.tar; write both with `vitzoo shard`")
+        found = ShardSplits(train, test, classes)
+    _all_there(name, (*found.train, *found.test))
+    return found
 
 
 # ---------------------------------------------------------------------------- the dataset
+@functools.cache  # once per process
 def open_files_allowed() -> int:
     """Half this process's limit of open files, raised first to the hard limit."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = 65_536 if hard == resource.RLIM_INFINITY else hard
     with contextlib.suppress(ValueError, OSError):
-        resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, target), hard))
-        soft = max(soft, target)
-    return max(8, soft // 2)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        soft = hard
+    return max(8, min(soft, 1 << 20) // 2)
 
 
 class ShardImages(Dataset):
     """The samples of `shards` in order, of the classes named `classes`: `targets`, `dataset[i]` =
-    (uint8 (3, H, W), label), `encoded(i)` = (the image's bytes, label). Each process opens the
-    shard files it reads itself, at most `open_files_allowed()` at once."""
+    (uint8 (3, H, W), label), `encoded(i)` = (the image's bytes, label), read with one `pread` of
+    a descriptor this process keeps (at most `open_files_allowed()` of them)."""
 
     def __init__(self, shards, classes) -> None:
         indexes = [load_index(Path(p)) for p in shards]
@@ -255,49 +239,46 @@ class ShardImages(Dataset):
             raise DataError(f"the shards {self.shards[0]} ... hold class {labels.max()}, outside "
                             f"the {len(self.classes)} classes their info file names")
         self.targets = torch.from_numpy(labels)
-        self._files: dict[int, int] = {}  # shard -> this process's descriptor
-        self._pid = None  # the process they are open in
+        self._files: dict[int, int] = {}  # shard -> descriptor (a forked worker's are its own)
+        self._lock = threading.Lock()  # no descriptor is closed under another thread's read
 
     def __len__(self) -> int:
         return self.starts[-1]
 
     def _close(self) -> None:
-        for fd in self._files.values():
+        while self._files:
             with contextlib.suppress(OSError):
-                os.close(fd)
-        self._files.clear()
+                os.close(self._files.popitem()[1])
 
     def encoded(self, index: int) -> tuple[torch.Tensor, int]:
         if not 0 <= index < len(self):
             raise IndexError(f"sample {index} of {len(self)}")
         shard = bisect.bisect_right(self.starts, index) - 1
-        offset, size = int(self.offsets[index]), int(self.sizes[index])
-        if self._pid != os.getpid():  # a forked worker: the parent's descriptors are not its own
-            self._close()
-            self._pid, self._limit, self._lock = os.getpid(), open_files_allowed(), threading.Lock()
-        with self._lock:  # threads share the descriptors: none is closed under another's read
+        with self._lock:
             fd = self._files.get(shard)
             if fd is None:
-                if len(self._files) >= self._limit:
+                if len(self._files) >= open_files_allowed():
                     self._close()
                 fd = self._files[shard] = os.open(self.shards[shard], os.O_RDONLY)
-            data = os.pread(fd, size, offset)
-        if len(data) != size:
-            raise DataError(f"shard {self.shards[shard]} ends before its sample "
-                            f"{index - self.starts[shard]}: copy or write it again")
+            data = os.pread(fd, int(self.sizes[index]), int(self.offsets[index]))
+        if len(data) != self.sizes[index]:
+            raise DataError(f"shard {self.shards[shard]} is shorter than its index says: copy or "
+                            "write it again")
         return torch.frombuffer(bytearray(data), dtype=torch.uint8), int(self.targets[index])
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         data, label = self.encoded(index)
         return decode_rgb(data), label
 
-    def __getstate__(self) -> dict:  # a worker started by a fork server opens its own files
-        return {**self.__dict__, "_files": {}, "_pid": None, "_lock": None}
+    def __getstate__(self) -> dict:  # a spawned worker opens its own files
+        return {**self.__dict__, "_files": {}, "_lock": None}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, _lock=threading.Lock())
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):  # at exit os may be gone: the files close anyway
-            if self._pid == os.getpid():
-                self._close()
+            self._close()
 
 
 def load_shards(name: str, split: str) -> ShardImages:

@@ -82,8 +82,8 @@ def batch_mixer(augment: Augment, num_classes: int):
     """MixUp and/or CutMix on (images, labels) batches (one of them chosen per batch), or None."""
     from torchvision.transforms import v2
 
-    mixers = [mix(alpha=alpha, num_classes=num_classes)
-              for mix, alpha in ((v2.MixUp, augment.mixup), (v2.CutMix, augment.cutmix)) if alpha > 0]
+    chosen = ((v2.MixUp, augment.mixup), (v2.CutMix, augment.cutmix))
+    mixers = [mix(alpha=alpha, num_classes=num_classes) for mix, alpha in chosen if alpha > 0]
     return (mixers[0] if len(mixers) == 1 else v2.RandomChoice(mixers)) if mixers else None
 
 
@@ -137,7 +137,7 @@ class Normalizer:
         elif self.in_chans == 1 and x.shape[1] != 1:
             x = x.mean(dim=1, keepdim=True)
         elif x.shape[1] != self.in_chans:
-            raise DataError(f"images have {x.shape[1]} channels, the model in_chans={self.in_chans}")
+            raise DataError(f"images have {x.shape[1]} channels, the model takes {self.in_chans}")
         return (x - self.mean) / self.std
 
 
