@@ -19,7 +19,8 @@ from vitzoo.io import write_text
 BENCHMARKS_README = Path(__file__).resolve().parent / "README.md"
 START, END = "<!-- findings:start -->", "<!-- findings:end -->"
 METRIC_NAMES = {"test_acc": "test accuracy", "fewshot_5": "5-shot",
-                "transfer_fewshot_5": "downstream 5-shot", "transfer_finetune": "downstream fine-tuned"}
+                "transfer_fewshot_5": "downstream 5-shot",
+                "transfer_finetune": "downstream fine-tuned"}
 DECIDED = (REPRODUCED, CONTRADICTED)
 
 
@@ -87,8 +88,8 @@ def findings_table(results: Path, link_prefix: str) -> str:
         return "(no findings measured yet: run `python -m benchmarks all --workers 2`)"
     text = markdown_table(["ablation", "finding of the paper", "metric", "here",
                            "Holm, across its table", "the numbers behind it"], rows)
-    text += (f"\n\nThe rule for every verdict: {RULE}; d is the difference named, over the seeds of "
-             "each cell, with its interval in brackets. " + multiplicity(judged) + " "
+    text += (f"\n\nThe rule for every verdict: {RULE}; d is the difference named, over the seeds "
+             "of each cell, with its interval in brackets. " + multiplicity(judged) + " "
              + dependence(shared_cells(results)))
     if earlier_rule:
         named = ", ".join(earlier_rule)
@@ -136,9 +137,9 @@ def dependence(shared: list[list[tuple[str, str]]]) -> str:
 
 
 def main() -> int:
-    write_text(RESULTS / "README.md", "# Every finding, judged by one rule\n\nWritten by `python -m "
-               "benchmarks.summary` from each ablation's `findings.json`; each ablation's README has "
-               "its table, settings (date, commit, CPU) and figures.\n\n"
+    write_text(RESULTS / "README.md", "# Every finding, judged by one rule\n\nWritten by "
+               "`python -m benchmarks.summary` from each ablation's `findings.json`; each "
+               "ablation's README has its table, settings (date, commit, CPU) and figures.\n\n"
                + findings_table(RESULTS, "") + "\n")
     text = BENCHMARKS_README.read_text()
     if START in text and END in text:

