@@ -162,7 +162,7 @@ class Table:
         return row
 
     def by_seed(self, label: str, metric: str) -> dict[Any, float]:
-        return {r.get("seed", i): r["metrics"][metric] for i, r in enumerate(self.records[label])
+        return {r["seed"]: r["metrics"][metric] for r in self.records[label]
                 if r["metrics"].get(metric) is not None}
 
     def where(self, **coords: Any) -> list[dict]:
