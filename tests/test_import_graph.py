@@ -85,8 +85,8 @@ LAYERS: tuple[Layer, ...] = (
         "vitzoo/checkpoints/": "files: `sources` (a file, directory or Hub repo read into converted weights), "
                                "`native` (save_pretrained's directory), `card` (its model card), `publish` (pushing it), "
                                "`layouts` (timm's, transformers' or vitzoo's config keys and names, as the library that builds the model reads them)",
-        "vitzoo/checkpoints/hub.py": "the Hub through huggingface_hub: pull into its cache, hashes checked; push a "
-                                     "folder as one commit; no call waits for ever; its errors named",
+        "vitzoo/weights/hub.py": "the Hub through huggingface_hub: pull into its cache, hashes checked; push a "
+                                 "folder as one commit; no call waits for ever; its errors named",
     }),
     Layer("Lookups and orchestration", "the model a name or a source describes", {
         "vitzoo/catalog.py": "pretrained tags: checked, listed, looked up",
@@ -247,7 +247,7 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def placement(path: str, layers: tuple[Layer, ...] = LAYERS) -> tuple[int, str] | None:
     """The layer (its index in `layers`) and the row of the table that place the module at `path` (from
-    the repository's root, as `vitzoo/checkpoints/hub.py`): the longest path of the table that holds it."""
+    the repository's root, as `vitzoo/weights/hub.py`): the longest path of the table that holds it."""
     held = [(len(key), index, key) for index, layer in enumerate(layers) for key in layer.modules
             if path == key or (key.endswith("/") and path.startswith(key))]
     return max(held)[1:] if held else None
@@ -325,7 +325,7 @@ def test_the_graph_is_read_from_the_code():
     assert {"vitzoo.model", "vitzoo.registry"} <= set(graph)
     assert "vitzoo.registry" in graph["vitzoo.model"]
     assert "vitzoo.checkpoints.publish" in graph["vitzoo.commands.weights"]  # inside run_push
-    assert "vitzoo.checkpoints.hub" in graph["vitzoo.checkpoints.sources"]  # from vitzoo.checkpoints import hub
+    assert "vitzoo.weights.hub" in graph["vitzoo.checkpoints.sources"]  # from vitzoo.weights import hub
     assert "vitzoo.config" not in graph["vitzoo.hookspecs"]  # under if TYPE_CHECKING
     assert "vitzoo.config" in import_graph(type_checking=True)["vitzoo.hookspecs"]
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
