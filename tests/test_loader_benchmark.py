@@ -1,19 +1,17 @@
-"""The input pipeline measured and planned with: `python -m benchmarks loader` (benchmarks/loader.py), the
-plan's loader bound and start-up (benchmarks/plan_inputs.py), and gpu-check's loader and MFU steps
-(benchmarks/gpu_steps.py), whose GPU figures are checked here on the CPU: their arithmetic, their code
-path on small inputs, and the step registry."""
+"""The input pipeline measured and planned with: `python -m benchmarks loader` (benchmarks/loader.py),
+the plan's loader bound and start-up (benchmarks/plan_inputs.py), and gpu-check's loader step, whose
+code path is checked here on the CPU."""
 
-import inspect
 import json
 from pathlib import Path
 
 import pytest
 import torch
 
-from benchmarks import gpu_check, gpu_steps, plan, plan_inputs
+from benchmarks import loader, plan, plan_inputs
 from benchmarks.ablations import ABLATIONS
 from benchmarks.assignment import Assignment
-from benchmarks.loader_data import PhotoSpec, mean_file_bytes, photo_folder
+from benchmarks.loader import PhotoSpec, mean_file_bytes, photo_folder
 from benchmarks.scales import SCALES, get_scale
 
 # a loader measurement of a machine made up for the plan's arithmetic: one worker decodes 1,000 ImageNet
@@ -108,41 +106,7 @@ def test_the_plan_says_which_bound_each_ablation_meets_and_when_the_suite_is_ove
     assert "**Over budget: 30.0 h planned, the scale's budget is 24 h" in text
 
 
-# ---------------------------------------------------------------------------- gpu-check's steps
-@pytest.mark.parametrize("name, peak", [("NVIDIA H100 80GB HBM3", 989.0), ("NVIDIA H100 PCIe", 756.0),
-                                        ("NVIDIA H100 NVL", 835.0), ("NVIDIA H200", 989.0), ("NVIDIA GH200 480GB", 989.0),
-                                        ("NVIDIA A100-SXM4-80GB", 312.0), ("NVIDIA A100 80GB PCIe", 312.0),
-                                        ("NVIDIA L40S", 362.0), ("NVIDIA L40", 181.0), ("NVIDIA L4", 121.0),
-                                        ("NVIDIA A10", 125.0), ("NVIDIA GeForce RTX 4090", None), ("Tesla T4", None)])
-def test_a_gpu_s_dense_bf16_peak_is_known_by_its_name_or_said_to_be_unknown(name, peak):
-    assert gpu_steps.peak_tflops(name) == peak
-
-
-def test_model_flop_utilisation_is_the_achieved_share_of_the_peak():
-    assert gpu_steps.model_flop_utilisation(2000.0, 50e9, 1000.0) == pytest.approx(0.1)
-    assert gpu_steps.model_flop_utilisation(2000.0, 50e9, None) is None
-
-
-def test_gpu_check_runs_its_new_steps_within_nine_minutes_and_the_rehearsal_on_every_gpu(monkeypatch, tmp_path):
-    assert list(gpu_check.STEPS)[-2:] == ["loader", "mfu"] and set(gpu_check.LIMITS) == set(gpu_check.STEPS)
-    assert sum(gpu_check.LIMITS.values()) <= 9 * 60  # docs/gpus.md: 9 minutes at most in all
-    called = []
-
-    def child(argv, limit):
-        called.append(argv)
-        raise RuntimeError("stopped here: the command is what is checked")
-
-    monkeypatch.setattr(gpu_check, "run_child", child)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 3)
-    with pytest.raises(RuntimeError, match="stopped here"):
-        gpu_check.rehearsal(tmp_path)
-    assert called[-1][called[-1].index("--gpus-per-run") + 1] == "3"
-    with pytest.raises(RuntimeError, match="stopped here"):
-        gpu_check.mfu(tmp_path)
-    assert called[-1][:3] == ["-m", "benchmarks.gpu_steps", "mfu"]
-    assert "tests/test_decode_on_device.py" in inspect.getsource(gpu_check.cuda_tests)
-
-
+# ---------------------------------------------------------------------------- the benchmark
 @pytest.fixture(scope="module")
 def photos(tmp_path_factory) -> Path:
     return photo_folder(tmp_path_factory.mktemp("photos"), PhotoSpec(images=6, classes=2, width=120, height=90))
@@ -160,27 +124,16 @@ def test_the_written_jpegs_are_photo_sized_for_their_pixels(photos):
     assert 70_000 < file.stat().st_size < 160_000
 
 
-def test_the_loader_step_measures_the_device_and_the_worker_path_on_any_device(photos):
-    rates = gpu_steps.loader_rates(photos, torch.device("cpu"), workers=1, micro_batch=3, passes=2, sides=(32,))
+def test_gpu_check_s_loader_step_times_the_device_and_the_worker_path_on_any_device(photos):
+    rates = loader.device_rates(photos, torch.device("cpu"), workers=1, micro_batch=3, passes=2,
+                                sides=(32,))
     assert set(rates["32px"]) == {"device_decode", "device_path", "worker_path", "worker_path_per_worker"}
     assert all(v > 0 for v in rates["32px"].values())
 
 
-def test_the_mfu_step_times_vitzoo_and_timm_on_the_same_weights(monkeypatch):
-    """On the CPU (no peak known: no MFU, said) with two one-block ViTs, uncompiled: the step's code path."""
-    tiny = ("vit_ti16", "vit_tiny_patch16_224", dict(depth=1), dict(depth=1))
-    result = gpu_steps.training_mfu(torch.device("cpu"), batch=2, reps=1, compile=False, img_size=32, models=tiny)
-    assert result["vitzoo"]["images_per_s"] > 0 and result["timm"]["images_per_s"] > 0
-    assert result["vitzoo"]["mfu"] is None and "no MFU" in result["mfu_note"]
-    assert result["gflops_per_image"] > 0 and json.dumps(result)
-
-
-# ---------------------------------------------------------------------------- the benchmark itself
 @pytest.mark.slow
 def test_the_loader_benchmark_writes_its_figures_and_table(tmp_path):
     """`--quick`: a few files, one pass; every figure the plan reads is there, and the README says it."""
-    from benchmarks import loader
-
     record = loader.main(out=tmp_path / "out", work=tmp_path / "work", quick=True)
     written = json.loads((tmp_path / "out" / "results.json").read_text())
     assert written["pipelines"] == record["pipelines"] and [p["scale"] for p in record["pipelines"]] == ["gpu", "paper", "rehearsal"]
@@ -194,3 +147,12 @@ def test_the_loader_benchmark_writes_its_figures_and_table(tmp_path):
     assert "| gpu | 128 | 64 |" in readme and "files/s" in readme and "load average" in readme
     rates = {p["scale"]: p for p in record["pipelines"]}
     assert plan_inputs.worker_rate(written, "imagenet-like", 224, "torchvision.io") == rates["paper"]["images_per_s"]["torchvision.io"]
+    committed = json.loads((loader.OUT / "results.json").read_text())  # the format the plan reads
+    assert fields(written) == fields(committed)
+
+
+def fields(value):
+    """A record's keys, nested (a list by its first item)."""
+    if isinstance(value, dict):
+        return {k: fields(v) for k, v in value.items()}
+    return [fields(value[0])] if isinstance(value, list) and value else None
