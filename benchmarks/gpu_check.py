@@ -32,8 +32,8 @@ CHECKOUT = Path(__file__).resolve().parents[1]
 OUT = Path("runs") / "gpu-check"
 REHEARSED = ("head", "data", "inspect")
 # seconds each step may take (a first compile on a fresh machine is most of `training`)
-LIMITS = {"environment": 10, "cuda_tests": 60, "training": 70, "rehearsal": 200, "speed": 30,
-          "loader": 50, "mfu": 120}
+LIMITS = {"environment": 10, "cuda_tests": 60, "training": 70, "rehearsal": 200, "speed": 40,
+          "loader": 50, "mfu": 110}
 # dense bf16 tensor-core peaks (TFLOP/s, NVIDIA's datasheets) by a pattern of the GPU's name
 PEAK_BF16_TFLOPS = [(r"H100.*PCIe", 756.0), (r"H100.*NVL", 835.0), (r"H100", 989.0),
                     (r"H200.*NVL", 835.0), (r"H200", 989.0), (r"B200", 2250.0), (r"A100", 312.0),

@@ -83,17 +83,17 @@ def converted(peer: torch.nn.Module, case: Case) -> torch.nn.Module:
                              img_size=case.img_size, **case.options)
 
 
-def models(case: Case, device: torch.device) -> tuple[torch.nn.Module, dict, dict[str, float]]:
-    """vitzoo on the first peer's weights, the peers, and the largest logit difference of each
-    peer from vitzoo on its weights (float32)."""
+def models(case: Case, device: torch.device, parity: bool = False) -> tuple:
+    """vitzoo on the first peer's weights, the peers, and with `parity` the largest logit
+    difference of each peer from vitzoo on its weights (float32, on the CPU)."""
     torch.manual_seed(0)
     peers = {lib: build().eval() for lib, build in case.peers.items()}
     x = torch.randn(1, 3, case.img_size, case.img_size)
     with torch.inference_mode():
-        parity = {lib: (p(x) - converted(p, case).eval()(x)).abs().max().item()
-                  for lib, p in peers.items()}
+        diffs = {lib: (p(x) - converted(p, case).eval()(x)).abs().max().item()
+                 for lib, p in peers.items()} if parity else {}
     model = converted(next(iter(peers.values())), case).eval().to(device)
-    return model, {lib: p.to(device) for lib, p in peers.items()}, parity
+    return model, {lib: p.to(device) for lib, p in peers.items()}, diffs
 
 
 # ---------------------------------------------------------------- a fair timing
@@ -129,20 +129,18 @@ def runner(model, x: torch.Tensor, dtype: torch.dtype | None, kernel=contextlib.
     return run
 
 
-def forced_kernels(model, x: torch.Tensor, dtype, device: torch.device) -> dict[str, Callable]:
-    """On CUDA, vitzoo with each attention kernel forced that runs here (the CPU has one)."""
-    if device.type != "cuda":
-        return {}
+def forced_kernels(model, x: torch.Tensor, dtype) -> dict[str, Callable]:
+    """vitzoo with each attention kernel forced in turn, those that run here."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     kept = {}
     for name, backend in (("flash", "FLASH_ATTENTION"), ("mem_efficient", "EFFICIENT_ATTENTION"),
                           ("cudnn", "CUDNN_ATTENTION"), ("math", "MATH")):
-        kept[f"vitzoo[{name}]"] = runner(model, x, dtype,
-                                         functools.partial(sdpa_kernel, [SDPBackend[backend]]))
+        kernel = functools.partial(sdpa_kernel, [getattr(SDPBackend, backend)])
+        kept[f"vitzoo[{name}]"] = runner(model, x, dtype, kernel)
         try:
             kept[f"vitzoo[{name}]"]()
-        except RuntimeError as exc:  # a kernel this GPU, dtype or shape lacks
+        except RuntimeError as exc:  # a kernel this device, dtype or shape lacks
             print(f"  {kept.popitem()[0]}: not available ({str(exc).splitlines()[0]})", flush=True)
     return kept
 
@@ -223,7 +221,7 @@ def ceiling(model, batch: int, dtype, reps: int, device: torch.device, gflops: f
 
 def inference(case: Case, batches: list[int], reps: int, device: torch.device,
               dtypes: dict | None = None, compile_at: int | None = None) -> list[dict]:
-    model, peers, parity = models(case, device)
+    model, peers, parity = models(case, device, parity=True)
     gflops, rows = vitzoo.count_flops(model.config) / 1e9, []  # one image's forward pass
     for name, dtype in (dtypes or precisions(device)).items():
         # weights cast once, no autocast (for_inference converts in place: a copy of its own)
@@ -240,7 +238,8 @@ def inference(case: Case, batches: list[int], reps: int, device: torch.device,
                 if fast:
                     fast_compiled = for_inference(copy.deepcopy(model), dtype, compile=True)
                     runs["vitzoo.fast+compile"] = runner(fast_compiled, x, None)
-            runs.update(forced_kernels(model, x, dtype, device))
+            if device.type == "cuda":  # the CPU has one kernel
+                runs.update(forced_kernels(model, x, dtype))
             rows.append(row("inference", case, name, batch, interleaved(runs, reps, batch, device),
                             **ceiling(model, batch, dtype, reps, device, gflops),
                             max_abs_logit_diff=parity))

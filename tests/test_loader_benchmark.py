@@ -22,10 +22,9 @@ RECORD = {
         "torchvision.io": rate, "pil": rate / 2, "evaluation": rate * 2}}
         for scale, (side, rate) in RATES.items()],
     "listing": {"files_per_s": 100_000.0},
-    "worker_start": {"fork_server_first_loader_s": 5.0, "fork": {
-        "fixed_s": 0.01, "per_worker_s": 0.05, "per_worker_per_million_files_s": 0.0},
-        "forkserver": {"fixed_s": 0.01, "per_worker_s": 0.1,
-                       "per_worker_per_million_files_s": 1.0}},
+    "worker_start": {"fork_server_first_loader_s": 5.0, **{how: {
+        "fixed_s": 0.01, "per_worker_s": each, "per_worker_per_million_files_s": pickled}
+        for how, each, pickled in (("fork", 0.05, 0.0), ("forkserver", 0.1, 1.0))}},
 }
 
 
@@ -65,8 +64,7 @@ def test_the_cpu_scales_plan_as_before_a_fixed_start_and_no_loader(recorded, mon
     run = ABLATIONS["pos_embed"].runs(SCALES["cpu"])[0]
     cpu = Assignment("local", "cpu", "a CPU", 1, ((),), 1)
     key = plan._model_key(run)
-    timed = plan.run_time(run, cpu, 0.0, recorded={key: 100.0})
-    cost = plan.run_cost(run)
+    timed, cost = plan.run_time(run, cpu, 0.0, recorded={key: 100.0}), plan.run_cost(run)
     assert timed.bound == "CPU" and timed.startup_s == plan_inputs.BUILD_S == 4.0
     images = cost.train_images + plan.FORWARD_SHARE * cost.eval_images
     assert timed.seconds == pytest.approx(4.0 + images / 100.0)
