@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 import torch
 
+import vitzoo
 from benchmarks import speed
 from vitzoo.argvalues import ArgumentParser
 from vitzoo.io import write_text
@@ -147,9 +148,9 @@ def speed_step(out: Path) -> dict[str, Any]:
     half = {name: dtype for name, dtype in speed.precisions(device).items() if dtype}
     (inference,) = speed.inference(speed.VIT_B16, [64], 10, device, half)
     (step,) = speed.training(speed.VIT_S16, 64, 5, device, half)
-    rate = lambda row: {k: round(v["images_per_s"], 1) for k, v in row["speeds"].items()}  # noqa
-    return {"device": torch.cuda.get_device_name(device), "dtype": inference["dtype"],
-            "inference_vit_b16_batch64": rate(inference), "training_vit_s16_batch64": rate(step),
+    rates = {f"{key}_batch64": {k: round(v["images_per_s"], 1) for k, v in row["speeds"].items()}
+             for key, row in (("inference_vit_b16", inference), ("training_vit_s16", step))}
+    return {"device": torch.cuda.get_device_name(device), "dtype": inference["dtype"], **rates,
             "peak_memory_gb": step["peak_memory_gb"],
             "max_abs_logit_diff": inference["max_abs_logit_diff"]}
 
@@ -169,8 +170,6 @@ def training_mfu(device: torch.device, case: speed.Case = MFU_CASE, batch: int =
     """A training step of vitzoo and timm on the same weights, interleaved, in the device's half
     precision with AdamW fused: images/s, TFLOP/s (the paper's FLOPs) and the share of the GPU's
     dense bf16 peak (none for a GPU not in `PEAK_BF16_TFLOPS`)."""
-    import vitzoo
-
     torch.backends.cuda.matmul.allow_tf32 = True
     model, peers, _ = speed.models(case, device)
     flops = float(vitzoo.count_flops(model.config, backward=True))
@@ -178,7 +177,7 @@ def training_mfu(device: torch.device, case: speed.Case = MFU_CASE, batch: int =
                                     half_of(device), device, fused=True)
              for name, m in {"vitzoo": model, **peers}.items()}
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    peak = peak_tflops(name) if device.type == "cuda" else None
+    peak = peak_tflops(name)
     result: dict[str, Any] = {
         "device": name, "dtype": str(half_of(device)).replace("torch.", ""), "batch": batch,
         "img_size": case.img_size, "compiled": compile, "gflops_per_image": round(flops / 1e9, 2),

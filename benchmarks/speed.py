@@ -225,17 +225,17 @@ def inference(case: Case, batches: list[int], reps: int, device: torch.device,
     gflops, rows = vitzoo.count_flops(model.config) / 1e9, []  # one image's forward pass
     for name, dtype in (dtypes or precisions(device)).items():
         # weights cast once, no autocast (for_inference converts in place: a copy of its own)
-        fast = dtype and for_inference(copy.deepcopy(model), dtype)
+        fast = None if dtype is None else for_inference(copy.deepcopy(model), dtype)
         for batch in batches:
             x = torch.randn(batch, 3, case.img_size, case.img_size, device=device)
             runs = {"vitzoo": runner(model, x, dtype),
                     **{lib: runner(peer, x, dtype) for lib, peer in peers.items()},
-                    **({"vitzoo.fast": runner(fast, x, None)} if fast else {})}
+                    **({} if fast is None else {"vitzoo.fast": runner(fast, x, None)})}
             if batch == compile_at:
                 torch._dynamo.reset()  # Dynamo keeps a few graphs per function, across models
                 for lib, m in {"vitzoo": model, **peers}.items():
                     runs[f"{lib}+compile"] = runner(compile_for_inference(m, x, dtype), x, dtype)
-                if fast:
+                if fast is not None:
                     fast_compiled = for_inference(copy.deepcopy(model), dtype, compile=True)
                     runs["vitzoo.fast+compile"] = runner(fast_compiled, x, None)
             if device.type == "cuda":  # the CPU has one kernel
