@@ -33,6 +33,7 @@ from benchmarks.suite import RESULTS, ResultStore
 from vitzoo.argvalues import ArgumentParser
 from vitzoo.inference import compile_for_inference, compile_for_training, for_inference
 from vitzoo.io import write_text
+from vitzoo.model import choose_attention
 from vitzoo.precision import autocast, half_of
 
 OUT = RESULTS / "speed"
@@ -224,6 +225,7 @@ def inference(case: Case, batches: list[int], reps: int, device: torch.device,
     model, peers, parity = models(case, device, parity=True)
     gflops, rows = vitzoo.count_flops(model.config) / 1e9, []  # one image's forward pass
     for name, dtype in (dtypes or precisions(device)).items():
+        choose_attention(model, device, dtype)  # the kernel of the precision, as vitzoo's own
         # weights cast once, no autocast (for_inference converts in place: a copy of its own)
         fast = None if dtype is None else for_inference(copy.deepcopy(model), dtype)
         for batch in batches:
@@ -269,6 +271,7 @@ def training(case: Case, batch: int, reps: int, device: torch.device, dtypes: di
     model, peers, _ = models(case, device)
     gflops, rows = vitzoo.count_flops(model.config, backward=True) / 1e9, []
     for name, dtype in (dtypes or precisions(device)).items():
+        choose_attention(model, device, dtype)  # the kernel of the precision, as the trainer's
         contestants = {"vitzoo": model, **peers}
         if compile:  # vitzoo alone: the peers' compiled steps were slow on the CPU
             torch._dynamo.reset()
