@@ -1,13 +1,8 @@
 """An independent flax.linen re-implementation of the official JAX ViT (google-research's
-vision_transformer, `models_vit.py` and `models_resnet.py`), written from the description in
-shared/reference/vit-paper.md, against which vitzoo's loader and model are checked.
-
-Its module names give the official .npz keys (`embedding/kernel`, `Transformer/encoderblock_0/...`,
-`block1/unit1/conv1/kernel`); it uses flax's built-in layers as the official code does (LayerNorm
-and GroupNorm eps 1e-6, tanh GELU, TF "SAME" padding, the query scaled by 1/sqrt(head_dim)), every
-dropout off. `make_checkpoint` writes a perturbed model as an official .npz (GroupNorm parameters
-as (C,), or (1, 1, 1, C) as older checkpoints hold them), `official_logits` runs it, and
-`official_param_count` counts its parameters without allocating them.
+vision_transformer), written from shared/reference/vit-paper.md, to check vitzoo against: its
+module names give the official .npz keys, and it uses flax's layers as the official code does
+(eps 1e-6, tanh GELU, TF "SAME" padding), dropout off. `make_checkpoint` writes a perturbed model
+as an official .npz, `official_logits` runs one, `official_param_count` counts its parameters.
 """
 
 from __future__ import annotations
@@ -27,8 +22,7 @@ from flax.traverse_util import flatten_dict, unflatten_dict
 GROUPNORM = re.compile(r"^gn(_root|_proj|\d+)$")  # the modules holding GroupNorm parameters
 
 
-class StdConv(nn.Conv):
-    """A conv whose HWIO kernel is standardised over (H, W, in) when used; the raw one is stored."""
+class StdConv(nn.Conv):  # the HWIO kernel standardised over (H, W, in) when used, stored raw
 
     def param(self, name: str, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
         value = super().param(name, *args, **kwargs)
@@ -42,9 +36,7 @@ def group_norm(name: str, **kwargs: Any) -> nn.GroupNorm:
     return nn.GroupNorm(num_groups=32, epsilon=1e-6, name=name, **kwargs)
 
 
-class ResidualUnit(nn.Module):
-    """Post-activation bottleneck (stride on the 3x3 conv); the output has 4 x `features`."""
-
+class ResidualUnit(nn.Module):  # post-activation bottleneck, the stride on the 3x3 conv
     features: int
     strides: tuple[int, int] = (1, 1)
 
@@ -95,10 +87,7 @@ class MlpBlock(nn.Module):
         return dense(x.shape[-1], name="Dense_1")(y)
 
 
-class Encoder1DBlock(nn.Module):
-    """Pre-LN block; the sub-module names carry the global index of the old flax.nn API the
-    official checkpoints were written with."""
-
+class Encoder1DBlock(nn.Module):  # its modules named with the indices of the old flax.nn API
     mlp_dim: int
     num_heads: int
 
@@ -126,10 +115,7 @@ class Encoder(nn.Module):
         return nn.LayerNorm(epsilon=1e-6, name="encoder_norm")(x)
 
 
-class OfficialViT(nn.Module):
-    """The official ViT, or R+ViT with `resnet_layers` (units per stage; () the root alone).
-    NHWC images in, logits out."""
-
+class OfficialViT(nn.Module):  # R+ViT with `resnet_layers` (units per stage); NHWC in, logits out
     num_classes: int
     patch_size: int
     hidden_size: int
@@ -178,8 +164,7 @@ def _build(fields: Mapping[str, Any]) -> OfficialViT:
 
 @functools.lru_cache(maxsize=None)
 def _compiled_init(model: OfficialViT, img_size: int, in_chans: int) -> Any:
-    """`model.init` compiled once per input shape, at XLA's optimisation level 0 (random initial
-    values need no optimised code, and it compiles several times faster)."""
+    """`model.init` compiled once per input shape, unoptimised (it compiles faster)."""
     dummy = jnp.zeros((1, img_size, img_size, in_chans), jnp.float32)
     lowered = jax.jit(model.init).lower(jax.random.PRNGKey(0), dummy)
     return lowered.compile(compiler_options={"xla_backend_optimization_level": 0})

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from hub_testing import TOKEN, hermetic_hub_environment  # tests/hub_testing.py
+from hub_testing import TOKEN  # tests/hub_testing.py
 
 import vitzoo
 from benchmarks import suite
@@ -47,10 +47,7 @@ def test_a_components_options_are_checked_by_it_with_the_fix_named():
             vitzoo.create("vit_s16", stem=stem, stem_options=options, **SMALL)
 
 
-def test_the_option_travels_through_config_json_and_a_hub_round_trip(tmp_path, monkeypatch):
-    from hubserver import HubServer
-
-    hermetic_hub_environment(monkeypatch, tmp_path)
+def test_the_option_travels_through_config_json_and_a_hub_round_trip(hub_server, tmp_path):
     model = vitzoo.create("vit_s16", stem="convstem",
                           stem_options={"extra_layers": 2}, **SMALL).eval()
     model.save_pretrained(tmp_path / "saved")
@@ -59,10 +56,8 @@ def test_the_option_travels_through_config_json_and_a_hub_round_trip(tmp_path, m
     x = torch.randn(2, 3, 32, 32)
     again = vitzoo.from_pretrained(tmp_path / "saved").eval()
     torch.testing.assert_close(again(x), model(x), rtol=0, atol=0)
-    with HubServer(tmp_path / "hub", token=TOKEN) as hub:
-        monkeypatch.setenv("HF_ENDPOINT", hub.url)
-        model.push_to_hub("alice/convstem", token=TOKEN)
-        pulled = vitzoo.from_pretrained("hf-hub:alice/convstem").eval()
+    model.push_to_hub("alice/convstem", token=TOKEN)
+    pulled = vitzoo.from_pretrained("hf-hub:alice/convstem").eval()
     assert pulled.config == model.config
     torch.testing.assert_close(pulled(x), model(x), rtol=0, atol=0)
 

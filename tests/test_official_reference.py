@@ -42,48 +42,43 @@ def official_shapes(num_classes, patch_size, hidden_size, num_layers, mlp_dim, n
                     classifier="token", representation_size=None, resnet_layers=None,
                     groupnorm_4d=False) -> dict[str, tuple]:
     """The official .npz keys and shapes of a model, written out from the checkpoint layout."""
-    d, shapes = hidden_size, {}
+    d, h, size, channels, shapes = hidden_size, num_heads, IMG, 3, {}
     norm = (lambda c: (1, 1, 1, c)) if groupnorm_4d else (lambda c: (c,))
-    channels, size = 3, IMG
+
+    def conv(name, shape, gn):  # a kernel, and the GroupNorm after it
+        shapes.update({f"{name}/kernel": shape, f"{gn}/scale": norm(shape[-1]),
+                       f"{gn}/bias": norm(shape[-1])})
+
     if resnet_layers is not None:
-        shapes |= {"conv_root/kernel": (7, 7, 3, 64), "gn_root/scale": norm(64),
-                   "gn_root/bias": norm(64)}
+        conv("conv_root", (7, 7, 3, 64), "gn_root")
         channels, size = 64, math.ceil(IMG / 4)
         for s, units in enumerate(resnet_layers):
             f = 64 * 2**s
             for u in range(units):
                 p, stride = f"block{s + 1}/unit{u + 1}", 2 if s > 0 and u == 0 else 1
-                convs = {"conv1": (1, 1, channels, f), "conv2": (3, 3, f, f),
-                         "conv3": (1, 1, f, 4 * f)}
                 if channels != 4 * f or stride != 1:
-                    convs["conv_proj"] = (1, 1, channels, 4 * f)
-                for conv, shape in convs.items():
-                    gn = f"{p}/gn{conv[4:]}" if conv != "conv_proj" else f"{p}/gn_proj"
-                    shapes |= {f"{p}/{conv}/kernel": shape, f"{gn}/scale": norm(shape[-1]),
-                               f"{gn}/bias": norm(shape[-1])}
+                    conv(f"{p}/conv_proj", (1, 1, channels, 4 * f), f"{p}/gn_proj")
+                for i, shape in enumerate([(1, 1, channels, f), (3, 3, f, f), (1, 1, f, 4 * f)]):
+                    conv(f"{p}/conv{i + 1}", shape, f"{p}/gn{i + 1}")
                 channels, size = 4 * f, math.ceil(size / stride)
     tokens = (size // patch_size) ** 2 + (classifier == "token")
+    t, head_in = "Transformer", representation_size or d
     shapes |= {"embedding/kernel": (patch_size, patch_size, channels, d), "embedding/bias": (d,),
-               "Transformer/posembed_input/pos_embedding": (1, tokens, d),
-               "Transformer/encoder_norm/scale": (d,), "Transformer/encoder_norm/bias": (d,)}
+               f"{t}/posembed_input/pos_embedding": (1, tokens, d), "head/bias": (num_classes,),
+               f"{t}/encoder_norm/scale": (d,), f"{t}/encoder_norm/bias": (d,),
+               "head/kernel": (head_in, num_classes)}
     shapes |= {"cls": (1, 1, d)} if classifier == "token" else {}
-    for i in range(num_layers):
-        p, att = f"Transformer/encoderblock_{i}", "MultiHeadDotProductAttention_1"
-        for name in ("LayerNorm_0", "LayerNorm_2"):
-            shapes |= {f"{p}/{name}/scale": (d,), f"{p}/{name}/bias": (d,)}
-        for name in ("query", "key", "value"):
-            shapes |= {f"{p}/{att}/{name}/kernel": (d, num_heads, d // num_heads),
-                       f"{p}/{att}/{name}/bias": (num_heads, d // num_heads)}
-        shapes |= {f"{p}/{att}/out/kernel": (num_heads, d // num_heads, d),
-                   f"{p}/{att}/out/bias": (d,),
-                   f"{p}/MlpBlock_3/Dense_0/kernel": (d, mlp_dim),
-                   f"{p}/MlpBlock_3/Dense_0/bias": (mlp_dim,),
-                   f"{p}/MlpBlock_3/Dense_1/kernel": (mlp_dim, d),
-                   f"{p}/MlpBlock_3/Dense_1/bias": (d,)}
-    head_in = representation_size or d
     if representation_size is not None:
         shapes |= {"pre_logits/kernel": (d, head_in), "pre_logits/bias": (head_in,)}
-    return shapes | {"head/kernel": (head_in, num_classes), "head/bias": (num_classes,)}
+    for i in range(num_layers):
+        p, att, mlp = f"{t}/encoderblock_{i}", "MultiHeadDotProductAttention_1", "MlpBlock_3"
+        shapes |= {f"{p}/LayerNorm_{n}/{k}": (d,) for n in (0, 2) for k in ("scale", "bias")}
+        shapes |= {f"{p}/{att}/{n}/kernel": (d, h, d // h) for n in ("query", "key", "value")}
+        shapes |= {f"{p}/{att}/{n}/bias": (h, d // h) for n in ("query", "key", "value")}
+        shapes |= {f"{p}/{att}/out/kernel": (h, d // h, d), f"{p}/{att}/out/bias": (d,),
+                   f"{p}/{mlp}/Dense_0/kernel": (d, mlp_dim), f"{p}/{mlp}/Dense_0/bias": (mlp_dim,),
+                   f"{p}/{mlp}/Dense_1/kernel": (mlp_dim, d), f"{p}/{mlp}/Dense_1/bias": (d,)}
+    return shapes
 
 
 @pytest.fixture(scope="module")

@@ -1,11 +1,7 @@
-"""ViTConfig: the single source of truth for one model, in the paper's names (D is `embed_dim`, L is
-`depth`, P is `patch_size`).
-
-The four parts a model is built from (stem, position embedding, pool, head) are named by a field
-each, with a dict of the part's own options beside it (`stem_options`, ...), which the part declares
-and checks (its `Options`), so a plugin adds options without touching this module. Every field is
-checked on construction (`vitzoo.options.check_fields`); that a part exists and takes its options is
-checked when a config is resolved (`vitzoo.registry.resolve_config`).
+"""ViTConfig: the single source of truth for one model, in the paper's names (D is `embed_dim`, L
+`depth`, P `patch_size`). The four parts a model is built from (stem, position embedding, pool,
+head) are named by a field each, with the part's own options in a dict beside it (`stem_options`,
+...), which the part declares (its `Options`): a plugin adds options without touching this module.
 """
 
 from __future__ import annotations
@@ -58,25 +54,23 @@ def merge_options(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, An
 
 def _json_form(value: Any) -> Any:
     """Tuples as lists, recursively: a part's options compare equal from code or from JSON."""
-    if isinstance(value, (tuple, list)):
-        return [_json_form(v) for v in value]
-    return {k: _json_form(v) for k, v in value.items()} if isinstance(value, dict) else value
+    if isinstance(value, dict):
+        return {k: _json_form(v) for k, v in value.items()}
+    return [_json_form(v) for v in value] if isinstance(value, (tuple, list)) else value
 
 
 def _pair(value) -> tuple[int, int]:
     if isinstance(value, int) and not isinstance(value, bool):
         return (value, value)
-    if not (isinstance(value, (tuple, list)) and len(value) == 2):
-        raise ConfigError("img_size must be an int or a (height, width) pair, got "
-                          + described(value))
-    return tuple(value)
+    if isinstance(value, (tuple, list)) and len(value) == 2:
+        return tuple(value)
+    raise ConfigError(f"img_size must be an int or a (height, width) pair, got {described(value)}")
 
 
-def _numbers(values, name: str) -> tuple[float, ...]:
-    if isinstance(values, (int, float)) and not isinstance(values, bool):
-        return (float(values),)
+def _per_channel(values, name: str) -> tuple[float, ...]:
+    single = isinstance(values, (int, float)) and not isinstance(values, bool)
     try:
-        return tuple(float(v) for v in values)
+        return tuple(float(v) for v in ([values] if single else values))
     except (TypeError, ValueError):
         raise ConfigError(f"{name} must be a number or a sequence of numbers, got "
                           f"{described(values)}") from None
@@ -128,15 +122,14 @@ class ViTConfig(Options):
         self.img_size = _pair(self.img_size)
         for key in PART_OPTIONS.values():
             setattr(self, key, _json_form(getattr(self, key)))
-        self.mean, self.std = _numbers(self.mean, "mean"), _numbers(self.std, "std")
+        self.mean, self.std = _per_channel(self.mean, "mean"), _per_channel(self.std, "std")
         check_fields(self)
         if self.embed_dim % self.num_heads:
             raise ConfigError(f"embed_dim={self.embed_dim} is not divisible by "
                               f"num_heads={self.num_heads}")
-        def per_channel(values):  # one value for every channel (0.5) fits any number of them
-            return values[:1] * self.in_chans if len(set(values)) == 1 else values
-
-        self.mean, self.std = per_channel(self.mean), per_channel(self.std)
+        # one value for every channel (the default 0.5) fits any number of channels
+        self.mean, self.std = (v[:1] * self.in_chans if len(set(v)) == 1 else v
+                               for v in (self.mean, self.std))
         if len(self.mean) != self.in_chans or len(self.std) != self.in_chans:
             raise ConfigError(f"mean and std need one value per input channel (in_chans="
                               f"{self.in_chans}), got mean={self.mean}, std={self.std}")

@@ -45,8 +45,7 @@ class TrainingDiverged(RuntimeError):
 
     def __init__(self, message: str, inputs: bool = False, step: int | None = None) -> None:
         super().__init__(message)
-        self.inputs = inputs
-        self.step = step
+        self.inputs, self.step = inputs, step
 
 
 __all__ = ["ConfigError", "PluginError", "InputError", "CheckpointError", "DataError", "DiskFull",

@@ -1,8 +1,7 @@
 """Inference in the precision a device computes fastest: `for_inference(model)` casts the weights
-once (under autocast every product casts its float32 weight again at every call), chooses the
-attention kernel for that precision and, if asked, compiles the model with frozen weights (Inductor
-folds them into the graph, pre-packed for the matrix kernels). `compile_for_inference` and
-`compile_for_training` are the compiled paths the speed benchmarks time.
+once (autocast would cast them at every call), chooses the attention kernel of that precision and,
+if asked, compiles the model with frozen weights (Inductor folds them into the graph).
+`compile_for_inference` and `compile_for_training` are the compiled paths the benchmarks time.
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ from vitzoo.precision import NAMES, SPELLINGS, Choice, autocast, fastest
 
 
 def _frozen_call(model: nn.Module, x: torch.Tensor, mixed: torch.dtype | None = None):
-    """A call of a compiled model with Inductor's weight freezing on (read when a graph compiles)."""
     import torch._inductor.config as inductor_config
 
     with inductor_config.patch(freezing=True), torch.inference_mode(), autocast(x.device, mixed):
@@ -37,8 +35,7 @@ def compile_for_training(model: nn.Module, mode: str | None = None) -> nn.Module
 
 
 class Inference(nn.Module):
-    """A model whose weights were cast to `choice.dtype` once: floating images are cast to it, every
-    call runs without autograd, outputs are in that dtype."""
+    """A model cast to `choice.dtype` once: images are cast to it, calls run without autograd."""
 
     def __init__(self, model: nn.Module, choice: Choice, compiled: bool) -> None:
         super().__init__()
@@ -59,11 +56,10 @@ class Inference(nn.Module):
 
 def for_inference(model: nn.Module, precision: torch.dtype | str = "auto",
                   compile: bool = False) -> Inference:
-    """`model` for inference, converted in place (eval mode, parameters frozen and cast:
-    `copy.deepcopy` it first to keep the float32 model). `precision`: "auto", what the model's
-    device computes fastest (`vitzoo.precision.fastest`), or a dtype or its name (float32/fp32,
-    bfloat16/bf16, float16/fp16); every tensor runs in it, the residual stream too. `compile=True`
-    compiles the model with frozen weights at the first call (each new input shape again)."""
+    """`model` for inference, converted in place (eval mode, parameters frozen and cast: deepcopy
+    it first to keep it). `precision`: "auto", what its device computes fastest, or a dtype or
+    its name (float32/fp32, bfloat16/bf16, float16/fp16). `compile=True` compiles it with frozen
+    weights at the first call (each new input shape again)."""
     if not isinstance(compile, bool):
         raise ValueError(f"compile={compile!r}: use True or False")
     device = next(model.parameters(), torch.empty(0)).device
@@ -72,7 +68,8 @@ def for_inference(model: nn.Module, precision: torch.dtype | str = "auto",
     else:
         dtype = SPELLINGS.get(precision) if isinstance(precision, str) else precision
         if not isinstance(dtype, torch.dtype) or dtype not in NAMES:
-            raise ValueError(f"precision={precision!r}: use 'auto' or one of {', '.join(SPELLINGS)}")
+            raise ValueError(f"precision={precision!r}: use 'auto' or one of "
+                             + ", ".join(SPELLINGS))
         choice = Choice(dtype, "asked for")
     model = model.eval().requires_grad_(False).to(choice.dtype)
     choose_attention(model, device, choice.dtype)

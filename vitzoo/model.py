@@ -169,10 +169,7 @@ class Encoder(nn.Module):
                  num_prefix_tokens: int) -> None:
         super().__init__()
         self.mode, self.grad_checkpointing = config.pos_embed_mode, False
-
-        def make() -> nn.Module:
-            return pos_embed_cls(config, grid, num_prefix_tokens)
-
+        make = partial(pos_embed_cls, config, grid, num_prefix_tokens)
         in_attention = pos_embed_cls.in_attention
         if in_attention:
             self.pos_embed = None
@@ -244,17 +241,16 @@ class VisionTransformer(TimmSurface, nn.Module):
         self.pretrained_tag = None  # the vitzoo.tags.PretrainedTag the weights came from, if any
 
     @property
-    def stride(self) -> tuple[int, int]:
-        """Pixels per token along (height, width)."""
+    def stride(self) -> tuple[int, int]:  # pixels per token along (height, width)
         return tuple(self.stem.stride)
 
-    def grid_size(self, img_size: tuple[int, int]) -> tuple[int, int]:
+    def grid_size(self, img_size: tuple[int, int], error: type = ConfigError) -> tuple[int, int]:
         """The token grid of an image size; an error if the stem's stride does not divide it."""
         (h, w), (sh, sw) = img_size, self.stride
         if h % sh or w % sw:
             near = (max(1, round(h / sh)) * sh, max(1, round(w / sw)) * sw)
-            raise ConfigError(f"img_size={tuple(img_size)} is not divisible by the stem's stride "
-                              f"{(sh, sw)} (stem={self.config.stem!r}); use e.g. {near}")
+            raise error(f"img_size={tuple(img_size)} is not divisible by the stem's stride "
+                        f"{(sh, sw)} (stem={self.config.stem!r}); use e.g. {near}")
         return (h // sh, w // sw)
 
     @property
@@ -274,7 +270,7 @@ class VisionTransformer(TimmSurface, nn.Module):
         whose input has no shape, the configured one)."""
         if fx_tracing():
             return self.grid
-        config, weight = self.config, next(self.parameters(), None)
+        config, weight = self.config, next(self.parameters())
         shape = tuple(x.shape) if isinstance(x, torch.Tensor) else None
         if shape is None or len(shape) != 4:
             hint = "; add a batch dimension with x.unsqueeze(0)" if len(shape or ()) == 3 else ""
@@ -285,11 +281,10 @@ class VisionTransformer(TimmSurface, nn.Module):
                              f"x.float() and normalise with mean={config.mean}, std={config.std}")
         if x.shape[1] != config.in_chans:
             raise InputError(f"expected {config.in_chans} input channels, got {tuple(x.shape)}")
-        if weight is not None and x.device != weight.device:
+        if x.device != weight.device:
             raise InputError(f"the input is on {x.device} but the model is on {weight.device}; "
                              "move one of them with .to(device)")
-        if (weight is not None and x.dtype != weight.dtype
-                and not torch.is_autocast_enabled(x.device.type)):
+        if x.dtype != weight.dtype and not torch.is_autocast_enabled(x.device.type):
             raise InputError(f"the input is {x.dtype} but the model's weights are {weight.dtype}; "
                              f"convert with x.to({weight.dtype}), or run under torch.autocast")
         size = (x.shape[2], x.shape[3])
@@ -297,10 +292,7 @@ class VisionTransformer(TimmSurface, nn.Module):
             raise InputError(f"input size {size} differs from the configured img_size "
                              f"{config.img_size}; resize it, call model.set_img_size(...) or "
                              "build the model with dynamic_img_size=True")
-        try:
-            return self.grid_size(size)
-        except ConfigError as exc:
-            raise InputError(str(exc)) from None
+        return self.grid_size(size, InputError)
 
     def embed(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
         """Images -> [x_class; x_p E] (eq. 1 before E_pos), and the token grid."""
@@ -366,9 +358,9 @@ class VisionTransformer(TimmSurface, nn.Module):
         self.encoder.grad_checkpointing = enable
 
     def save_pretrained(self, directory, card: dict | None = None, format: str = "vitzoo") -> None:
-        """Write config.json, model.safetensors and a README.md model card into `directory`,
-        atomically; `card`: dataset, metrics, license, tags. `format`: "vitzoo", "timm" or
-        "transformers" (that library's keys and names), or "auto" (the first that builds it)."""
+        """Write config.json, model.safetensors and a model card (`card`: dataset, metrics, license,
+        tags) into `directory`, atomically, in the layout of `format`: vitzoo, timm, transformers
+        or auto (the first of timm and transformers that builds the model, else vitzoo)."""
         self.check_describable("save")
         native.save_pretrained(self, directory, card=card, layout=format)
 

@@ -28,7 +28,7 @@ CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 
 
 def flag(dtype: torch.dtype | None) -> str:
-    """The fixed --precision value that computes in `dtype` (None or float32: "fp32")."""
+    """The --precision value of `dtype` (None or float32: "fp32")."""
     dtype = None if dtype == torch.float32 else dtype
     return next(short for short, autocast_dtype in FIXED.items() if autocast_dtype == dtype)
 
@@ -40,19 +40,16 @@ def autocast(device: torch.device | str, dtype: torch.dtype | None) -> torch.aut
     return torch.autocast(device_type, dtype=dtype or torch.float32, enabled=dtype is not None)
 
 
-def sum_dtype(device: torch.device) -> torch.dtype:
-    """The dtype of sums kept on `device`: float64, except on MPS, which has none."""
+def sum_dtype(device: torch.device) -> torch.dtype:  # of sums kept on a device (MPS: no f64)
     return torch.float32 if device.type == "mps" else torch.float64
 
 
-def native_bf16(device: torch.device) -> bool:
-    """Whether the CUDA `device` computes bf16 natively (T4s and V100s only emulate it)."""
+def native_bf16(device: torch.device) -> bool:  # T4s and V100s only emulate it
     with torch.cuda.device(device):
         return torch.cuda.is_bf16_supported(including_emulation=False)
 
 
-def gpu_half(device: torch.device) -> torch.dtype:
-    """The half precision of a CUDA `device`: bf16 where native, else fp16."""
+def gpu_half(device: torch.device) -> torch.dtype:  # of a CUDA device
     return torch.bfloat16 if native_bf16(device) else torch.float16
 
 
@@ -74,9 +71,7 @@ def cpu_flags() -> frozenset[str]:
 
 
 @dataclasses.dataclass(frozen=True)
-class Choice:
-    """A precision and what the device reported that picked it."""
-
+class Choice:  # a precision, and what the device reported that picked it
     dtype: torch.dtype
     reason: str
 

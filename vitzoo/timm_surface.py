@@ -1,8 +1,6 @@
-"""What a timm user reaches for on a ViT, with timm's names and meaning: intermediate features for
-dense tasks (`forward_intermediates`), the preprocessing timm's data helpers read
-(`pretrained_cfg`), the classifier, and the groups of layer-wise learning-rate decay
-(`group_matcher`). `VisionTransformer` takes it as a base; it reads the model's own parts only.
-"""
+"""What a timm user reaches for on a ViT, with timm's names and meaning: intermediate features
+(`forward_intermediates`), the preprocessing timm's data helpers read (`pretrained_cfg`), the
+classifier, and the groups of layer-wise learning-rate decay (`group_matcher`)."""
 
 from __future__ import annotations
 
@@ -64,8 +62,7 @@ class TimmSurface:
 
     @property
     def feature_info(self) -> list[dict[str, Any]]:
-        """Per block, as timm's ViT lists them: the module, its channels (D) and its reduction
-        (input pixels per token: an int, or (height, width) when they differ)."""
+        """Per block, as timm's ViT: the module, its channels (D), its pixels per token."""
         sh, sw = self.stride
         return [{"module": f"encoder.blocks.{i}", "num_chs": self.config.embed_dim,
                  "reduction": sh if sh == sw else (sh, sw)}
@@ -73,11 +70,10 @@ class TimmSurface:
 
     def prune_intermediate_layers(self, indices: int | Sequence[int] = 1, prune_norm: bool = False,
                                   prune_head: bool = True) -> list[int]:
-        """Drop what the blocks `indices` do not need, in place, as timm's ViT does: the blocks
-        after the last one taken, the final LayerNorm (`prune_norm`), fc_norm and the head
-        (`prune_head`: no classes, a linear head). Returns the indices from the first block. A
-        model whose final norm or fc_norm was pruned holds less than a config describes: it is
-        not saved."""
+        """Drop what the blocks `indices` do not need, in place, as timm's ViT does: the later
+        blocks, the final LayerNorm (`prune_norm`), fc_norm and the head (`prune_head`). Returns
+        the indices from the first block. Without its norms a model is not saved (no config
+        describes it)."""
         taken = take_indices(len(self.encoder.blocks), indices)
         kept = max(taken) + 1
         self.encoder.blocks = self.encoder.blocks[:kept]
@@ -97,14 +93,12 @@ class TimmSurface:
         return taken
 
     def check_describable(self, action: str) -> None:
-        """An ExportError for `action` when pruning left the model holding less than its config."""
-        if getattr(self, "pruned_parts", None):
+        if getattr(self, "pruned_parts", None):  # pruning left less than the config describes
             raise ExportError(f"cannot {action} this model: prune_intermediate_layers removed "
                               f"{' and '.join(self.pruned_parts)}, which no config describes; "
                               "save the model before pruning it, or prune without them")
 
-    def __prepare_scriptable__(self):
-        """torch.jit.script's first call on a module: refused with the reason."""
+    def __prepare_scriptable__(self):  # torch.jit.script's first call on a module
         raise ExportError("torch.jit.script cannot compile a vitzoo model (its parts take Python "
                           "options TorchScript does not type): use torch.jit.trace, "
                           "torch.export.export, torch.compile or vitzoo.export_onnx")
@@ -133,8 +127,7 @@ class TimmSurface:
 
     default_cfg = pretrained_cfg  # timm's other name
 
-    def get_classifier(self) -> nn.Module:
-        """The final classifier layer (nn.Identity with no classes)."""
+    def get_classifier(self) -> nn.Module:  # nn.Identity with no classes
         return getattr(self.head, "fc", self.head)
 
     def group_matcher(self, coarse: bool = False) -> dict[str, Any]:

@@ -14,9 +14,9 @@ from vitzoo.weights.layout import HUB_PREFIX
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("export", help="write a model as an ONNX file (dynamic batch), checked with "
                                       "onnxruntime")
-    p.add_argument("model", metavar="MODEL", help="a pretrained tag MODEL.TAG[@REVISION], a model "
-                   "name (its default tag's weights), a saved model's directory or weights file, "
-                   f"or a Hub repo {HUB_PREFIX}ORG/NAME[@REVISION]")
+    p.add_argument("model", metavar="MODEL", help="a tag MODEL.TAG[@REVISION], a model name (its "
+                   "default tag's weights), a saved model's directory or file, or a Hub repo "
+                   f"{HUB_PREFIX}ORG/NAME[@REVISION]")
     p.add_argument("output", metavar="OUT.onnx", help="the ONNX file to write (atomically)")
     p.add_argument("--no-weights", action="store_true",
                    help="a model name's architecture with random weights (no download)")

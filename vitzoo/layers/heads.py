@@ -13,26 +13,25 @@ from vitzoo.layers.init import lecun_normal_
 from vitzoo.options import Options, option
 
 
-class ClassTokenPool(nn.Module):
+class Pool(nn.Module):
+    num_prefix_tokens = 0  # the class tokens the model prepends
+
+    def __init__(self, config: ViTConfig) -> None:
+        super().__init__()
+
+
+class ClassTokenPool(Pool):
     """y = z_L^0: the representation is the (normed) class token."""
 
     num_prefix_tokens = 1
     tokens_read = 1  # the last block need not compute the patch tokens' outputs
 
-    def __init__(self, config: ViTConfig) -> None:
-        super().__init__()
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x[:, 0]
 
 
-class GlobalAveragePool(nn.Module):
+class GlobalAveragePool(Pool):
     """No class token: the mean of all tokens after the final LayerNorm (the official `gap`)."""
-
-    num_prefix_tokens = 0
-
-    def __init__(self, config: ViTConfig) -> None:
-        super().__init__()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x.mean(dim=1)

@@ -98,18 +98,14 @@ class LearnedPosEmbed2d(nn.Module):
 
     def __init__(self, config: ViTConfig, grid: tuple[int, int], num_prefix_tokens: int) -> None:
         super().__init__()
-        half = config.embed_dim // 2
-        self.grid = grid
+        self.grid, half = grid, config.embed_dim // 2
         self.row = nn.Parameter(torch.randn(grid[0], half) * POS_STD)
         self.col = nn.Parameter(torch.randn(grid[1], half) * POS_STD)
-        self.prefix = None
-        if num_prefix_tokens:
-            prefix = torch.randn(1, num_prefix_tokens, config.embed_dim) * POS_STD
-            self.prefix = nn.Parameter(prefix)
+        prefix = (1, num_prefix_tokens, config.embed_dim)
+        self.prefix = nn.Parameter(torch.randn(prefix) * POS_STD) if num_prefix_tokens else None
 
     def forward(self, x: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
-        (h, w) = grid
-        # resampled for another grid only: the grid decides, not the shapes (torch.fx has none)
+        h, w = grid  # resampled for another grid only (the grid decides: torch.fx has no shapes)
         row = self.row if h == self.grid[0] else resample_line(self.row, h)
         col = self.col if w == self.grid[1] else resample_line(self.col, w)
         patches = torch.cat([row[:, None, :].expand(h, w, -1), col[None, :, :].expand(h, w, -1)],
@@ -126,9 +122,8 @@ class LearnedPosEmbed2d(nn.Module):
 
 
 class RelativePositionBias(nn.Module):
-    """1-D relative attention: a learned key per offset, scored by the content query. The table
-    holds the 2N - 1 patch-to-patch offsets, then one embedding for every pair with the class token
-    (which has no position). One instance lives in each encoder block."""
+    """A learned key per offset between patches (2N - 1 of them, then one for every pair with the
+    class token, which has no position), scored by the query; one instance in each block."""
 
     modes = ("input",)
     in_attention = True
@@ -154,8 +149,7 @@ class RelativePositionBias(nn.Module):
         return torch.cat([patches, self.table[2 * old_n - 1 :]])
 
     def forward(self, q: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
-        """(B, heads, queries, tokens): the queries may be the first tokens' only (the last block's
-        class token)."""
+        """(B, heads, queries, tokens), for the queries of the first tokens (or all)."""
         if grid == self.grid:
             table, index = self.table, self.index
         else:

@@ -19,23 +19,15 @@ from vitzoo.layers.init import lecun_normal_
 GROUPS = 32
 
 
-class Numerics(NamedTuple):
-    """w' = (w - mean) / (std + ws_eps), or / sqrt(var + ws_eps) with `ws_eps_in_sqrt`; GroupNorm
-    with eps `gn_eps`."""
-
-    ws_eps: float
-    ws_eps_in_sqrt: bool
-    gn_eps: float
-
-
+# w' = (w - mean) / (std + ws_eps), or / sqrt(var + ws_eps) with ws_eps_in_sqrt; GroupNorm's eps
+Numerics = NamedTuple("Numerics", [("ws_eps", float), ("ws_eps_in_sqrt", bool), ("gn_eps", float)])
 # the ResNet stem's `numerics` option: the official model's, or timm's ResNetV2 (StdConv2dSame eps
 # 1e-8, GroupNormAct eps 1e-5), which timm's converted hybrid weights need
 NUMERICS = {"official": Numerics(1e-5, False, 1e-6), "timm": Numerics(1e-8, True, 1e-5)}
 
 
 def same_pads(x: torch.Tensor, kernel: int, stride: int) -> list[int]:
-    """TensorFlow "SAME" padding as F.pad takes it (last dimension first): output size
-    ceil(in / stride), the odd pixel padded after."""
+    """TensorFlow "SAME" padding for F.pad: output size ceil(in / stride), the odd pixel after."""
     pads = []
     for size in (x.shape[-1], x.shape[-2]):
         total = max((math.ceil(size / stride) - 1) * stride + kernel - size, 0)
@@ -135,9 +127,8 @@ class Bottleneck(nn.Module):
 
 
 class ResNet(nn.Module):
-    """Root (7x7/2 conv, GroupNorm, ReLU, 3x3/2 max-pool), then stages of bottlenecks: stage i has
-    inner width 64 * width_factor * 2**i and halves the resolution, but the first. `layers=()` is
-    the root alone (stride 4)."""
+    """Root (7x7/2 conv, GroupNorm, ReLU, 3x3/2 max-pool), then stages of bottlenecks, stage i of
+    inner width 64 * width_factor * 2**i, each but the first halving the resolution."""
 
     def __init__(self, in_chans: int, layers: tuple[int, ...], width_factor: int = 1,
                  numerics: str = "official") -> None:
