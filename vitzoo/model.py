@@ -100,8 +100,7 @@ class Attention(nn.Module):
 
 def choose_attention(model: nn.Module, device, dtype: torch.dtype | None) -> None:
     """The attention kernel of `model` for computing in `dtype` on `device`: written out for bf16
-    on a CPU (there 1.1-1.3x faster than SDPA in inference, 1.9x in training: docs/precision.md),
-    SDPA everywhere else."""
+    on a CPU, where it is faster than SDPA (docs/precision.md), SDPA everywhere else."""
     for module in model.modules():
         if isinstance(module, Attention):
             module.written_out = torch.device(device).type == "cpu" and dtype == torch.bfloat16
