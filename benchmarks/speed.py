@@ -34,11 +34,12 @@ from vitzoo.argvalues import ArgumentParser
 from vitzoo.inference import compile_for_inference, compile_for_training, for_inference
 from vitzoo.io import write_text
 from vitzoo.model import choose_attention
-from vitzoo.precision import autocast, half_of
+from vitzoo.precision import FIXED, autocast, half_of
 
 OUT = RESULTS / "speed"
 KINDS = ("inference", "training", "fastest")
-DTYPES = {"float32": None, "bf16": torch.bfloat16, "fp16": torch.float16}  # the records' names
+# the records' names of vitzoo.precision's dtypes ("float32" where --precision says "fp32")
+DTYPES = {"float32" if name == "fp32" else name: dtype for name, dtype in FIXED.items()}
 
 
 # ---------------------------------------------------------------- the cases
