@@ -33,11 +33,13 @@ from benchmarks.suite import RESULTS, ResultStore
 from vitzoo.argvalues import ArgumentParser
 from vitzoo.inference import compile_for_inference, compile_for_training, for_inference
 from vitzoo.io import write_text
-from vitzoo.precision import autocast, half_of
+from vitzoo.model import choose_attention
+from vitzoo.precision import FIXED, autocast, half_of
 
 OUT = RESULTS / "speed"
 KINDS = ("inference", "training", "fastest")
-DTYPES = {"float32": None, "bf16": torch.bfloat16, "fp16": torch.float16}  # the records' names
+# the records' names of vitzoo.precision's dtypes ("float32" where --precision says "fp32")
+DTYPES = {"float32" if name == "fp32" else name: dtype for name, dtype in FIXED.items()}
 
 
 # ---------------------------------------------------------------- the cases
@@ -224,6 +226,7 @@ def inference(case: Case, batches: list[int], reps: int, device: torch.device,
     model, peers, parity = models(case, device, parity=True)
     gflops, rows = vitzoo.count_flops(model.config) / 1e9, []  # one image's forward pass
     for name, dtype in (dtypes or precisions(device)).items():
+        choose_attention(model, device, dtype)  # the kernel of the precision, as vitzoo's own
         # weights cast once, no autocast (for_inference converts in place: a copy of its own)
         fast = None if dtype is None else for_inference(copy.deepcopy(model), dtype)
         for batch in batches:
@@ -269,6 +272,7 @@ def training(case: Case, batch: int, reps: int, device: torch.device, dtypes: di
     model, peers, _ = models(case, device)
     gflops, rows = vitzoo.count_flops(model.config, backward=True) / 1e9, []
     for name, dtype in (dtypes or precisions(device)).items():
+        choose_attention(model, device, dtype)  # the kernel of the precision, as the trainer's
         contestants = {"vitzoo": model, **peers}
         if compile:  # vitzoo alone: the peers' compiled steps were slow on the CPU
             torch._dynamo.reset()
