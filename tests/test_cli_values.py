@@ -97,7 +97,7 @@ def test_an_unknown_or_abbreviated_option_is_refused_with_the_subcommands_usage(
 
 
 @pytest.mark.parametrize("command, flag, value, fragment", [
-    ("info", "--img-size", "0", "img_size must be positive"),
+    ("info", "--img-size", "0", "img_size must be > 0"),
     ("train", "--log-every", "0", "log_every must be > 0"),
     ("train", "--fewshot", "0", "fewshot must be > 0"),
     ("train", "--warmup", "nan", "warmup must be a finite number"),

@@ -347,7 +347,7 @@ def test_a_record_names_the_gpu_it_was_measured_on(monkeypatch):
 
 @CUDA
 def test_the_gpu_matmul_ceiling_is_below_any_gpus_peak():
-    from benchmarks import speed_timing as timing
+    from benchmarks import speed as timing
 
     shapes = [(8 * 197, 768, 3072), (8 * 197, 3072, 768)]  # ViT-B/16's MLP at batch 8
     for dtype in (None, torch.bfloat16):

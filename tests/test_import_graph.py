@@ -42,7 +42,7 @@ class Layer(NamedTuple):
 LAYERS: tuple[Layer, ...] = (
     Layer("Leaves", "they import nothing of vitzoo but other leaves", {
         "vitzoo/errors.py": "every error vitzoo raises on purpose, the one place to import them from",
-        "vitzoo/options.py": "the `Options` base, number checks, \"did you mean\"",
+        "vitzoo/options.py": "the `Options` base and its one validator, driven by the fields' metadata",
         "vitzoo/config.py": "`ViTConfig`: every option of a model, plain data with the option name lists, the single "
                             "source of truth a component receives",
         "vitzoo/tags.py": "`PretrainedTag`, released weights as torchvision's Weights: Hub repo, "
@@ -58,7 +58,6 @@ LAYERS: tuple[Layer, ...] = (
         "vitzoo/flags.py": "command-line flags from an options dataclass's fields",
         "vitzoo/weights/layout.py": "the names of the files a model directory or Hub repo holds, the Hub prefix, "
                                     "the token grid",
-        "vitzoo/tracing.py": "whether torch.fx is tracing the model, whose Proxies have no shape to check",
     }),
     Layer("Types a plugin provides", "the contracts every component and weight format is written to", {
         "vitzoo/hookspecs.py": "one typed hook per extension point, the docstring is the contract",
@@ -67,8 +66,8 @@ LAYERS: tuple[Layer, ...] = (
         "vitzoo/weights/__init__.py": "the two, as a plugin imports them",
     }),
     Layer("Built-in parts", "registered through the hooks exactly as a plugin's are", {
-        "vitzoo/layers/": "stems, the BiT ResNet, position embeddings, attention, the encoder block, pooling and "
-                          "heads: eq. (1)-(4)",
+        "vitzoo/layers/": "the built-in parts of eq. (1)-(4): stems, the BiT ResNet, position embeddings, pooling "
+                          "and heads",
         "vitzoo/zoo.py": "the table: Table 1's named models with timm's names, and one row per "
                          "released checkpoint (its tag)",
         "vitzoo/weights/": "the weight formats (`vitzoo_format`, `official`, `timm`, `torchvision`, `transformers`: "
@@ -79,22 +78,23 @@ LAYERS: tuple[Layer, ...] = (
         "vitzoo/registry.py": "the pluggy manager; it loads third-party plugins from the entry-point group `vitzoo`",
     }),
     Layer("The model, the checkpoints, the Hub", "what is built from the registry, and files in and out", {
-        "vitzoo/model.py": "`VisionTransformer`, built from a config by looking each part up by name",
+        "vitzoo/model.py": "`VisionTransformer`: eq. (1)-(4) with the encoder and the attention, each part "
+                           "looked up by name",
         "vitzoo/timm_surface.py": "the model's base: what a timm user reaches for, by timm's names",
         "vitzoo/features.py": "`FeatureExtractor` and `FeatureInfo`: the feature maps of `create(..., features_only=True)`",
         "vitzoo/checkpoints/": "files: `sources` (a file, directory or Hub repo read into converted weights), "
                                "`native` (save_pretrained's directory), `card` (its model card), `publish` (pushing it), "
                                "`layouts` (timm's, transformers' or vitzoo's config keys and names, as the library that builds the model reads them)",
-        "vitzoo/checkpoints/hub.py": "the Hub through huggingface_hub: pull into its cache, hashes checked; push a "
-                                     "folder as one commit; no call waits for ever; its errors named",
+        "vitzoo/weights/hub.py": "the Hub through huggingface_hub: pull into its cache, hashes checked; push a "
+                                 "folder as one commit; no call waits for ever; its errors named",
     }),
     Layer("Lookups and orchestration", "the model a name or a source describes", {
         "vitzoo/catalog.py": "pretrained tags: checked, listed, looked up",
         "vitzoo/pretrained.py": "the model a source describes: where weights become a model",
         "vitzoo/__init__.py": "the public face: `create`, `from_pretrained`, `list_*`",
         "vitzoo/transforms.py": "the preprocessing the weights expect",
-        "vitzoo/inference.py": "`for_inference`: the model in its device's fastest precision, compiled if asked (it "
-                               "reads only leaves, so the package's face imports it)",
+        "vitzoo/inference.py": "`for_inference`: the model in its device's fastest precision, its attention kernel "
+                               "chosen for it, compiled if asked",
         "vitzoo/export.py": "`export_onnx`: a model as an ONNX file through torch's exporter, checked with onnxruntime",
     }),
     Layer("Training and evaluation", "what is done with a model", {
@@ -247,7 +247,7 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def placement(path: str, layers: tuple[Layer, ...] = LAYERS) -> tuple[int, str] | None:
     """The layer (its index in `layers`) and the row of the table that place the module at `path` (from
-    the repository's root, as `vitzoo/checkpoints/hub.py`): the longest path of the table that holds it."""
+    the repository's root, as `vitzoo/weights/hub.py`): the longest path of the table that holds it."""
     held = [(len(key), index, key) for index, layer in enumerate(layers) for key in layer.modules
             if path == key or (key.endswith("/") and path.startswith(key))]
     return max(held)[1:] if held else None
@@ -325,7 +325,7 @@ def test_the_graph_is_read_from_the_code():
     assert {"vitzoo.model", "vitzoo.registry"} <= set(graph)
     assert "vitzoo.registry" in graph["vitzoo.model"]
     assert "vitzoo.checkpoints.publish" in graph["vitzoo.commands.weights"]  # inside run_push
-    assert "vitzoo.checkpoints.hub" in graph["vitzoo.checkpoints.sources"]  # from vitzoo.checkpoints import hub
+    assert "vitzoo.weights.hub" in graph["vitzoo.checkpoints.sources"]  # from vitzoo.weights import hub
     assert "vitzoo.config" not in graph["vitzoo.hookspecs"]  # under if TYPE_CHECKING
     assert "vitzoo.config" in import_graph(type_checking=True)["vitzoo.hookspecs"]
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]

@@ -94,7 +94,7 @@ def test_predict_refuses_a_head_without_class_names_before_downloading(
 
     from hub_testing import TOKEN
     from vitzoo.catalog import registered
-    from vitzoo.checkpoints import hub
+    from vitzoo.weights import hub
 
     tag = registered()["vit_ti16.augreg_in21k"]
     api = HfApi(endpoint=hub_server.url, token=TOKEN)

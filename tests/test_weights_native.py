@@ -128,4 +128,4 @@ def test_saving_and_pushing_never_import_the_model():
             seen.add(module)
             todo += sorted(_vitzoo_imports(module) - seen)
     assert "vitzoo.model" not in seen and "vitzoo.pretrained" not in seen
-    assert {"vitzoo.checkpoints.native", "vitzoo.weights.layout", "vitzoo.checkpoints.hub"} <= seen  # the walk did walk
+    assert {"vitzoo.checkpoints.native", "vitzoo.weights.layout", "vitzoo.weights.hub"} <= seen  # the walk did walk

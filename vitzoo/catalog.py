@@ -19,7 +19,7 @@ import fnmatch
 import re
 
 from vitzoo.errors import ConfigError, PluginError
-from vitzoo.checkpoints.hub import check_revision
+from vitzoo.weights.hub import check_revision
 from vitzoo.options import closest
 from vitzoo.registry import get_registry
 from vitzoo.tags import REVISION_SEPARATOR, SEPARATOR, PretrainedTag

@@ -1,6 +1,6 @@
 """Publishing a directory that save_pretrained wrote on the Hugging Face Hub: checked, written in
 the layout of the library that loads it (`vitzoo.checkpoints.layouts`), then uploaded through
-`vitzoo.checkpoints.hub` as one commit; a model is saved once, into the folder uploaded.
+`vitzoo.weights.hub` as one commit; a model is saved once, into the folder uploaded.
 
     model.push_to_hub("alice/vit-b16-cifar10")   # config.json, model.safetensors, README.md
     vitzoo push DIRECTORY alice/vit-b16-cifar10  # a directory save_pretrained (or training) wrote
@@ -23,7 +23,7 @@ from vitzoo.checkpoints.card import with_usage
 from vitzoo.checkpoints.layouts import choose, without_library_keys
 from vitzoo.checkpoints.native import read_config, read_json_object, save_pretrained, write_model
 from vitzoo.errors import CheckpointError, ConfigError, HubError
-from vitzoo.checkpoints import hub
+from vitzoo.weights import hub
 from vitzoo.weights.converted import check_state_dict
 from vitzoo.weights.layout import (CARD_NAME, CONFIG_NAME, PREPROCESSOR_NAME, SAVED_FILES,
                                    WEIGHTS_NAME)

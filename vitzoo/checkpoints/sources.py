@@ -22,7 +22,7 @@ from safetensors.torch import load_file
 from vitzoo.checkpoints import native
 from vitzoo.config import ViTConfig
 from vitzoo.errors import CheckpointError, PluginError
-from vitzoo.checkpoints import hub
+from vitzoo.weights import hub
 from vitzoo.io import interrupted_swap
 from vitzoo.registry import get_registry
 from vitzoo.weights.converted import ConvertedWeights, converting, read_failed
@@ -234,7 +234,7 @@ def open_directory(directory: str | os.PathLike) -> Source:
 # --------------------------------------------------------------------------------------- any source
 def open_hub(source: str, **hub_options: Any) -> Source:
     """A Hub repo, downloaded through the Hugging Face cache (`hub_options` go to
-    `vitzoo.checkpoints.hub.download`, which loads no cached file that does not match its hash)."""
+    `vitzoo.weights.hub.download`, which loads no cached file that does not match its hash)."""
     directory = hub.download(source, **hub_options)
     try:
         opened = open_directory(directory)

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from vitzoo.errors import ConfigError
 from vitzoo.flags import add_dataclass_flags
-from vitzoo.options import Options
-from vitzoo.train.config import DEVICES, check_options, knob
+from vitzoo.options import Options, option
+from vitzoo.train.config import DEVICES
 from vitzoo.train.optim import EMA_WEIGHTS_NAME
 
 
@@ -25,24 +25,21 @@ class EvalOptions(Options):
 
     KIND = "evaluation"
 
-    data: str | None = knob(None, "the dataset (default: the run's)", path=True)
-    data_dir: str | None = knob(None, "where the named dataset's files are", path=True)
-    download: bool = knob(False, "fetch a named dataset that is missing (MD5-checked)")
-    fewshot: tuple[int, ...] = knob((), "few-shot linear accuracy for these shots, e.g. 1,5,10,25",
-                                    items=int, range="> 0")
-    draws: int = knob(5, "random draws of the k-shot sets to average", range="> 0")
-    l2_reg: float = knob(2.0**10, "the few-shot ridge regulariser", range=">= 0")
-    linear_probe: bool = knob(False, "also fit a logistic-regression probe")
-    test_limit: int | None = knob(None, "evaluate on the first N test images", range="> 0")
-    batch_size: int = knob(256, "images per forward pass", range="> 0")
-    num_workers: int = knob(0, "data loader worker processes", range=">= 0")
-    device: str = knob("auto", "where to evaluate", choices=DEVICES)
-    seed: int = knob(0, "the --test-limit subset, the few-shot draws", range=">= 0")
-    ema: bool = knob(False, f"evaluate the run's moving average ({EMA_WEIGHTS_NAME})")
-    json: bool = knob(False, "print JSON only")
-
-    def __post_init__(self) -> None:
-        check_options(self)
+    data: str | None = option(None, help="the dataset (default: the run's)")
+    data_dir: str | None = option(None, help="where the named dataset's files are")
+    download: bool = option(False, help="fetch a named dataset that is missing (MD5-checked)")
+    fewshot: tuple[int, ...] = option((), help="few-shot linear accuracy of these shots, e.g. "
+                                      "1,5,10,25", range="> 0")
+    draws: int = option(5, help="random draws of the k-shot sets to average", range="> 0")
+    l2_reg: float = option(2.0**10, help="the few-shot ridge regulariser", range=">= 0")
+    linear_probe: bool = option(False, help="also fit a logistic-regression probe")
+    test_limit: int | None = option(None, help="evaluate on the first N test images", range="> 0")
+    batch_size: int = option(256, help="images per forward pass", range="> 0")
+    num_workers: int = option(0, help="data loader worker processes", range=">= 0")
+    device: str = option("auto", help="where to evaluate", choices=DEVICES)
+    seed: int = option(0, help="the --test-limit subset, the few-shot draws", range=">= 0")
+    ema: bool = option(False, help=f"evaluate the run's moving average ({EMA_WEIGHTS_NAME})")
+    json: bool = option(False, help="print JSON only")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -88,7 +88,7 @@ def _copy_files(snapshot: Path, destination: Path) -> None:
 
 
 def run_pull(args) -> int:
-    from vitzoo.checkpoints.hub import download
+    from vitzoo.weights.hub import download
     from vitzoo.pretrained import load_pretrained
 
     source = args.repo_id if args.repo_id.startswith(HUB_PREFIX) else HUB_PREFIX + args.repo_id

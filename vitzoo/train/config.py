@@ -2,17 +2,17 @@
 
 A recipe fills the knobs left at None (the paper's Tables 3 and 4; `small`: small models in
 minutes on a CPU), its warm-up capped at a tenth of the run. A field's metadata holds its help and
-rules (`range`, `choices`, `items`, `path`): the one source of the checks and of the flags.
+rules (`vitzoo.options.option`): the one source of the checks and of the flags.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from vitzoo.errors import ConfigError
-from vitzoo.options import Options, check_fields, check_number
+from vitzoo.options import Options, check_fields, option
 from vitzoo.precision import PRECISIONS
 
 RECIPES: dict[str, dict[str, Any]] = {
@@ -33,32 +33,8 @@ RESUMABLE = {"resume", "stop_at", "quiet", "num_workers", "log_every", "eval_eve
              "tensorboard", "download", "decode"}
 
 
-def check_options(options: Any) -> None:
-    """Every field of the options dataclass by its metadata: its type and `range` (check_fields),
-    its `choices`, each of a tuple's `items`, and a `path` that is neither empty nor blank."""
-    fields = dataclasses.fields(options)
-    check_fields(options, {f.name: f.metadata["range"] for f in fields if "range" in f.metadata})
-    for f in fields:
-        value, rules = getattr(options, f.name), f.metadata
-        if value is None:
-            continue
-        if "items" in rules and not isinstance(value, tuple):
-            raise ConfigError(f"{f.name} must be a sequence of numbers, got {value!r}")
-        for item in value if "items" in rules else ():
-            check_number(f.name, item, rules["items"], rules.get("range"))
-        if "choices" in rules and value not in rules["choices"]:
-            raise ConfigError(f"{f.name}={value!r} is not one of {', '.join(rules['choices'])}")
-        if rules.get("path") and not value.strip():
-            what = "blank" if value else "empty"
-            raise ConfigError(f"{f.name}={value!r} is {what}: name a path, or leave {f.name} out")
-
-
-def knob(default: Any, help: str, **rules: Any) -> Any:
-    """A field, its help and its rules."""
-    return field(default=default, metadata={"help": help, **rules})
-
-
-POSITIVE, NONNEGATIVE = {"range": "> 0"}, {"range": ">= 0"}
+PATHS = ("pretrained", "data", "data_dir", "out")  # "" would be the current directory, or none
+POS, NONNEG = "> 0", ">= 0"
 
 
 @dataclass
@@ -67,89 +43,97 @@ class TrainConfig(Options):
 
     KIND = "training"  # in errors: "unknown training option ..."
 
-    model: str = knob("vit_ti16", "model name, or a pretrained tag MODEL.TAG (vitzoo list)")
-    model_options: dict = field(default_factory=dict, metadata={"help": "ViTConfig options"})
-    pretrained: str | None = knob(None, "start from these weights: a tag, hf-hub:ORG/NAME[@REV], "
-                                  "a saved directory or a weights file", path=True)
+    model: str = option("vit_ti16", help="model name, or a pretrained tag MODEL.TAG (vitzoo list)")
+    model_options: dict = option({}, help="ViTConfig options")
+    pretrained: str | None = option(None, help="start from these weights: a tag, hf-hub:ORG/NAME"
+                                    "[@REV], a saved directory or a weights file")
     # data
-    data: str = knob("fashion-mnist", "fashion-mnist | cifar10 | cifar100 | oxford-pets | "
-                     "flowers102 | synthetic | an image folder | its shards", path=True)
-    data_dir: str | None = knob(None, "the named datasets' folder ($VITZOO_CACHE/datasets)",
-                                path=True)
-    download: bool = knob(False, "fetch a named dataset that is missing (MD5-checked)")
-    train_limit: int | None = knob(None, "train on a fixed random subset of this many", **POSITIVE)
-    test_limit: int | None = knob(None, "test on this many images", **POSITIVE)
-    val_size: int = knob(0, "hold out this many training images for --eval-every, the same for "
-                         "every --seed and --train-limit", **NONNEGATIVE)
-    classes: tuple[int, ...] | None = knob(None, "keep these classes, renumbered in this order",
-                                           items=int, **NONNEGATIVE)
-    num_workers: int = knob(0, "data loader worker processes", **NONNEGATIVE)
-    decode: str = knob("auto", "where image files are decoded (auto: on a CUDA device)",
-                       choices=("auto", "workers", "device"))
-    random_resized_crop: float = knob(0.0, "RandomResizedCrop's min scale", range="in [0, 1]")
-    crop_padding: int = knob(0, "random crop after zero padding by this many pixels",
-                             **NONNEGATIVE)
-    hflip: bool = knob(False, "random horizontal flips")
-    randaugment: int = knob(0, "RandAugment's magnitude (2 ops)", **NONNEGATIVE)
-    mixup: float = knob(0.0, "MixUp's alpha", **NONNEGATIVE)
-    cutmix: float = knob(0.0, "CutMix's alpha", **NONNEGATIVE)
+    data: str = option("fashion-mnist", help="fashion-mnist | cifar10 | cifar100 | oxford-pets | "
+                       "flowers102 | synthetic | an image folder | its shards")
+    data_dir: str | None = option(None, help="the named datasets' folder ($VITZOO_CACHE/datasets)")
+    download: bool = option(False, help="fetch a named dataset that is missing (MD5-checked)")
+    train_limit: int | None = option(None, help="train on a fixed random subset of this many",
+                                     range=POS)
+    test_limit: int | None = option(None, help="test on this many images", range=POS)
+    val_size: int = option(0, help="hold out this many training images for --eval-every, the same "
+                           "for every --seed and --train-limit", range=NONNEG)
+    classes: tuple[int, ...] | None = option(None, help="keep these classes, renumbered in this "
+                                             "order", range=NONNEG)
+    num_workers: int = option(0, help="data loader worker processes", range=NONNEG)
+    decode: str = option("auto", help="where image files are decoded (auto: on a CUDA device)",
+                         choices=("auto", "workers", "device"))
+    random_resized_crop: float = option(0.0, help="RandomResizedCrop's min scale",
+                                        range="in [0, 1]")
+    crop_padding: int = option(0, help="random crop after zero padding by this many pixels",
+                               range=NONNEG)
+    hflip: bool = option(False, help="random horizontal flips")
+    randaugment: int = option(0, help="RandAugment's magnitude (2 ops)", range=NONNEG)
+    mixup: float = option(0.0, help="MixUp's alpha", range=NONNEG)
+    cutmix: float = option(0.0, help="CutMix's alpha", range=NONNEG)
     # the recipe and its knobs
-    recipe: str = knob("paper-pretrain", "the knobs left out", choices=tuple(RECIPES))
-    optimizer: str | None = knob(None, "", choices=("adamw", "sgd"))
-    lr: float | None = knob(None, "peak learning rate", **POSITIVE)
-    batch_size: int | None = knob(None, "global batch size, whatever the processes", **POSITIVE)
-    micro_batch: int | None = knob(None, "images a forward pass (the rest accumulated)",
-                                   **POSITIVE)
-    weight_decay: float | None = knob(None, "decoupled (AdamW) or L2 (SGD)", **NONNEGATIVE)
-    betas: tuple[float, float] | None = knob(None, "AdamW's", items=float, range="in [0, 1)")
-    momentum: float | None = knob(None, "SGD's", **NONNEGATIVE)
-    schedule: str | None = knob(None, "decay after the warm-up",
-                                choices=("linear", "cosine", "constant"))
-    warmup: float | None = knob(None, "steps (>= 1) or a fraction of the run", **NONNEGATIVE)
-    clip_grad: float | None = knob(None, "clip the gradient norm to this (0: off)", **NONNEGATIVE)
-    reset_head: bool | None = knob(None, "replace the head by a zero-initialised linear layer")
-    label_smoothing: float = knob(0.0, "", range="in [0, 1)")
-    layer_decay: float | None = knob(None, "block i of L learns at R**(L-i) times the rate",
-                                     range="in (0, 1]")
-    model_ema: bool = knob(False, "keep a moving average of the weights (model_ema.safetensors)")
-    model_ema_decay: float = knob(0.9998, "the average spans about 1/(1-decay) steps",
-                                  range="in [0, 1)")
-    model_ema_warmup: bool = knob(False, "update t's decay: min(decay, (1+t)/(10+t))")
+    recipe: str = option("paper-pretrain", help="the knobs left out", choices=tuple(RECIPES))
+    optimizer: str | None = option(None, choices=("adamw", "sgd"))
+    lr: float | None = option(None, help="peak learning rate", range=POS)
+    batch_size: int | None = option(None, help="global batch size, whatever the processes",
+                                    range=POS)
+    micro_batch: int | None = option(None, help="images a forward pass (the rest accumulated)",
+                                     range=POS)
+    weight_decay: float | None = option(None, help="decoupled (AdamW) or L2 (SGD)", range=NONNEG)
+    betas: tuple[float, float] | None = option(None, help="AdamW's", range="in [0, 1)")
+    momentum: float | None = option(None, help="SGD's", range=NONNEG)
+    schedule: str | None = option(None, help="decay after the warm-up",
+                                  choices=("linear", "cosine", "constant"))
+    warmup: float | None = option(None, help="steps (>= 1) or a fraction of the run", range=NONNEG)
+    clip_grad: float | None = option(None, help="clip the gradient norm to this (0: off)",
+                                     range=NONNEG)
+    reset_head: bool | None = option(None, help="replace the head by a zero-initialised linear")
+    label_smoothing: float = option(0.0, range="in [0, 1)")
+    layer_decay: float | None = option(None, help="block i of L learns at R**(L-i) times the rate",
+                                       range="in (0, 1]")
+    model_ema: bool = option(False, help="keep a moving average of the weights "
+                             "(model_ema.safetensors)")
+    model_ema_decay: float = option(0.9998, help="the average spans about 1/(1-decay) steps",
+                                    range="in [0, 1)")
+    model_ema_warmup: bool = option(False, help="update t's decay: min(decay, (1+t)/(10+t))")
     # the length: one of these (default 10 epochs)
-    epochs: float | None = knob(None, "", **POSITIVE)
-    steps: int | None = knob(None, "optimizer steps", **POSITIVE)
-    time_budget_min: float | None = knob(None, "minutes; the schedule follows the clock",
-                                         **POSITIVE)
-    stop_at: int | None = knob(None, "stop with a checkpoint at this step", **POSITIVE)
+    epochs: float | None = option(None, range=POS)
+    steps: int | None = option(None, help="optimizer steps", range=POS)
+    time_budget_min: float | None = option(None, help="minutes; the schedule follows the clock",
+                                           range=POS)
+    stop_at: int | None = option(None, help="stop with a checkpoint at this step", range=POS)
     # devices and numerics
-    device: str = knob("auto", "", choices=DEVICES)
-    precision: str = knob("auto", "auto: the GPU's half precision, fp32 elsewhere",
-                          choices=PRECISIONS)
-    compile: bool = knob(False, "torch.compile the model")
-    grad_checkpointing: bool = knob(False, "recompute blocks in the backward pass (less memory)")
-    seed: int = knob(0, "initial weights, data order, augmentation", **NONNEGATIVE)
+    device: str = option("auto", choices=DEVICES)
+    precision: str = option("auto", help="auto: the GPU's half precision, fp32 elsewhere",
+                            choices=PRECISIONS)
+    compile: bool = option(False, help="torch.compile the model")
+    grad_checkpointing: bool = option(False, help="recompute blocks in the backward pass")
+    seed: int = option(0, help="initial weights, data order, augmentation", range=NONNEG)
     # output
-    out: str | None = knob(None, "run directory (None: write nothing)", path=True)
-    resume: bool = knob(False, "continue the run in --out from its last checkpoint")
-    checkpoint_every: int = knob(1000, "steps between checkpoints, also at each epoch's end and "
-                                 "the end (0: the end only)", **NONNEGATIVE)
-    checkpoint_every_min: float = knob(10.0, "minutes of training between checkpoints",
-                                       **NONNEGATIVE)
-    keep_checkpoints: int = knob(1, "", **POSITIVE)
-    eval_every: int = knob(0, "steps between evaluations (0: the end only)", **NONNEGATIVE)
-    keep_best: bool = knob(False, "end with the weights of the best validation top-1 (needs "
-                           "--val-size and --eval-every)")
-    log_every: int = knob(10, "steps between metrics lines", **POSITIVE)
-    fewshot: tuple[int, ...] = knob((), "few-shot linear accuracy of these shots at the end",
-                                    items=int, **POSITIVE)
-    quiet: bool = knob(False, "no progress bar and no messages")
-    tensorboard: bool = knob(True, "also write TensorBoard logs (if installed)")
+    out: str | None = option(None, help="run directory (None: write nothing)")
+    resume: bool = option(False, help="continue the run in --out from its last checkpoint")
+    checkpoint_every: int = option(1000, help="steps between checkpoints, also at each epoch's "
+                                   "end and the end (0: the end only)", range=NONNEG)
+    checkpoint_every_min: float = option(10.0, help="minutes of training between checkpoints",
+                                         range=NONNEG)
+    keep_checkpoints: int = option(1, range=POS)
+    eval_every: int = option(0, help="steps between evaluations (0: the end only)", range=NONNEG)
+    keep_best: bool = option(False, help="end with the weights of the best validation top-1 "
+                             "(needs --val-size and --eval-every)")
+    log_every: int = option(10, help="steps between metrics lines", range=POS)
+    fewshot: tuple[int, ...] = option((), help="few-shot linear accuracy of these shots at the end",
+                                      range=POS)
+    quiet: bool = option(False, help="no progress bar and no messages")
+    tensorboard: bool = option(True, help="also write TensorBoard logs (if installed)")
 
     def __post_init__(self) -> None:
         for name in ("betas", "classes", "fewshot"):  # a JSON file holds them as lists
             if isinstance(getattr(self, name), list):
                 setattr(self, name, tuple(getattr(self, name)))
-        check_options(self)
+        check_fields(self)
+        for name in PATHS:
+            if (value := getattr(self, name)) is not None and not value.strip():
+                what = "blank" if value else "empty"
+                raise ConfigError(f"{name}={value!r} is {what}: name a path, or leave {name} out")
         given = [n for n in ("epochs", "steps", "time_budget_min") if getattr(self, n) is not None]
         if len(given) > 1:
             raise ConfigError(f"give one of epochs, steps, time_budget_min, not {', '.join(given)}")

@@ -23,6 +23,7 @@ import vitzoo
 from vitzoo import data as datasets
 from vitzoo.errors import ConfigError, TrainingDiverged
 from vitzoo.io import write_text
+from vitzoo.model import choose_attention
 from vitzoo.precision import FIXED, autocast, flag, sum_dtype, training_dtype
 from vitzoo.train import checkpoint, distributed, inputs, report
 from vitzoo.train.config import TrainConfig
@@ -91,6 +92,9 @@ class Trainer:
                           f"{span:.0f} steps, more than this run's {self.total_steps}: lower "
                           "--model-ema-decay (0.99) or add --model-ema-warmup", stacklevel=2)
         self.resume()
+        for model in (self.model, self.ema and self.ema.module):  # the kernel of its precision
+            if model is not None:
+                choose_attention(model, self.device, self.amp_dtype)
         if self.run_dir is not None and env.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             write_text(self.run_dir / "train_config.json", cfg.to_json())

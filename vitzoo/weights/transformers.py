@@ -26,7 +26,7 @@ from vitzoo.weights.layout import CONFIG_NAME, PREPROCESSOR_NAME, square_grid
 FORMAT = "transformers"
 DEFAULT_EPS = 1e-12
 TRANSFORMERS_HEADS = 12  # transformers.ViTConfig's num_attention_heads
-# transformers' hidden_act names -> keys of vitzoo's activation table (vitzoo/layers/activations.py)
+# transformers' hidden_act names -> vitzoo.config.ACTIVATIONS
 HIDDEN_ACT = {"gelu": "gelu", "gelu_python": "gelu", "gelu_pytorch_tanh": "gelu_tanh",
               "gelu_new": "gelu_tanh",
                "gelu_fast": "gelu_tanh"}
