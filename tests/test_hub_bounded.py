@@ -108,7 +108,7 @@ def test_a_download_that_keeps_coming_is_not_cut_off(one_second):
 
     from huggingface_hub.utils import get_session
 
-    from vitzoo.checkpoints import hub
+    from vitzoo.weights import hub
 
     body = bytes(range(256)) * 4096
     listener = socket.create_server(("127.0.0.1", 0))

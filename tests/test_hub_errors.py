@@ -11,7 +11,7 @@ import pytest
 from hub_testing import TOKEN, assert_cache_clean, assert_same_model, tiny  # tests/hub_testing.py
 
 import vitzoo
-from vitzoo.checkpoints.hub import explain
+from vitzoo.weights.hub import explain
 from vitzoo.errors import HubError
 
 pytestmark = pytest.mark.usefixtures("hermetic_hub")  # tests/conftest.py

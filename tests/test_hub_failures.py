@@ -86,7 +86,7 @@ GOOD_REVISIONS = ["main", "v1.0", "refs/pr/1", "feature/x-1", "a" * 40, "release
 @pytest.mark.parametrize("revision", GOOD_REVISIONS)
 def test_revisions_git_accepts_are_accepted(revision):
     """Branch, tag, pull-request and commit names that git accepts are revisions."""
-    from vitzoo.checkpoints.hub import check_revision, parse
+    from vitzoo.weights.hub import check_revision, parse
 
     assert check_revision(revision) == revision
     assert parse(f"hf-hub:org/name@{revision}") == ("org/name", revision)
@@ -100,7 +100,7 @@ def test_a_revision_git_refuses_is_refused_before_anything_is_sent(
     `~^:?*[\\`) is a HubError naming it, whether it comes after the @ of a reference or as
     `revision=`, on pull and on push, before any request: nothing is written into the cache or
     beside it."""
-    from vitzoo.checkpoints.hub import download
+    from vitzoo.weights.hub import download
 
     monkeypatch.setenv("HF_ENDPOINT",
                        "http://127.0.0.1:9")  # nothing listens: a request would fail otherwise

@@ -15,7 +15,7 @@ from hub_testing import TOKEN, tiny  # tests/hub_testing.py
 
 import vitzoo
 from vitzoo.errors import HubError
-from vitzoo.checkpoints.hub import download
+from vitzoo.weights.hub import download
 
 
 pytestmark = pytest.mark.usefixtures("hermetic_hub")  # tests/conftest.py

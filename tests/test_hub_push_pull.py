@@ -15,7 +15,7 @@ import torch
 from hub_testing import TOKEN, assert_cache_clean, assert_same_model, cache_dir, tiny
 
 import vitzoo
-from vitzoo.checkpoints.hub import download, parse
+from vitzoo.weights.hub import download, parse
 from vitzoo.errors import CheckpointError, HubError
 
 

@@ -22,8 +22,8 @@ if TYPE_CHECKING:
     from torch import nn
 
     from vitzoo.config import ViTConfig
-    from vitzoo.tags import PretrainedTag
-    from vitzoo.weights.formats import WeightFormat
+    from vitzoo.weights import WeightFormat
+    from vitzoo.zoo import PretrainedTag
 
 hookspec = pluggy.HookspecMarker("vitzoo")
 hookimpl = pluggy.HookimplMarker("vitzoo")
@@ -92,7 +92,7 @@ def vitzoo_models() -> dict[str, ViTConfig]:
 @hookspec
 def vitzoo_pretrained_tags() -> dict[str, PretrainedTag]:
     """Pretrained tags: released weights of a named model, "MODEL.TAG" -> a
-    `vitzoo.tags.PretrainedTag` whose ``name`` is that key.
+    `vitzoo.zoo.PretrainedTag` whose ``name`` is that key.
 
     Contract: ``model`` is a registered model and ``format`` a registered weight format, the format
     of the files in the Hub repo ``hub_id``; those weights fit the model's config with the tag's
@@ -107,7 +107,7 @@ def vitzoo_weight_formats() -> dict[str, WeightFormat]:
     """Weight formats: the checkpoint layouts `vitzoo.create(..., pretrained=...)` and
     `vitzoo.from_pretrained` read (vitzoo's own, timm, torchvision, transformers, official .npz).
 
-    Contract of a format, an instance of a `vitzoo.weights.formats.WeightFormat` subclass whose
+    Contract of a format, an instance of a `vitzoo.weights.WeightFormat` subclass whose
     ``name`` is its key here:
     - ``recognises(keys, metadata) -> bool``: whether the tensor names are this format's;
       ``metadata`` maps the JSON files beside the weights (config.json, preprocessor_config.json)

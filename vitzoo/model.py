@@ -15,11 +15,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from vitzoo.checkpoints import native, publish
+from vitzoo.weights import native, publish
 from vitzoo.config import POOLS_OF_TIMM, ViTConfig
 from vitzoo.errors import ConfigError, InputError, PluginError
 from vitzoo.layers.encoder import Encoder
-from vitzoo.registry import COMPONENT_KINDS, get_registry, resolve_config
+from vitzoo.registry import get_registry, resolve_config
 from vitzoo.timm_surface import TimmSurface
 from vitzoo.tracing import fx_tracing
 
@@ -27,8 +27,7 @@ from vitzoo.tracing import fx_tracing
 class VisionTransformer(TimmSurface, nn.Module):
     def __init__(self, config: ViTConfig) -> None:
         super().__init__()
-        config = resolve_config(config)  # every part known, its options checked and complete
-        parts = {kind: get_registry().get(kind, getattr(config, kind)) for kind in COMPONENT_KINDS}
+        parts = get_registry().parts(config)  # each part by name, each checking the config
         self.config = config
         self.stem = parts["stem"](config)  # x_p E of eq. (1)
         self.pool = parts["pool"](config)
@@ -45,7 +44,7 @@ class VisionTransformer(TimmSurface, nn.Module):
         self.fc_norm = nn.LayerNorm(dim, eps=config.norm_eps) if config.fc_norm else None
         self.head = parts["head"](config)
         self.labels: list[str] | None = None  # the head's class names, when the weights name them
-        self.pretrained_tag = None  # the vitzoo.tags.PretrainedTag the weights came from, if any
+        self.pretrained_tag = None  # the vitzoo.zoo.PretrainedTag the weights came from, if any
 
     # ------------------------------------------------------------------ geometry
     @property
@@ -185,7 +184,7 @@ class VisionTransformer(TimmSurface, nn.Module):
 
     def save_pretrained(self, directory, card: dict | None = None, format: str = "vitzoo") -> None:
         """Write config.json, model.safetensors and a README.md model card into `directory`,
-        atomically; `card` may give dataset, metrics, license, tags (vitzoo.checkpoints.card).
+        atomically; `card` may give dataset, metrics, license, tags (vitzoo.weights.card).
         `format`: "vitzoo", "timm" or "transformers" (that library's config keys and tensor names,
         refused for a model it cannot build), or "auto" (timm's, else transformers', else
         vitzoo's)."""
@@ -197,7 +196,7 @@ class VisionTransformer(TimmSurface, nn.Module):
                     **kwargs) -> str:
         """Upload what `save_pretrained` writes to the Hub repo `repo_id` (created when missing) as
         one commit; returns the commit URL. `format="auto"` (the default) writes timm's layout where
-        timm builds the model, else transformers', else vitzoo's (vitzoo.checkpoints.publish)."""
+        timm builds the model, else transformers', else vitzoo's (vitzoo.weights.publish)."""
         self.check_describable("push")
         return publish.push_to_hub(self, repo_id, token=token, private=private, revision=revision,
                                    commit_message=commit_message, **kwargs)

@@ -92,61 +92,47 @@ def _unit_range(image, path: str) -> torch.Tensor:
 
 def check_labelled(labels: list[str] | None, num_classes: int, name: str) -> list[str]:
     """The class names; a ValueError saying why there are none and which tags have them."""
-    from vitzoo.catalog import registered
+    from vitzoo.registry import pretrained_tags
 
     if labels is not None and num_classes:
         return labels
-    labelled = sorted(n for n, tag in registered().items() if tag.labels is not None)
+    labelled = sorted(n for n, tag in pretrained_tags().items() if tag.labels is not None)
     head = ("no classifier (features only)" if num_classes == 0
             else f"a head of {num_classes} classes without names")
     raise ValueError(f"{name} has {head}, so its predictions cannot be named; predict with a tag "
-                     f"whose head has labels: {', '.join(labelled)}")
-
-
-def names_come_with(tag) -> bool:
-    """Whether a tag's head will have class names, known before its weights are downloaded: the
-    tag's own label set, or a weight format whose files may name the classes (transformers'
-    id2label); a format that never reads names (timm's) leaves an ImageNet-21k head unnamed whatever
-    the repo holds."""
-    from vitzoo.checkpoints.sources import registered_formats
-    from vitzoo.weights.formats import WeightFormat
-
-    if tag.labels is not None:
-        return True
-    fmt = registered_formats().get(tag.format)
-    return fmt is None or type(fmt).labels is not WeightFormat.labels
+                     f"whose head has them: {', '.join(labelled)}")
 
 
 def predict(model, labels: list[str], images: list[str], top: int) -> list[dict]:
-    from vitzoo.transforms import transforms_for
+    from vitzoo import transforms_for
 
     transform = transforms_for(model)
-    # every file is read before any runs
-    batch = torch.stack([transform(read_image(path)) for path in images])
+    batch = torch.stack([transform(read_image(path)) for path in images])  # all read first
     with torch.no_grad():
         probabilities = model.eval()(batch).softmax(dim=-1)
     values, indices = probabilities.topk(min(top, len(labels)), dim=-1)
-    return [{"image": path,
-             "top": [{"index": int(i), "label": labels[int(i)], "probability": float(p)}
-                                    for p, i in zip(vs, ix)]}
+    return [{"image": path, "top": [{"index": int(i), "label": labels[int(i)],
+                                     "probability": float(p)} for p, i in zip(vs, ix)]}
             for path, vs, ix in zip(images, values, indices)]
 
 
 def run_predict(args) -> int:
     import vitzoo
+    from vitzoo.registry import lookup, weight_formats
+    from vitzoo.weights import WeightFormat
 
     if not 1 <= args.top <= MAX_TOP:
         raise ValueError(f"--top must be between 1 and {MAX_TOP}, got {args.top}")
-    from vitzoo.catalog import lookup
-
-    # a wrong path, or weights without a classifier, fail before any download
-    for path in args.images:
+    for path in args.images:  # a wrong path fails before any download
         read_image(path)
     if os.path.isdir(args.model) or args.model.startswith("hf-hub:"):  # a saved or pushed model
         name, model = args.model, vitzoo.from_pretrained(args.model)
     else:
-        _, tag, _ = lookup(args.model, pretrained=True)
-        if tag.num_classes == 0 or not names_come_with(tag):
+        tag = lookup(args.model, pretrained=True)[1]
+        # known before the download: the tag's class names, or a format whose files name them
+        fmt = weight_formats().get(tag.format)
+        named = tag.labels is not None or type(fmt).labels is not WeightFormat.labels
+        if tag.num_classes == 0 or not named:
             check_labelled(None, tag.num_classes, tag.name)
         name, model = tag.name, vitzoo.create(args.model, pretrained=True)
     labels = check_labelled(model.labels, model.config.num_classes, name)
