@@ -187,15 +187,6 @@ def formats(**table):
     return Plugin()
 
 
-@pytest.fixture
-def plugin():
-    """Register plugin objects in-process for one test, as installed ones would be."""
-    registry, names = vitzoo.get_registry(), []
-    yield lambda obj: names.append(registry.register(obj, name=f"test-plugin-{len(names)}"))
-    for name in names:
-        registry.unregister(name)
-
-
 def test_a_plugin_format_is_recognised_by_its_names_and_refused_without_it(tmp_path, plugin,
                                                                            tiny):
     model = vitzoo.create("vit_ti16", **tiny).eval()

@@ -1,14 +1,9 @@
 """vitzoo: the Vision Transformer of "An Image is Worth 16x16 Words", exactly, in pluggable parts.
 
-    import vitzoo
-    model = vitzoo.create("vit_b16_hybrid")
-    model = vitzoo.create("vit_b16", pretrained="ViT-B_16.npz")
     model = vitzoo.create("vit_b16.orig_in21k_ft_in1k", pretrained=True)  # weights, by tag
-    vitzoo.transforms_for(model)                                         # their preprocessing
-    vitzoo.list_models("vit_*"), vitzoo.list_pretrained("vit_b16*"), vitzoo.list_components()
-    fast = vitzoo.inference.for_inference(model)                 # the device's fastest precision
+    model = vitzoo.create("vit_b16", pretrained="ViT-B_16.npz")            # any format's
+    vitzoo.transforms_for(model), vitzoo.list_models("vit_*"), vitzoo.list_pretrained("vit_b16*")
     vitzoo.create("vit_b16", features_only=True, out_indices=(3, 7, 11))  # feature maps, as timm
-    vitzoo.export_onnx(model, "vit.onnx")                          # ONNX, checked with onnxruntime
 """
 
 from __future__ import annotations
@@ -33,8 +28,7 @@ from vitzoo.zoo import PretrainedTag
 
 
 def list_models(pattern: str = "*", pretrained: bool = False) -> list[str]:
-    """The registered models' names matching an fnmatch pattern; with `pretrained`, as timm, the
-    names of their weights, MODEL.TAG (`list_pretrained`)."""
+    """The models matching an fnmatch pattern; with `pretrained`, as timm, their tags."""
     if pretrained:
         return list_pretrained(pattern if "." in pattern or pattern.endswith("*")
                                else pattern + ".*")
@@ -42,12 +36,11 @@ def list_models(pattern: str = "*", pretrained: bool = False) -> list[str]:
 
 
 def list_components() -> dict[str, list[str]]:
-    """The registered component names by kind: stem, pos_embed, pool, head."""
+    """The component names by kind: stem, pos_embed, pool, head."""
     return {kind: get_registry().names(kind) for kind in COMPONENT_KINDS}
 
 
 def list_weight_formats() -> list[str]:
-    """The registered weight formats `pretrained=` and `from_pretrained` read."""
     return get_registry().names("weight_format")
 
 
@@ -57,10 +50,9 @@ def count_params(model: torch.nn.Module) -> int:
 
 def count_flops(model: ViTConfig | VisionTransformer | str, backward: bool = False,
                 computed: bool = False) -> int:
-    """FLOPs of one image through a config, a model or a named one (forward; `backward`: and
-    backward), counted by torch.utils.flop_counter on the meta device. Every token goes through
-    every layer, as the paper counts; `computed=True` counts what `forward` computes, which skips
-    the last block's patch tokens when only the class token is pooled."""
+    """FLOPs of one image (`backward`: and back) through a config, a model or a named one, counted
+    on the meta device; every token through every layer, as the paper counts (`computed`: what
+    `forward` computes, the last block's class token alone when only it is pooled)."""
     from torch.utils.flop_counter import FlopCounterMode
 
     config = get_config(model) if isinstance(model, str) else getattr(model, "config", model)

@@ -1,11 +1,8 @@
 """From a name or a source to a model in one pass, as timm's _factory.py: `resolve` works out the
-config and the weights once, `Resolved.build` builds the model of that config.
-
-A name is a model, a tag (MODEL.TAG[@REVISION]), timm's name of a paper model or a Hub repo; the
-weights are a tag's, or a file, directory, Hub repo, state dict or module of any registered format.
-What the weights decide (GELU, eps, pooling, head) follows them unless an option says otherwise;
-loading is strict, a head of another size is replaced by a zero-initialised one, and the position
-embeddings are resampled to the resolution asked for, each said unless asked for.
+config and the weights once, `Resolved.build` builds the model of that config. What the weights
+decide (GELU, eps, pooling, head) follows them unless an option says otherwise; loading is strict;
+a head of another size is replaced by a zero-initialised one and the position embeddings are
+resampled to the size asked for, each said unless asked for.
 """
 
 from __future__ import annotations
@@ -39,7 +36,7 @@ log = logging.getLogger("vitzoo")
 @dataclass
 class Resolved:
     """A model worked out before anything is built: its config, the weights it will hold (None:
-    initialised), where they are from, their class names and tag. `build` makes it."""
+    initialised), where they are from, their class names and tag."""
 
     config: ViTConfig
     checkpoint: ConvertedWeights | None = None
@@ -95,32 +92,45 @@ class Resolved:
         return model
 
 
+SOURCES = (str, os.PathLike, Mapping, torch.nn.Module)  # what `from_pretrained` reads
+SAID = {"source": "a path, 'hf-hub:ORG/NAME', a state dict or a model holding one",
+        "strict": "True or False"}
+
+
 def _check_arguments(**given) -> None:
     """The arguments that are no model options, checked as options are."""
-    wanted = {"pretrained": ((type(None), bool, str, os.PathLike, Mapping, torch.nn.Module),
-                             "True (the tag's weights), False or None (none), or weights: a path, "
-                             "'hf-hub:ORG/NAME', a state dict or a model holding one"),
-              "source": ((str, os.PathLike, Mapping, torch.nn.Module),
-                         "a path, 'hf-hub:ORG/NAME', a state dict or a model holding one"),
-              "strict": ((bool,), "True or False")}
+    said = {"pretrained": "True (the tag's weights), False or None (none), or " + SAID["source"],
+            **SAID}
+    types = {"pretrained": (type(None), bool, *SOURCES), "source": SOURCES, "strict": bool}
     for argument, value in given.items():
-        types, words = wanted[argument]
-        if not isinstance(value, types):
-            raise ConfigError(f"{argument} must be {words}, got {described(value)} "
+        if not isinstance(value, types[argument]):
+            raise ConfigError(f"{argument} must be {said[argument]}, got {described(value)} "
                               f"({type(value).__name__})")
 
 
-def _resolve(base: ViTConfig | None, changes: list[dict], source, options: dict[str, Any],
-             strict: bool, tag: PretrainedTag | None = None, hub: bool = False) -> Resolved:
-    """The config, once: `base` with `changes`, then the options asked for; with weights
-    (`source`), a saved model's own config, or the one they describe without a `base`, with
-    their preprocessing and what they decide."""
-    resolved = Resolved(base, tag=tag, strict=strict, requested=options)
-    changes = [*changes, options]
-    if source is not None:
-        src = open_source(source, weight_formats())
+def _resolve(name: str | None, weights, options: dict[str, Any], strict: bool) -> Resolved:
+    """The config, once: the named model's (its tag's, a timm name's), then the options; with
+    `weights` (True: the tag's), a saved model's own, or without a name the one they describe,
+    with their preprocessing and what they decide."""
+    base, tag, hub, changes = None, None, weights is True, [options]
+    if name is not None:
+        base, tag, revision, implied = lookup(name, hub)
+        changes = [implied, options]
+        weights = tag.source(revision) if hub else weights
+    resolved = Resolved(base, tag=tag if weights is not None else None, strict=strict,
+                        requested=options)
+    if weights is not None:
+        try:
+            src = open_source(weights, weight_formats())
+        except HubError as exc:
+            if tag is None or not exc.not_cached:
+                raise HubError(f"{tag.name}: {exc}" if tag else str(exc)) from exc
+            raise HubError(f"{tag.name}: {exc}\nTo work offline: HF_HUB_OFFLINE=1 with a cache "
+                           f"that holds {tag.hub_id} (`vitzoo pull {tag.hub_id}` once online), "
+                           f"or vitzoo.create({tag.name!r}, pretrained=PATH) on a local copy of "
+                           "its files", not_cached=True) from exc
         checkpoint, saved = src.checkpoint, src.saved_config
-        if hub and tag is not None and checkpoint.format != tag.format:
+        if hub and checkpoint.format != tag.format:
             raise CheckpointError(f"{src.location} holds {checkpoint.format} weights, not the "
                                   f"{tag.format} weights of {tag.name}: pass a revision "
                                   "(@REVISION) that holds them")
@@ -146,7 +156,7 @@ def _resolve(base: ViTConfig | None, changes: list[dict], source, options: dict[
         raise ConfigError(f"{where}{exc}") from exc
     own = {"img_size": (tag.img_size,) * 2, "num_classes": tag.num_classes} if tag else {}
     differ = [k for k, v in own.items() if k not in options and getattr(resolved.config, k) != v]
-    if source is not None and not hub and differ:  # a local copy of the tag's files
+    if weights is not None and not hub and differ:  # a local copy of the tag's files
         log.warning("vitzoo: the weights at %s give %s, not the tag %s's %s: kept (pass the option "
                     "to change it)", resolved.location,
                     ", ".join(f"{k}={getattr(resolved.config, k)!r}" for k in differ), tag.name,
@@ -162,30 +172,15 @@ def resolve(name: str, pretrained: bool | str | os.PathLike | None = None, *,
         raise ConfigError(f"name must be a model or tag name (a str; vitzoo list), got "
                           f"{type(name).__name__}")
     options = from_timm_names(options)
-    hub = name.startswith(HUB_PREFIX)  # as timm: a Hub repo's model, its weights if pretrained
-    if hub and pretrained not in (None, False, True):
-        raise ConfigError(f"{name!r} names a Hub repo's model: pass pretrained=True for its "
-                          "weights, or give a model name with other weights")
-    base, tag, implied = None, None, {}
-    weights = name  # a Hub repo is its own weights
-    if not hub:
-        base, tag, revision, implied = lookup(name, pretrained is True)
-        weights = tag.source(revision) if pretrained is True else pretrained
-    if weights is False:
-        weights = None
-    try:
-        resolved = _resolve(base, [implied], weights, options, strict, tag if weights else None,
-                            pretrained is True)
-    except HubError as exc:
-        if tag is None:
-            raise
-        offline = (f"\nTo work offline: HF_HUB_OFFLINE=1 with a cache that holds {tag.hub_id} "
-                   f"(`vitzoo pull {tag.hub_id}` once online), or vitzoo.create({tag.name!r}, "
-                   "pretrained=PATH) on a local copy of its files") if exc.not_cached else ""
-        raise HubError(f"{tag.name}: {exc}{offline}", not_cached=exc.not_cached) from exc
-    if hub and not pretrained:  # the repo's architecture alone
-        return Resolved(resolved.config, requested=options)
-    return resolved
+    source, repo = (None if pretrained is False else pretrained), name.startswith(HUB_PREFIX)
+    if repo:  # as timm: a Hub repo's model, with its weights if pretrained
+        if pretrained not in (None, False, True):
+            raise ConfigError(f"{name!r} names a Hub repo's model: pass pretrained=True for its "
+                              "weights, or give a model name with other weights")
+        source = name
+        name = None
+    resolved = _resolve(name, source, options, strict)
+    return Resolved(resolved.config, requested=options) if repo and not pretrained else resolved
 
 
 def resolve_source(source, *, strict: bool = True, **options) -> Resolved:
@@ -193,7 +188,7 @@ def resolve_source(source, *, strict: bool = True, **options) -> Resolved:
     _check_arguments(source=source, strict=strict)
     options = from_timm_names(options)
     ViTConfig.check_option_names(options)
-    return _resolve(None, [], source, options, strict)
+    return _resolve(None, source, options, strict)
 
 
 def _device(device):
@@ -204,24 +199,21 @@ def create(name: str, pretrained: bool | str | os.PathLike | None = None, *, str
            device: str | torch.device | None = None, features_only: bool = False,
            out_indices: int | tuple[int, ...] | None = None,
            **options) -> VisionTransformer | FeatureExtractor:
-    """Build a named model with any config option changed (`img_size=384`, `pool="gap"`, a part's
-    options as a dict: `stem_options={"layers": (3, 4, 6)}`).
+    """A named model with options changed (`img_size=384`, `stem_options={"layers": (3, 4)}`).
 
-    `name`: a model, a tag MODEL.TAG (its architecture and preprocessing; `vitzoo list
-    --pretrained`), timm's name of a paper model, or hf-hub:ORG/NAME. `pretrained=True` loads the
-    tag's weights (the model's default tag) from the Hub, MODEL.TAG@REVISION at a revision; or
-    `pretrained` is weights to load: a saved directory, an official .npz, a timm, torchvision or
-    transformers file, hf-hub:ORG/NAME[@REVISION], a state dict. `device="meta"` allocates
-    nothing. `features_only=True`: timm's feature maps of the blocks `out_indices` (the last n,
-    default 3; or those), a `vitzoo.features.FeatureExtractor`.
+    `name`: a model, a tag MODEL.TAG (its architecture and preprocessing), timm's name of a paper
+    model, or hf-hub:ORG/NAME. `pretrained=True`: the tag's weights (the model's default tag) from
+    the Hub, MODEL.TAG@REVISION at a revision; or weights of any format: a path, hf-hub:ORG/NAME,
+    a state dict. `device="meta"` allocates nothing. `features_only=True`: timm's feature maps of
+    the blocks `out_indices` (the last n, default 3; or those), a `FeatureExtractor`.
     """
     if out_indices is not None and not features_only:
         raise ConfigError(f"out_indices={out_indices!r} chooses the feature maps of "
                           "features_only=True: pass it too")
     if not isinstance(features_only, bool):
         raise ConfigError(f"features_only must be True or False, got {described(features_only)}")
-    resolved = resolve(name, pretrained, strict=strict, **options)
-    with _device(device):
+    with _device(device):  # resolved there too: a meta model's memory is no bound
+        resolved = resolve(name, pretrained, strict=strict, **options)
         model = resolved.build()
     if features_only:
         return FeatureExtractor(model, DEFAULT_OUT_INDICES if out_indices is None else out_indices)
@@ -230,12 +222,11 @@ def create(name: str, pretrained: bool | str | os.PathLike | None = None, *, str
 
 def from_pretrained(source, *, strict: bool = True, device: str | torch.device | None = None,
                     **options) -> VisionTransformer:
-    """The model saved with `save_pretrained`, pushed to the Hub (hf-hub:ORG/NAME[@REV]), or held
-    by weights of any format `create(pretrained=...)` reads, a state dict or a module (a timm or
-    transformers ViT), inferred from the weights; options change it (`num_classes` a new head,
-    `img_size` resampled position embeddings, `num_heads` where the weights cannot say)."""
-    resolved = resolve_source(source, strict=strict, **options)
+    """The model saved with `save_pretrained`, pushed to the Hub (hf-hub:ORG/NAME[@REV]), or that
+    weights of any format describe (a file, a state dict, a timm or transformers module);
+    options change it (`num_classes`: a new head, `img_size`: resampled, `num_heads`)."""
     with _device(device):
+        resolved = resolve_source(source, strict=strict, **options)
         return resolved.build()
 
 

@@ -121,11 +121,16 @@ class Registry:
         return table[name]
 
     def parts(self, config: ViTConfig) -> dict[str, type]:
-        """The components `config` names, each `check`ing it, once the model is known to fit
-        memory: what every build asks, cheap and the same every time."""
-        if torch.get_default_device().type != "meta":  # a meta build allocates nothing
+        """The components `config` names, each checking it, once a model of it is known to fit
+        this machine's memory (a meta build allocates nothing): cheap, the same every time."""
+        if torch.get_default_device().type != "meta":
             check_size(config)
         parts = {kind: self.get(kind, getattr(config, kind)) for kind in COMPONENT_KINDS}
+        modes, mode = tuple(getattr(parts["pos_embed"], "modes", ())), config.pos_embed_mode
+        if mode not in modes:
+            raise ConfigError(f"pos_embed={config.pos_embed!r} with pos_embed_mode={mode!r} is "
+                              f"undefined (the paper's Table 8 marks it n/a); it supports "
+                              f"{modes}." + closest(str(mode), modes))
         for part in parts.values():
             if hasattr(part, "check"):
                 part.check(config)
@@ -181,20 +186,23 @@ def resolve_config(base: ViTConfig, *changes: dict[str, Any]) -> ViTConfig:
     known and its options checked and written out with their defaults: two configs of one model
     compare equal however they were written."""
     registry, declared = get_registry(), {}
-    for kind in PART_OPTIONS:
+    for kind in PART_OPTIONS:  # a name that is no text is the config's to refuse
         name = next((c[kind] for c in reversed(changes) if kind in c), getattr(base, kind))
-        declared[kind] = options_class(registry.get(kind, name), kind, name)
+        part = registry.get(kind, name) if isinstance(name, str) else None
+        declared[kind] = options_class(part, kind, name)
     config = base
     for layer in changes:
         config = config.replace(**layer)
     written = {}
     for kind, key in PART_OPTIONS.items():
         if declared[kind] is None and getattr(config, key):
-            raise ConfigError(f"{kind}={getattr(config, kind)!r} has no options, got "
-                              f"{key}={getattr(config, key)!r}")
+            raise ConfigError(f"{kind}={getattr(config, kind)!r} has no options of its own, got "
+                              f"{key}={getattr(config, key)!r}; drop them")
         written[key] = (declared[kind].from_dict(getattr(config, key)).to_dict()
                         if declared[kind] is not None else {})
-    return dataclasses.replace(config, **written)  # whole: replace() would merge them
+    resolved = dataclasses.replace(config, **written)  # whole: replace() would merge them
+    registry.parts(resolved)
+    return resolved
 
 
 SHAPE_OPTIONS = ("stem", "embed_dim", "depth", "num_heads", "mlp_dim")  # make another model
@@ -255,9 +263,9 @@ def list_pretrained(pattern: str = "*") -> list[str]:
 
 def lookup(name: str, pretrained: bool = False) -> tuple[ViTConfig, PretrainedTag | None,
                                                          str | None, dict[str, Any]]:
-    """`MODEL[.TAG][@REVISION]`, or timm's name of a paper model (vit_base_patch16_384), as the
-    model's config, the tag (with `pretrained` and none named, the model's default), the
-    revision, and the options the name implies (a tag's, a timm name's resolution)."""
+    """MODEL[.TAG][@REVISION], or timm's name of a paper model (vit_base_patch16_384): the model's
+    config, the tag (with `pretrained`, else none named: the model's default), the revision, and
+    the options the name implies (a tag's, a timm name's resolution)."""
     models, tags = get_registry().tables()["model"], pretrained_tags()
     text, at, revision = name.partition("@")
     model, _, tag_name = text.partition(".")
@@ -277,22 +285,15 @@ def lookup(name: str, pretrained: bool = False) -> tuple[ViTConfig, PretrainedTa
         raise ConfigError(f"{name!r}: MODEL.TAG@REVISION loads weights at a branch, tag or commit: "
                           "give one, and pass pretrained=True")
     own = sorted(n for n, t in tags.items() if t.model == model)
-    if tag_name:
-        tag = tags.get(f"{model}.{tag_name}")
-        if tag is None:
-            raise ConfigError(f"unknown pretrained tag '{model}.{tag_name}'."
-                              + closest(f"{model}.{tag_name}", own)
-                              + f" Tags of {model}: {', '.join(own) or 'none'}")
-    elif pretrained:
-        marked = [n for n in own if tags[n].default] or own[:1] * (len(own) == 1)
-        if not marked:
-            with_weights = sorted({t.model for t in tags.values()})
-            raise ConfigError(f"model {model!r} has no default pretrained tag: name one of "
-                              f"{', '.join(own)}" if own else
-                              f"model {model!r} has no pretrained weights registered. Models "
-                              f"with weights: {', '.join(with_weights)}; or pass pretrained=PATH")
-        tag = tags[marked[0]]
-    else:
-        tag = None
-    implied = {**(tag.config_options() if tag else {}), **implied}
-    return models[model], tag, revision or None, implied
+    named = f"{model}.{tag_name}" if tag_name else next(
+        (n for n in own if tags[n].default), own[0] if len(own) == 1 else None)
+    if (tag_name or pretrained) and named not in tags:
+        with_weights = ", ".join(sorted({t.model for t in tags.values()}))
+        raise ConfigError(
+            f"unknown pretrained tag {named!r}.{closest(named, own)} Tags of {model}: "
+            f"{', '.join(own)}" if tag_name else f"model {model!r} has no default tag: name one "
+            f"of {', '.join(own)}" if own else f"model {model!r} has no pretrained weights. "
+            f"Models with weights: {with_weights}; or pass pretrained=PATH")
+    tag = tags[named] if tag_name or pretrained else None
+    return models[model], tag, revision or None, {**(tag.config_options() if tag else {}),
+                                                   **implied}

@@ -1,11 +1,7 @@
-"""The zoo: the paper's named models (Table 1, Ti and S from the official repository, the hybrids)
-and the weights released for them, one `PretrainedTag` each, named MODEL.TAG.
-
-A name is a complete `ViTConfig`; `vitzoo.create(name, **options)` changes options on top of it. A
-tag is data, as torchvision's `Weights` are: its Hub repo and format, what the weights expect
-(resolution, classes, normalisation, crop: `transforms()`), their class names (`categories()`) and
-ImageNet top-1. A plugin adds models and tags through the hooks `vitzoo_models` and
-`vitzoo_pretrained_tags`; `vitzoo.registry` looks them up.
+"""The zoo: the paper's named models (Table 1, Ti and S from the official repository, the hybrids),
+each a complete `ViTConfig`, and the weights released for them, one `PretrainedTag` each. A tag is
+data, as torchvision's `Weights`: its Hub repo and format, what the weights expect (`transforms()`),
+their class names (`categories()`) and ImageNet top-1. Plugins add both through hooks.
 """
 
 from __future__ import annotations
@@ -32,8 +28,7 @@ def vit(size: str, patch_size: int) -> ViTConfig:
     return ViTConfig(patch_size=patch_size, **SIZES[size])
 
 
-def hybrid(size: str, layers: tuple[int, ...]) -> ViTConfig:
-    """Patches of size 1 taken from the ResNet feature map (section 3.1)."""
+def hybrid(size: str, layers: tuple[int, ...]) -> ViTConfig:  # 1x1 patches of the ResNet's map
     return ViTConfig(stem="resnet", patch_size=1, stem_options={"layers": layers}, **SIZES[size])
 
 

@@ -1,10 +1,7 @@
-"""Which library loads a saved model, and the model card (README.md) that says so.
-
-`choose` picks the layout a model is written in: "auto" takes timm's where timm builds the model,
-else transformers', else vitzoo's. The card's front matter comes from huggingface_hub's
-`ModelCardData` (so the Hub reads it); its body is the architecture and each library's loading
-line. `card` options: repo_id, license, tags, dataset, metrics ({name: value}), description,
-model_name.
+"""Which library loads a saved model, and the model card (README.md) that says so: front matter
+from huggingface_hub's `ModelCardData` (as the Hub reads it), the architecture, each library's
+loading line. `choose`: "auto" is timm's layout where timm builds the model, else transformers',
+else vitzoo's. Card options: repo_id, license, tags, dataset, metrics, description, model_name.
 """
 
 from __future__ import annotations
@@ -46,9 +43,8 @@ def obstacles(config: ViTConfig, library: str) -> list[str]:
         return found
     if config.stem == "resnet" and (tuple(resnet.get("layers", ())) not in HYBRIDS
                                     or resnet.get("width", 1) != 1):
-        found.append(f"a ResNet of stages {tuple(resnet.get('layers', ()))}, width "
-                     f"{resnet.get('width', 1)}")
-    if config.stem == "resnet" and resnet.get("numerics", "official") != "timm":
+        found.append(f"a ResNet of stages {resnet.get('layers')}, width {resnet.get('width')}")
+    if config.stem == "resnet" and resnet.get("numerics") != "timm":
         found.append("the official ResNet numerics: build it with stem_options={'numerics': "
                      "'timm'} to train it for timm")
     if config.norm_eps != 1e-6:
@@ -67,42 +63,36 @@ def choose(config: ViTConfig, requested: str = "auto") -> str:
     if requested in ("auto", "vitzoo"):
         return next((name for name in ("timm", "transformers")
                      if requested == "auto" and not obstacles(config, name)), "vitzoo")
-    found = obstacles(config, requested)
-    if found:
+    if found := obstacles(config, requested):
         raise ConfigError(f"{requested} cannot load this model: it has {'; '.join(found)}. "
                           "format='vitzoo' (or 'auto') writes vitzoo's own layout")
     return requested
 
 
 def check(card: dict | None) -> dict:
-    """The card options, checked; metrics as finite floats."""
+    """The card options, checked: text where text belongs, metrics as finite numbers."""
     card = dict(card or {})
-    if set(card) - set(OPTIONS):
-        raise ConfigError(f"unknown model card options {sorted(map(str, set(card) - set(OPTIONS)))}"
-                          f"; the options are {', '.join(OPTIONS)}")
-    for key in ("repo_id", "license", "dataset", "description", "model_name"):
-        if card.get(key) is not None and not isinstance(card[key], str):
-            raise ConfigError(f"card {key} must be text, got {card[key]!r}")
-    tags, metrics = card.get("tags") or [], card.get("metrics") or {}
+    metrics, tags = card.get("metrics") or {}, card.get("tags") or []
+    wrong = [k for k in card if k not in OPTIONS or (k not in ("tags", "metrics") and not
+                                                      isinstance(card[k], (str, type(None))))]
     if isinstance(tags, str) or not all(isinstance(t, str) for t in tags):
-        raise ConfigError(f"card tags must be a list of text, got {tags!r}")
-    if not isinstance(metrics, dict):
-        raise ConfigError(f"card metrics must be a dict of name to number, got {metrics!r}")
-    for name, value in metrics.items():
-        number = (float(value) if isinstance(value, (int, float)) and not isinstance(value, bool)
-                  else math.nan)
-        if not isinstance(name, str) or not math.isfinite(number):
-            raise ConfigError(f"card metrics: {name!r}: {value!r} is not a name with a finite "
-                              'number; give e.g. {"accuracy": 0.981}')
-        metrics[name] = number
-    return {**card, "metrics": metrics}
+        wrong.append("tags")
+    if not isinstance(metrics, dict) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            for v in metrics.values()):
+        wrong.append("metrics")
+    if wrong:
+        raise ConfigError(f"model card options {wrong} are unknown or of the wrong type: give "
+                          f"{', '.join(OPTIONS)} as text, tags a list of text, metrics e.g. "
+                          '{"accuracy": 0.981}')
+    return {**card, "metrics": {name: float(v) for name, v in metrics.items()}}
 
 
 def render(model, card: dict | None, layout: str) -> str:
     """The model card of `model` written in `layout`."""
     from huggingface_hub import EvalResult, ModelCardData
 
-    card, config = check(card), model.config
+    card, c = check(card), model.config
     name = card.get("model_name") or card.get("repo_id", "").split("/")[-1] or "vitzoo-model"
     dataset, metrics = card.get("dataset"), card["metrics"]
     results = [EvalResult(task_type="image-classification", dataset_type=dataset,
@@ -114,27 +104,22 @@ def render(model, card: dict | None, layout: str) -> str:
                          tags=list(dict.fromkeys(tags)), datasets=[dataset] if dataset else None,
                          metrics=list(metrics) or None, pipeline_tag="image-classification",
                          model_name=name if results else None, eval_results=results)
-    rows = {"image size": f"{config.img_size[0]} x {config.img_size[1]}, {config.in_chans} "
-                          "channels",
-            "stem": f"{config.stem} {config.stem_options or ''}, {config.patch_size}x"
-                    f"{config.patch_size} patches",
-            "layers (L)": config.depth, "width (D)": config.embed_dim, "MLP size": config.mlp_dim,
-            "heads": config.num_heads,
-            "position embedding": f"{config.pos_embed} ({config.pos_embed_mode})",
-            "pooling": config.pool, "head": f"{config.head} {config.head_options or ''}",
-            "classes": config.num_classes,
-            "GELU / LayerNorm eps": f"{config.act} / {config.norm_eps:g}",
-            "input normalisation": f"mean {list(config.mean)}, std {list(config.std)}",
+    rows = {"image size": f"{c.img_size[0]} x {c.img_size[1]}, {c.in_chans} channels",
+            "stem": f"{c.stem} {c.stem_options or ''}, {c.patch_size}x{c.patch_size} patches",
+            "layers (L)": c.depth, "width (D)": c.embed_dim, "MLP size": c.mlp_dim,
+            "heads": c.num_heads, "position embedding": f"{c.pos_embed} ({c.pos_embed_mode})",
+            "pooling": c.pool, "head": f"{c.head} {c.head_options or ''}",
+            "classes": c.num_classes, "GELU / LayerNorm eps": f"{c.act} / {c.norm_eps:g}",
+            "input normalisation": f"mean {list(c.mean)}, std {list(c.std)}",
             "parameters": f"{sum(p.numel() for p in model.parameters()):,}"}
-    lines = ["---", data.to_yaml(), "---", "", f"# {name}", "",
-             card.get("description") or 'A Vision Transformer (Dosovitskiy et al., "An Image is '
-                                        'Worth 16x16 Words", ICLR 2021) saved with vitzoo.', ""]
+    lines = ["---", data.to_yaml(), "---", "", f"# {name}", "", card.get("description") or
+             'A Vision Transformer ("An Image is Worth 16x16 Words") saved with vitzoo.', ""]
     if metrics:
         lines += ["## Results", "", "| dataset | metric | value |", "|---|---|---|",
                   *(f"| {dataset or 'unknown'} | {m} | {v:g} |" for m, v in metrics.items()), ""]
     lines += ["## Architecture", "", "| option | value |", "|---|---|",
               *(f"| {key} | {value} |" for key, value in rows.items()), ""]
-    return "\n".join(lines + usage(config, card.get("repo_id"), layout))
+    return "\n".join(lines + usage(c, card.get("repo_id"), layout))
 
 
 def usage(config: ViTConfig, repo_id: str | None, layout: str) -> list[str]:
@@ -144,10 +129,8 @@ def usage(config: ViTConfig, repo_id: str | None, layout: str) -> list[str]:
                        f'{where if repo_id else "local-dir:" + where}", pretrained=True).eval()',
                "transformers": "from transformers import ViTForImageClassification\nmodel = "
                                f'ViTForImageClassification.from_pretrained("{repo_id or where}")'}
-    h, w = config.img_size
-    lines = [USAGE, "", f"The files are in {layout}'s layout, and vitzoo loads them exactly:", "",
-             "```python", "import torch, vitzoo", f'model = vitzoo.from_pretrained("{where}").eval()',
-             f"logits = model(torch.randn(1, {config.in_chans}, {h}, {w}))  # normalised images",
+    lines = [USAGE, "", f"The files are in {layout}'s layout; vitzoo loads them exactly:", "",
+             "```python", "import vitzoo", f'model = vitzoo.from_pretrained("{where}").eval()',
              "```", ""]
     if layout in loaders:
         lines += [f"With {layout}:", "", "```python", loaders[layout], "```", ""]
@@ -156,13 +139,13 @@ def usage(config: ViTConfig, repo_id: str | None, layout: str) -> list[str]:
         if found:
             lines += [f"{library} cannot load this model: it has {'; '.join(found)}.", ""]
         elif found is not None:
-            lines += [f"{library} builds this model too: push it with `vitzoo push DIR REPO "
-                      f"--format {library}`.", ""]
+            lines += [f"{library} builds it too: push it with `vitzoo push DIR REPO --format "
+                      f"{library}`.", ""]
     return lines
 
 
 def with_usage(text: str, config: ViTConfig, repo_id: str | None, layout: str) -> str:
     """A card whose usage section is this repo's and layout's (appended when it has none)."""
     head, found, _ = text.partition(USAGE)
-    return (head if found else text.rstrip("\n") + "\n\n") + "\n".join(usage(config, repo_id,
-                                                                             layout))
+    return (head if found else text.rstrip("\n") + "\n\n") + "\n".join(
+        usage(config, repo_id, layout))

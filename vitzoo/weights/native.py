@@ -10,12 +10,10 @@ vitzoo's keys (format, model, labels, `weight_names`): the tensors are only rena
 from __future__ import annotations
 
 import json
-import os
 import re
 import warnings
 from pathlib import Path
 
-import torch
 from safetensors.torch import save_file
 
 from vitzoo.config import ViTConfig
@@ -151,24 +149,3 @@ def check_describes(config: ViTConfig, state_dict: dict, path) -> None:
     if differ:
         raise CheckpointError(f"{path} does not describe its weights: it says {'; '.join(differ)}; "
                               "fix it, or save the model again")
-
-
-def memory_bytes() -> int | None:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):
-        return None
-
-
-def check_size(config: ViTConfig, fix: str) -> None:
-    """Refuse a model that cannot fit this machine's memory in float32, counted from its options
-    (the blocks' matrices, a learned position table, the head) before anything is allocated."""
-    d, (h, w), p = config.embed_dim, config.img_size, config.patch_size
-    floor = config.depth * (4 * d * d + 2 * d * config.mlp_dim) + d * config.num_classes
-    floor += (h // p) * (w // p) * d if config.pos_embed.startswith("learned") else 0
-    memory = memory_bytes()
-    if memory is not None and 4 * floor > memory:
-        raise CheckpointError(f"a model of at least {floor:.3g} parameters (embed_dim={d}, "
-                              f"depth={config.depth}, mlp_dim={config.mlp_dim}, "
-                              f"img_size={config.img_size}) is more than this machine's "
-                              f"{memory / 2**30:.3g} GiB of memory: {fix}")

@@ -14,16 +14,13 @@ from typing import Any
 import torch
 
 from vitzoo.errors import CheckpointError, ConfigError, HubError
-from vitzoo.weights import check_state_dict, hub, timm, transformers
+from vitzoo.weights import check_state_dict, hub
 from vitzoo.weights.card import choose, with_usage
 from vitzoo.weights.files import Source, open_directory, read_json
 from vitzoo.weights.layout import CARD_NAME, CONFIG_NAME, PREPROCESSOR_NAME, WEIGHTS_NAME
-from vitzoo.weights.native import is_saved, save_pretrained, write_model
+from vitzoo.weights.native import WRITERS, is_saved, save_pretrained, write_model
 
 PUSHED = (WEIGHTS_NAME, CARD_NAME, CONFIG_NAME, PREPROCESSOR_NAME)
-# config.json's keys a save writes anew; any other (a training run's data) is kept
-WRITTEN = ("format", "format_version", "vitzoo_version", "model", "labels", "weight_names",
-           *timm.KEYS, *transformers.KEYS)
 
 
 def check_loads(directory: Path, model_class: type, repo_id: str) -> Source:
@@ -58,7 +55,11 @@ def push_folder(directory, repo_id: str, *, model_class: type, format: str = "au
     source = check_loads(directory, model_class, repo_id)
     config = source.saved_config
     layout = _layout(config, format, repo_id)
-    own = {k: v for k, v in read_json(directory / CONFIG_NAME).items() if k not in WRITTEN}
+    document = read_json(directory / CONFIG_NAME)  # its keys a save writes anew, and its own
+    library, _ = WRITERS.get(document.get("weight_names"), (lambda config, labels: {}, None))
+    written = {"format", "format_version", "vitzoo_version", "model", "labels", "weight_names",
+               *library(config, source.labels)}
+    own = {k: v for k, v in document.items() if k not in written}  # a training run's data, say
     card = directory / CARD_NAME
     text = (with_usage(card.read_text(encoding="utf-8"), config, repo_id, layout)
             if card.is_file() else None)

@@ -27,8 +27,6 @@ RESNET_NAMES = {"norm1": "gn1", "norm2": "gn2", "norm3": "gn3", "downsample.conv
 # the hybrids' stages -> timm's architecture of that ResNetV2 (model_args cannot change it)
 HYBRIDS = {(3, 4, 9): "vit_base_r50_s16_224", (3, 4, 6, 3): "vit_large_r50_s32_224",
            (2, 2, 2, 2): "vit_base_r26_s32_224"}
-KEYS = ("architecture", "num_classes", "num_features", "global_pool", "pretrained_cfg",
-        "model_args", "label_names")  # what `document` writes into config.json
 
 
 def stated_heads(document: dict, embed_dim: int) -> dict[str, int]:

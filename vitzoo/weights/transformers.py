@@ -32,11 +32,6 @@ LAYER_NAMES = {
     "attention.o_proj": "attn.proj", "mlp.fc1": "mlp.fc1", "mlp.fc2": "mlp.fc2",  # >= 5
     "layernorm_before": "norm1", "layernorm_after": "norm2",
 }
-KEYS = ("architectures", "model_type", "hidden_size", "num_hidden_layers", "num_attention_heads",
-        "intermediate_size", "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob",
-        "layer_norm_eps", "image_size", "patch_size", "num_channels", "qkv_bias",
-        "encoder_stride", "id2label", "label2id", "initializer_range", "torch_dtype", "dtype",
-        "transformers_version")  # a transformers config.json's
 
 
 def _config(metadata) -> dict | None:
