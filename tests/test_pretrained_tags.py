@@ -12,6 +12,7 @@ import json
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -38,14 +39,14 @@ GOOGLE_SAFETENSORS = {"google/vit-base-patch32-384"}  # the others hold pytorch_
 GOOGLE_LABELS = [f"{name} (id2label)" for name in imagenet_1k()]  # told apart from torchvision's
 
 
-def small_resnet(tag: PretrainedTag) -> tuple[int, ...] | None:
+def small_resnet(tag: PretrainedTag) -> tuple[int, ...] | None:  # one unit per stage
     config = vitzoo.get_config(tag.model)
     return (1,) * len(config.stem_options["layers"]) if config.stem == "resnet" else None
 
 
 def shrink(tag: PretrainedTag) -> dict:
-    return {**SMALL, **({"stem_options": {"layers": small_resnet(tag)}} if small_resnet(tag)
-                        else {})}
+    layers = small_resnet(tag)
+    return {**SMALL, **({"stem_options": {"layers": layers}} if layers else {})}
 
 
 def peer(tag: PretrainedTag, seed: int = 0) -> torch.nn.Module:
@@ -207,14 +208,9 @@ def test_offline_loads_the_filled_cache_and_says_how_without_it(server, monkeypa
 
 
 def test_a_repo_holding_another_format_than_its_tag_says_is_refused(server, plugin, tmp_path):
-    tag = pretrained_tags()["vit_l32.orig_in21k_ft_in1k"]  # timm's
-    moved = PretrainedTag(**{**tag.__dict__, "tag": "moved", "hub_id": "alice/moved",
-                             "default": False})
-    repo_files(PretrainedTag(**{**moved.__dict__, "format": "transformers"}),
-               peer(PretrainedTag(**{**moved.__dict__, "format": "transformers"})), tmp_path)
-    api = HfApi(endpoint=server.url, token=TOKEN)
-    api.create_repo("alice/moved")
-    api.upload_folder(repo_id="alice/moved", folder_path=tmp_path)
+    moved = PretrainedTag("vit_l32", "moved", "alice/moved", "timm", 384, 1000)
+    upload_tag(HfApi(endpoint=server.url, token=TOKEN), replace(moved, format="transformers"),
+               tmp_path)  # google's port where timm's was
     plugin(tags(moved))
     with pytest.raises(vitzoo.CheckpointError, match="holds transformers weights, not the timm"):
         vitzoo.create("vit_l32.moved", pretrained=True, **SMALL)

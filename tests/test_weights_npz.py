@@ -116,10 +116,10 @@ def test_an_option_the_checkpoint_decides_otherwise_is_refused(tmp_path):
 
 def test_an_incomplete_checkpoint_names_the_tensor_it_lacks(tmp_path):
     params = make_checkpoint(tmp_path / "c.npz", img_size=32, **VIT)
-    del params["Transformer/encoderblock_1/MlpBlock_3/Dense_0/bias"]
+    lacked = "Transformer/encoderblock_1/MlpBlock_3/Dense_0/bias"
+    del params[lacked]
     np.savez(tmp_path / "cut.npz", **params)
-    with pytest.raises(CheckpointError,
-                       match="lacks the tensor 'Transformer/encoderblock_1/MlpBlock_3/Dense_0/bias'"):
+    with pytest.raises(CheckpointError, match=f"lacks the tensor '{lacked}'"):
         vitzoo.create("vit_ti16", pretrained=tmp_path / "cut.npz", img_size=32, **OPTIONS)
 
 

@@ -1,11 +1,9 @@
-"""The registry: a name becomes a component, a model's config, released weights or a weight format.
+"""The registry, as timm's: a name becomes a component, a model's config, a tag or a format.
 
-A pluggy PluginManager holds the plugins: the built-ins (`vitzoo/builtins.py`) first, one plugin
-like any other, then those of the entry-point group ``vitzoo`` (none with
-VITZOO_DISABLE_PLUGIN_AUTOLOAD=1). A plugin that fails to import is warned about and skipped; a
-hook vitzoo does not have (a misspelling) and a name two plugins give are `PluginError`s. Each hook
-is called one plugin at a time, so that every name's plugin is known.
-"""
+Plugins are pluggy's: the built-ins first, then the entry-point group ``vitzoo`` (none with
+VITZOO_DISABLE_PLUGIN_AUTOLOAD=1); one that fails to import is warned about and skipped; a hook
+vitzoo does not have and a name two plugins give are PluginErrors. A hook is called one plugin at
+a time, so that every name's plugin is known."""
 
 from __future__ import annotations
 
@@ -56,7 +54,7 @@ class Registry:
         self._check_hook_names()
 
     def register(self, plugin: object, name: str | None = None) -> str:
-        """Register a plugin object (a module or instance with hookimpls); returns its name."""
+        """A module or object with hookimpls registered (or refused whole); returns its name."""
         registered = self.pm.register(plugin, name=name)
         try:
             self._check_hook_names()
@@ -86,12 +84,10 @@ class Registry:
 
     def _collect(self, kind: str) -> dict[str, Any]:
         """Each plugin's names of `kind`, one plugin at a time (wrappers provide none)."""
-        hook = KINDS[kind]
-        providers = {impl.plugin: impl.plugin_name for impl in getattr(self.pm.hook,
-                                                                       hook).get_hookimpls()
+        hook, table, owner = KINDS[kind], {}, {}
+        providers = {impl.plugin: impl.plugin_name for impl in
+                     getattr(self.pm.hook, hook).get_hookimpls()
                      if not (impl.wrapper or impl.hookwrapper)}
-        table: dict[str, Any] = {}
-        owner: dict[str, str] = {}
         for plugin, plugin_name in providers.items():
             others = [other for other in providers if other is not plugin]
             for provided in self.pm.subset_hook_caller(hook, remove_plugins=others)():
@@ -159,10 +155,7 @@ _REGISTRY: Registry | None = None
 
 def get_registry() -> Registry:
     """The process-wide registry, built on first use."""
-    global _REGISTRY
-    if _REGISTRY is None:
-        _REGISTRY = Registry()
-    return _REGISTRY
+    return _REGISTRY or reset_registry()
 
 
 def reset_registry(autoload: bool | None = None) -> Registry:
@@ -231,10 +224,11 @@ def shape_differences(saved: ViTConfig, requested: ViTConfig, *changes: dict) ->
 # ---------------------------------------------------------------- weights by name
 def weight_formats() -> dict[str, WeightFormat]:
     formats = get_registry().tables()["weight_format"]
-    for name, fmt in formats.items():
-        if not isinstance(fmt, WeightFormat) or fmt.name != name:
-            raise PluginError(f"weight format {name!r} must be a vitzoo.weights.WeightFormat whose "
-                              f"name is {name!r}, got {fmt!r}")
+    wrong = [name for name, fmt in formats.items()
+             if not isinstance(fmt, WeightFormat) or fmt.name != name]
+    if wrong:
+        raise PluginError(f"weight format {wrong[0]!r} must be a vitzoo.weights.WeightFormat "
+                          f"whose name is {wrong[0]!r}")
     return formats
 
 

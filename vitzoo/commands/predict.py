@@ -1,5 +1,5 @@
 """`vitzoo predict IMAGE... --model MODEL[.TAG][@REVISION] | DIR | hf-hub:ORG/NAME [--top K]
-[--json]`: classify images as the weights expect them preprocessed, naming the classes as they do."""
+[--json]`: classify images preprocessed as the weights expect, naming classes as they do."""
 
 from __future__ import annotations
 

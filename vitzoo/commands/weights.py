@@ -1,8 +1,6 @@
-"""`vitzoo push DIR REPO_ID`, `vitzoo pull REPO_ID [DIR]`, `vitzoo convert SRC DST [--model NAME]`.
-
-pull and convert write only into a new or empty directory. The Hub commands use huggingface_hub's
-settings: HF_ENDPOINT, HF_TOKEN, HF_HOME, HF_HUB_OFFLINE.
-"""
+"""`vitzoo push DIR REPO_ID`, `vitzoo pull REPO_ID [DIR]`, `vitzoo convert SRC DST [--model]`:
+pull and convert write only into a new or empty directory; the Hub commands use huggingface_hub's
+settings (HF_ENDPOINT, HF_TOKEN, HF_HOME, HF_HUB_OFFLINE)."""
 
 from __future__ import annotations
 

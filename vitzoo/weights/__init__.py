@@ -1,15 +1,8 @@
-"""Weights in and out: one module per format, and the interface a plugin's format implements.
-
-    official, timm, torchvision, transformers   foreign names to vitzoo's (timm's and transformers'
-                                                 both ways: a push in the layout they load)
-    native      vitzoo's own: a bare state dict, and save_pretrained's directory
-    files       reading a file, directory, Hub repo or state dict safely, by the format it holds
-    infer       the model a state dict describes
-    card, publish, hub   the model card, pushing to the Hub, the Hub through huggingface_hub
-    layout      the file names a directory or Hub repo holds
-
-A format is a `WeightFormat` registered through the hook `vitzoo_weight_formats`; its `convert`
-returns `ConvertedWeights`: vitzoo's names and the options the weights decide.
+"""Weights in and out, one module per format: `official`, `torchvision`, `timm` and `transformers`
+(both ways), `native` (vitzoo's own); `files` reads any of them safely, `infer` gives the model a
+state dict describes, `card` and `publish` write and push, `hub` is the Hub. A format is a
+`WeightFormat`, registered through the hook `vitzoo_weight_formats`, whose `convert` returns
+`ConvertedWeights`: vitzoo's names and the options the weights decide.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""Reading weights safely: a file, a directory, a Hub repo or tensors in memory, converted into
-vitzoo's names by the one registered weight format that recognises them.
-
-Files are read by their type and nothing in them runs: `.safetensors`; `.pth`, `.pt`, `.bin`,
-`.ckpt` with `torch.load(weights_only=True)`; `.npz` as arrays, never pickles. What the weights
-are is decided by their names, not by the file's.
-"""
+"""Reading weights safely: a file, a directory, a Hub repo or tensors in memory, converted by the
+one format that recognises their names. Nothing in a file runs: `.safetensors`; `.pth`, `.pt`,
+`.bin`, `.ckpt` through `torch.load(weights_only=True)`; `.npz` as arrays, never pickles."""
 
 from __future__ import annotations
 

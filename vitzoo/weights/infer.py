@@ -1,11 +1,7 @@
-"""The model a state dict in vitzoo's names describes, for weights loaded without a model name.
-
-Shapes give the width, depth, MLP size, patch size, the hybrid's ResNet, the grid and so the image
-size, the position embedding, the pooling and the head. The number of heads is not in a fused
-q, k, v projection: the weights state it (an official .npz, a config.json, a relative table) or
-the caller gives it; weights of one of the paper's widths take that size's count, said in a
-warning, and any other width is refused, since a wrong count loads and only changes the outputs.
-"""
+"""The model a state dict in vitzoo's names describes, from its names and shapes. The heads are
+not in a fused q, k, v: the weights state them or the caller does; at one of the paper's widths
+they are that size's, said in a warning; any other width is refused, since a wrong count loads
+and only changes the outputs."""
 
 from __future__ import annotations
 
@@ -21,60 +17,54 @@ from vitzoo.zoo import SIZES
 # (embed_dim, mlp_dim) -> the paper's size of those widths and its heads, at any depth
 PAPER_WIDTHS = {(s["embed_dim"], s["mlp_dim"]): (f"ViT-{size.title()}", s["num_heads"])
                 for size, s in SIZES.items()}
-# what a bare vitzoo state dict does not say about itself, with the default assumed
+# what a bare vitzoo state dict does not say about itself, and what is assumed
 UNSTATED = {"act": "gelu", "norm_eps": 1e-6, "pos_embed": "none", "pos_embed_mode": "input",
             "img_size": (224, 224)}
-UNIT = re.compile(r"^stem\.backbone\.stages\.(\d+)\.(\d+)\.conv1\.weight$")
-BLOCK = re.compile(r"^encoder\.blocks\.(\d+)\.")
-
-
-def _position(sd) -> dict[str, Any]:
-    """The position embedding its tensors name, and the heads a relative table's shape gives."""
-    tables = [v for k, v in sd.items() if re.match(r"encoder\.blocks\.\d+\.attn\.relative\.table$", k)]
-    if tables:
-        return {"pos_embed": "relative", "pos_embed_mode": "input",
-                **({"num_heads": int(tables[0].shape[1])} if tables[0].ndim == 3 else {})}
-    per_layer = any(k.startswith("encoder.pos_embed.0.") for k in sd)
-    two_d = any(k.startswith("encoder.pos_embed.") and k.endswith(".row") for k in sd)
-    if per_layer or two_d or "encoder.pos_embed.weight" in sd:
-        return {"pos_embed": "learned_2d" if two_d else "learned_1d",
-                **({"pos_embed_mode": "every_layer"} if per_layer else {})}
-    return {}
 
 
 def infer_options(checkpoint: ConvertedWeights) -> dict[str, Any]:
-    """The options these weights' names and shapes give, then those their format decided."""
+    """The options the weights' names and shapes give, then those their format decided."""
     sd = checkpoint.state_dict
-    if "stem.proj.weight" not in sd or sd["stem.proj.weight"].ndim != 4:
+    if getattr(sd.get("stem.proj.weight"), "ndim", 0) != 4:
         raise CheckpointError("cannot infer the model: no patch projection 'stem.proj.weight'")
     embed_dim, in_chans, patch, patch_w = map(int, sd["stem.proj.weight"].shape)
     if patch != patch_w:
         raise CheckpointError(f"non-square patches {patch}x{patch_w} are not supported")
-    depth = 1 + max((int(m.group(1)) for k in sd if (m := BLOCK.match(k))), default=-1)
-    # the size most MLP tensors give: one mis-shaped tensor then stands out to the strict loader
-    sizes = [int(t.shape[axis]) for i in range(depth)
-             for name, axis in (("fc1.weight", 0), ("fc1.bias", 0), ("fc2.weight", 1))
-             if (t := sd.get(f"encoder.blocks.{i}.mlp.{name}")) is not None and t.ndim > axis]
+    blocks = [int(m.group(1)) for k in sd if (m := re.match(r"encoder\.blocks\.(\d+)\.", k))]
+    depth = 1 + max(blocks, default=-1)
+    # the MLP size most tensors give: one mis-shaped tensor then stands out to the strict loader
+    sizes = Counter(int(t.shape[axis]) for i in range(depth)
+                    for name, axis in (("fc1.weight", 0), ("fc1.bias", 0), ("fc2.weight", 1))
+                    if getattr(t := sd.get(f"encoder.blocks.{i}.mlp.{name}"), "ndim", 0) > axis)
+    tables = [v for k, v in sd.items() if k.endswith(".attn.relative.table")]
+    per_layer = any(k.startswith("encoder.pos_embed.0.") for k in sd)
+    two_d = any(k.startswith("encoder.pos_embed.") and k.endswith(".row") for k in sd)
     options: dict[str, Any] = {"embed_dim": embed_dim, "patch_size": patch, "depth": depth,
-                               "in_chans": in_chans, "pool": "token" if "cls_token" in sd else "gap",
-                               **_position(sd)}
+                               "in_chans": in_chans, "pool": "gap"}
+    if "cls_token" in sd:
+        options["pool"] = "token"
+    if "fc_norm.weight" in sd:  # the LayerNorm after the pooling
+        options["fc_norm"] = True
     if sizes:
-        options["mlp_dim"] = Counter(sizes).most_common(1)[0][0]
+        options["mlp_dim"] = sizes.most_common(1)[0][0]
+    if tables:  # (offsets, heads, head_dim): it gives the heads too
+        options.update(pos_embed="relative", pos_embed_mode="input",
+                       **({"num_heads": int(tables[0].shape[1])} if tables[0].ndim == 3 else {}))
+    elif per_layer or two_d or "encoder.pos_embed.weight" in sd:
+        options.update(pos_embed="learned_2d" if two_d else "learned_1d",
+                       **({"pos_embed_mode": "every_layer"} if per_layer else {}))
     stride = patch
-    if "stem.backbone.conv_root.weight" in sd:
+    if (root := sd.get("stem.backbone.conv_root.weight")) is not None:
         units: dict[int, int] = {}
         for key in sd:
-            if m := UNIT.match(key):
-                units[int(m.group(1))] = max(units.get(int(m.group(1)), 0), int(m.group(2)) + 1)
+            if m := re.match(r"stem\.backbone\.stages\.(\d+)\.(\d+)\.conv1\.weight$", key):
+                units[int(m[1])] = max(units.get(int(m[1]), 0), int(m[2]) + 1)
         layers = tuple(units[s] for s in sorted(units))
-        root = sd["stem.backbone.conv_root.weight"].shape
-        options.update(stem="resnet", stem_options={"layers": layers, "width": max(1, root[0] // 64)},
-                       in_chans=int(root[1]))
+        options.update(stem="resnet", in_chans=int(root.shape[1]),
+                       stem_options={"layers": layers, "width": max(1, root.shape[0] // 64)})
         stride *= 4 * 2 ** max(len(layers) - 1, 0)
     if checkpoint.grid is not None:
         options["img_size"] = (checkpoint.grid[0] * stride, checkpoint.grid[1] * stride)
-    if "fc_norm.weight" in sd:
-        options["fc_norm"] = True
     width = sd["head.pre_logits.weight"].shape[0] if "head.pre_logits.weight" in sd else None
     options.update(head="mlp" if width else "linear",
                    head_options={"representation_size": int(width)} if width else {},
@@ -87,8 +77,8 @@ def infer_options(checkpoint: ConvertedWeights) -> dict[str, Any]:
 
 
 def infer(checkpoint: ConvertedWeights, given: dict[str, Any], location: str) -> dict[str, Any]:
-    """The options of the model these weights belong to, the caller's `given` ones (and the
-    source's hints) over them; the heads asked for or assumed, the unstated said."""
+    """The options of the model the weights belong to, `given` ones over them; the heads asked
+    for or assumed, and what a bare vitzoo state dict leaves unsaid assumed and said."""
     options = {**infer_options(checkpoint), **given}
     if "num_heads" not in options:
         options["num_heads"] = assumed_heads(options, checkpoint.format, location)
@@ -103,9 +93,10 @@ def infer(checkpoint: ConvertedWeights, given: dict[str, Any], location: str) ->
 
 
 def assumed_heads(options: dict[str, Any], fmt: str, location: str) -> int:
-    """The heads of the paper's size of these widths, said in a warning; else a ConfigError."""
+    """The heads of the paper's size of these widths, said in a warning; else refused."""
     widths = (options["embed_dim"], options.get("mlp_dim"))
-    dims, fix = f"D={widths[0]}, MLP size {widths[1]}", "pass num_heads=N (vitzoo convert --num-heads N)"
+    dims = f"D={widths[0]}, MLP size {widths[1]}"
+    fix = "pass num_heads=N (vitzoo convert --num-heads N)"
     if widths in PAPER_WIDTHS:
         name, heads = PAPER_WIDTHS[widths]
         warnings.warn(f"{location}: {fmt} weights do not store their number of attention heads; "
@@ -114,5 +105,5 @@ def assumed_heads(options: dict[str, Any], fmt: str, location: str) -> int:
         return heads
     divisors = [h for h in range(1, widths[0] + 1) if widths[0] % h == 0][:12]
     raise CheckpointError(f"{fmt} weights do not store their number of attention heads and their "
-                      f"widths ({dims}) are none of the paper's: {fix}, a divisor of {widths[0]} "
-                      f"({', '.join(map(str, divisors))}, ...)")
+                          f"widths ({dims}) are none of the paper's: {fix}, a divisor of "
+                          f"{widths[0]} ({', '.join(map(str, divisors))}, ...)")

@@ -1,11 +1,6 @@
-"""vitzoo's own format: a bare state dict in vitzoo's names, and the directory `save_pretrained`
-writes (config.json, model.safetensors, README.md), all at once, read back exactly.
-
-A model is written in the layout of a library that builds it, so that its users load it: "auto"
-takes timm's where timm builds the model, else transformers', else vitzoo's; "timm" or
-"transformers" refuses a model that library cannot build, saying why. Every config.json also holds
-vitzoo's keys (format, model, labels, `weight_names`): the tensors are only renamed.
-"""
+"""vitzoo's own format: a bare state dict in vitzoo's names, and the directory save_pretrained
+writes (config.json, model.safetensors, README.md) all at once, in the layout that `card.choose`
+picks, with vitzoo's keys in every config.json so that it reads back exactly."""
 
 from __future__ import annotations
 
@@ -138,7 +133,7 @@ def read_config(document: dict, path) -> tuple[ViTConfig, str, list[str] | None]
 def check_describes(config: ViTConfig, state_dict: dict, path) -> None:
     """Refuse a saved config that does not describe its weights (depth, width, MLP size), before a
     model of perhaps absurd size is built."""
-    blocks = {int(m.group(1)) for k in state_dict if (m := re.match(r"encoder\.blocks\.(\d+)\.", k))}
+    blocks = {m[1] for k in state_dict if (m := re.match(r"encoder\.blocks\.(\d+)\.", k))}
     held = {"depth": len(blocks)}
     for option, key, axis in (("embed_dim", "encoder.blocks.0.norm1.weight", 0),
                               ("mlp_dim", "encoder.blocks.0.mlp.fc1.weight", 0)):

@@ -1,9 +1,6 @@
-"""The official checkpoints (google-research/vision_transformer `.npz`).
-
-Keys are Flax parameter paths joined with '/'. Conv kernels are HWIO, dense kernels (in, out), the
-attention's q, k, v kernels (D, heads, D/heads) and its output kernel (heads, D/heads, D); hybrid
-checkpoints may store GroupNorm parameters as (1, 1, 1, C). GELU is the tanh approximation.
-"""
+"""The official checkpoints (google-research/vision_transformer `.npz`): Flax paths joined with
+'/'; HWIO conv kernels, (in, out) dense ones, q, k, v kernels (D, heads, D/heads); GroupNorm may
+be stored (1, 1, 1, C). GELU is the tanh approximation."""
 
 from __future__ import annotations
 
@@ -97,7 +94,8 @@ class OfficialFormat(WeightFormat):
         _norm(params, "Transformer/encoder_norm", "encoder.norm", out)
         head = {f"{layer}.{name}": convert(params.pop(f"{layer}/{kind}"))
                 for layer in ("pre_logits", "head") if f"{layer}/kernel" in params
-                for kind, name, convert in (("kernel", "weight", _dense), ("bias", "bias", _vector))}
+                for kind, name, convert in (("kernel", "weight", _dense),
+                                            ("bias", "bias", _vector))}
         take_head(head, out, config, pre_logits="pre_logits", classifier="head")
         out.update((k, torch.from_numpy(v)) for k, v in params.items())  # for the strict loader
         return ConvertedWeights(FORMAT, {k: v.contiguous() for k, v in out.items()}, config, grid)

@@ -1,9 +1,5 @@
-"""Publishing a model on the Hugging Face Hub as one commit, in the layout of the library that
-loads it (`vitzoo.weights.card.choose`), once the folder loads as the model its config describes.
-
-    model.push_to_hub("alice/vit-b16-cifar10")   # config.json, model.safetensors, README.md
-    vitzoo push DIRECTORY alice/vit-b16-cifar10  # a directory save_pretrained (or training) wrote
-"""
+"""Pushing a model, or a directory save_pretrained wrote, to the Hub as one commit, in the layout
+of the library that loads it, once the folder loads as the model its config describes."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
-"""timm's VisionTransformer (`vit_*_patch*`, the hybrids `vit_*_r50_*`), read and written.
-
-Names: `patch_embed.proj`, `cls_token`, `pos_embed`, `blocks.{i}.{norm1, attn.qkv, attn.proj, norm2,
-mlp.fc1, mlp.fc2}`, `norm`, `fc_norm` (its LayerNorm after average pooling), `head`, sometimes
-`pre_logits.fc`; the hybrid's ResNetV2 under `patch_embed.backbone`. GELU exact, eps 1e-6. Its
-ResNetV2 standardises weights otherwise than the official one: `HYBRID_NUMERICS`. A timm Hub repo's
-config.json gives the heads (`model_args`, or its architecture's size) and the preprocessing.
-"""
+"""timm's VisionTransformer (`vit_*_patch*`, the hybrids `vit_*_r50_*`), read and written: the
+same tensors under timm's names (the hybrid's ResNetV2 under `patch_embed.backbone`, standardised
+as `HYBRID_NUMERICS` says); GELU exact, eps 1e-6. A timm repo's config.json gives the heads
+(`model_args`, or its architecture's size) and the preprocessing (`pretrained_cfg`)."""
 
 from __future__ import annotations
 

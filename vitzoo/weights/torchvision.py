@@ -1,9 +1,6 @@
-"""torchvision's VisionTransformer state dicts (`vit_b_16`, `vit_l_32`, ...).
-
-`conv_proj`, `class_token`, `encoder.pos_embedding`, `encoder.layers.encoder_layer_{i}.{ln_1,
-self_attention.in_proj_*, self_attention.out_proj, ln_2, mlp.0, mlp.3}`, `encoder.ln`, `heads.head`
-and `heads.pre_logits`. The fused in-projection is in q, k, v order already; GELU exact, eps 1e-6.
-"""
+"""torchvision's VisionTransformer state dicts (`vit_b_16`, ...): `conv_proj`, `class_token`,
+`encoder.pos_embedding`, `encoder.layers.encoder_layer_{i}` (the in-projection already q, k, v),
+`encoder.ln`, `heads`. GELU exact, eps 1e-6."""
 
 from __future__ import annotations
 

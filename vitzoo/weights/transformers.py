@@ -1,12 +1,7 @@
-"""Hugging Face transformers' ViT (`ViTModel`, `ViTForImageClassification`), read and written.
-
-Read: the Hub's classic names (`encoder.layer.{i}.attention.attention.{query,key,value}`,
-`attention.output.dense`, `intermediate.dense`, `output.dense`) and those of transformers >= 5
-(`layers.{i}.attention.{q,k,v,o}_proj`, `mlp.fc1`, `mlp.fc2`), with or without the classifier's
-`vit.` prefix; a bare `ViTModel`'s `pooler.dense` is vitzoo's pre-logits layer. Its config.json
-gives the numerics, heads, size and class names; without one, transformers' defaults (exact GELU,
-eps 1e-12). Written: the classic names, config.json and preprocessor_config.json.
-"""
+"""Hugging Face transformers' ViT (`ViTModel`, `ViTForImageClassification`), read and written:
+the Hub's classic names and those of transformers >= 5, with or without `vit.`; a ViTModel's
+`pooler.dense` is the pre-logits layer. Its config.json gives numerics, heads, size and class
+names; without one, transformers' defaults (exact GELU, eps 1e-12)."""
 
 from __future__ import annotations
 
