@@ -1,5 +1,5 @@
-"""Figures the ablations share: matplotlib without a display, and accuracy
-against compute (or data) with one line per family."""
+"""Figures the ablations share: matplotlib without a display, and accuracy against compute (or
+data) with one line per model family."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ from pathlib import Path
 from benchmarks.suite import save_figure
 
 METRIC_NAMES = (("test_acc", "test accuracy"), ("fewshot_5", "5-shot linear accuracy"))
-# one colour and marker per model family in every figure, so that figures can be read side by side
-FAMILY_STYLES = {"ViT": ("tab:orange", "s"), "hybrid": ("tab:green", "^"), "ResNet": ("tab:blue", "o")}
-# matplotlib is no dependency of vitzoo, which draws nothing: the benchmarks ask for it as an extra
-MATPLOTLIB_MISSING = "the benchmarks draw their figures with matplotlib: pip install -e '.[bench]' in the checkout"
+# one colour and marker per family in every figure, so that figures can be read side by side
+FAMILY_STYLES = {"ViT": ("tab:orange", "s"), "hybrid": ("tab:green", "^"),
+                 "ResNet": ("tab:blue", "o")}
+MATPLOTLIB_MISSING = ("the benchmarks draw their figures with matplotlib: "
+                      "pip install -e '.[bench]' in the checkout")
 
 
 def plt():
@@ -20,28 +21,29 @@ def plt():
         import matplotlib
     except ModuleNotFoundError as exc:
         raise ModuleNotFoundError(f"{exc}: {MATPLOTLIB_MISSING}") from exc
-
     matplotlib.use("Agg")
     import matplotlib.pyplot as pyplot
 
     return pyplot
 
 
-def lines_per_family(rows: list[dict], family_key: str, path: Path, title: str, x_key: str = "flops",
-                     x_label: str = "training FLOPs", metrics: tuple[tuple[str, str], ...] = METRIC_NAMES) -> None:
-    """Two metrics (test and 5-shot accuracy unless `metrics` names others) against `x_key` on a log
-    axis, one line per family, error bars over seeds (Figures 3, 4, 5 and 8)."""
+def lines_per_family(rows: list[dict], path: Path, title: str, x_key: str = "flops",
+                     x_label: str = "training FLOPs", metrics=METRIC_NAMES) -> list[str]:
+    """Two metrics against `x_key` on a log axis, one line per row["family"], error bars over
+    seeds (Figures 3, 4, 5 and 8); returns the file's name."""
     pyplot = plt()
     from matplotlib.ticker import NullFormatter
 
     fig, axes = pyplot.subplots(1, 2, figsize=(9, 3.5))
-    families = list(dict.fromkeys(r[family_key] for r in rows))
+    families = list(dict.fromkeys(r["family"] for r in rows))
     for ax, (metric, name) in zip(axes, metrics):
         for i, family in enumerate(families):
-            mine = sorted((r for r in rows if r[family_key] == family and metric in r), key=lambda r: r[x_key])
-            color, marker = FAMILY_STYLES.get(family, (f"C{i + 3}", "dv<>"[i % 4]))  # others: the next colours
-            ax.errorbar([r[x_key] for r in mine], [r[metric] for r in mine], yerr=[r[metric + "_std"] for r in mine],
-                        color=color, marker=marker, label=str(family), capsize=2)
+            mine = sorted((r for r in rows if r["family"] == family and metric in r),
+                          key=lambda r: r[x_key])
+            color, marker = FAMILY_STYLES.get(family, (f"C{i + 3}", "dv<>"[i % 4]))
+            ax.errorbar([r[x_key] for r in mine], [r[metric] for r in mine],
+                        yerr=[r[metric + "_std"] for r in mine], color=color, marker=marker,
+                        label=str(family), capsize=2)
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(NullFormatter())  # decade labels only: the minor ones overlap
         ax.set_xlabel(x_label)
@@ -51,3 +53,4 @@ def lines_per_family(rows: list[dict], family_key: str, path: Path, title: str, 
     fig.suptitle(title, fontsize=10)
     save_figure(fig, path)
     pyplot.close(fig)
+    return [path.name]

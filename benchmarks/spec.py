@@ -1,147 +1,81 @@
-"""An ablation as a declarative spec: the cells it trains at each scale, the paper's numbers, and its
-findings as contrasts of cells judged by the one rule of `benchmarks.verdict`.
+"""An ablation as a declarative spec, and its report.
 
-    cells(scale) -> [Cell]     what differs from the scale's base model and training, per cell
-    findings                   the paper's claims, each a list of contrasts between cells
-    paper                      the paper's number per cell label, printed beside ours
-    columns, figure            how the table and the figure present the cells
-
-`runs(spec, scale)` expands the cells into runs (every cell trained with `scale.seeds` seeds, or the
-spec's own count, or the cell's where it asks for more), `report(spec, records, out)` writes the table, the verdicts and the figure. Every
-ablation is a spec in `benchmarks/ablations/`, registered in its `ABLATIONS`.
+A spec (`Ablation`) says its cells at each scale (what differs from the scale's base model and
+training), the paper's number per cell, its findings as contrasts of cells, its table columns and
+figure. `Ablation.runs` expands the cells into runs (cell x seed); `report` writes the table beside
+the paper's numbers, the figure, and every finding judged by the rule of `benchmarks.verdict`.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from benchmarks.judged import format_findings
 from benchmarks.suite import Run, markdown_image, markdown_table
-from benchmarks.verdict import (
-    NOT_TESTABLE,
-    POSITIVE,
-    RULE,
-    ZERO,
-    Comparison,
-    Estimate,
-    Judgement,
-    Within,
-    judge,
-    mean_and_variance,
-    paired_contrast,
-)
+from benchmarks.verdict import (ALPHA, CONTRADICTED, JUDGED, NOT_COMPARED, NOT_TESTABLE, REPRODUCED,
+                                RULE, ZERO, Comparison, Estimate, Judgement, holm, judge,
+                                mean_and_variance, paired_contrast)
 
 METRICS = {"test_acc": "test accuracy", "fewshot_5": "5-shot linear",
-           # the transfer benchmark's, measured on classes never seen in pre-training
-           "transfer_fewshot_5": "downstream 5-shot linear", "transfer_finetune": "downstream fine-tuned"}
+           # the transfer benchmark's, on classes never seen in pre-training
+           "transfer_fewshot_5": "downstream 5-shot linear",
+           "transfer_finetune": "downstream fine-tuned"}
 
 
 @dataclass(frozen=True)
 class Scale:
-    """The base every cell of an ablation varies: a model (ViTConfig options), its training (TrainConfig
-    options), the number of seeds per cell, and the time each ablation may take on the machine it is
-    meant for (checked by `python -m benchmarks --dry-run` and a test)."""
+    """The base every cell varies: a model (ViTConfig options), its training (TrainConfig options),
+    seeds per cell, and the minutes an ablation (and the suite) may take on its machine."""
 
     name: str
     model: dict[str, Any]
     train: dict[str, Any]
     seeds: int
-    budget_min: float | None = None  # per ablation
-    suite_budget_min: float | None = None  # all ablations together
+    budget_min: float | None = None
+    suite_budget_min: float | None = None
     zoo_name: str = "vit_ti16"  # the named model the options apply to
-    # the cells the ablations take: the scale's own, or another's ("paper": the paper's models, also at
-    # the scales that shrink them)
-    cells_of: str | None = None
-    # the model of every run, changed as the scale says (zoo name, options -> options): the rehearsal
-    # shrinks every dimension of the paper's models, keeping what tells the cells apart
+    cells_of: str | None = None  # take another scale's cells ("paper": the paper's models)
+    # (zoo name, options) -> options: the rehearsal shrinks every model, keeping what differs
     shrink: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None
-    processes_per_run: int = 1  # data-parallel processes of a run on the CPU (GPUs: one per GPU)
+    processes_per_run: int = 1  # data-parallel processes of a run on the CPU
 
     @property
     def cells(self) -> str:
-        """Whose cells the ablations take at this scale: the paper's, or the scale's own."""
         return self.cells_of or self.name
 
 
 @dataclass(frozen=True)
 class Cell:
-    """One configuration of an ablation: what it changes from the scale's base, and its coordinates
-    (the table's columns: position embedding, family, subset size ...)."""
+    """One configuration: its label, its coordinates (the table's columns), what it changes."""
 
     label: str
     coords: dict[str, Any] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)  # model options over the scale's
     train: dict[str, Any] = field(default_factory=dict)  # training options over the scale's
     model: str | None = None  # a zoo name other than the scale's
-    inherit: bool = True  # False: the zoo model as named, only `options` applied (cost's models at their sizes)
-    # at least this many seeds, more than the ablation's (where a contrast of this cell needs them to be decided)
-    seeds: int | None = None
+    inherit: bool = True  # False: the zoo model as named, only `options` applied
+    seeds: int | None = None  # at least this many seeds, where a contrast needs them
 
 
-Contrasts = list[tuple[str, dict[str, float]]]
+Contrasts = list[tuple[str, dict[str, float]]]  # (name, weight per cell label)
 
 
 @dataclass(frozen=True)
 class Margin:
-    """How far from zero a difference may lie and still count as none, for a finding that claims no
-    difference: a judgement, stated in its spec with `why`, fixed before the table it judges is
-    regenerated. Either `points`, in the metric's own units (absolute: what every committed finding
-    uses), or `fraction` of a `reference` contrast measured in the same table (relative: e.g. a quarter
-    of the gap between no position embedding and the learned ones); `reference(table)` names that
-    contrast and its weights, None when the table lacks its cells. A relative margin is estimated with
-    the table's noise (`benchmarks.verdict`), and is no margin when its reference is not above zero."""
+    """How far from zero a difference may lie and still count as none, in the metric's units."""
 
     why: str
-    points: float | None = None
-    fraction: float | None = None
-    reference: Callable[[Table], tuple[str, dict[str, float]] | None] | None = None
-
-    def __post_init__(self) -> None:
-        if not self.why.strip():
-            raise ValueError("a margin states why it is what it is (a judgement, and what it rests on)")
-        if (self.points is None) == (self.fraction is None) or (self.fraction is None) != (self.reference is None):
-            raise ValueError("a margin is either `points` (absolute) or `fraction` of a `reference` contrast (relative)")
-        if self.points is not None and not self.points > 0:
-            raise ValueError(f"a margin in points is above zero, got {self.points}")
-        if self.fraction is not None and not 0 < self.fraction <= 1:
-            raise ValueError(f"a margin's fraction of its reference lies in (0, 1], got {self.fraction}")
-
-    def describe(self, table: Table | None = None) -> str:
-        if self.points is not None:
-            return f"±{self.points:g} (absolute)"
-        named = self.reference(table) if table is not None else None
-        return f"±{self.fraction:g} × ({named[0] if named else 'the reference contrast'}) (relative)"
-
-    def within(self, table: Table, weights: dict[str, float], metric: str, d: Estimate) -> Within | None:
-        """The difference with `weights` (estimated as `d`) against this margin; None when the table
-        lacks the reference's cells."""
-        if self.points is not None:
-            return Within.absolute(d, self.points)
-        named = self.reference(table)
-        if named is None:
-            return None
-        margin = combine((self.fraction, named[1]))
-        value = table.estimate(margin, metric).value
-        # a fraction of a reference at or below zero bounds nothing: no difference could lie inside it
-        untestable = "" if value > 0 else (f"the margin's reference ({named[0]}) is {value / self.fraction:+.4f}, "
-                                           "not above zero: a fraction of it is no margin")
-        return Within(value, table.estimate(combine((1.0, margin), (-1.0, weights)), metric),
-                      table.estimate(combine((1.0, margin), (1.0, weights)), metric), untestable)
+    points: float
 
 
 @dataclass(frozen=True)
 class Finding:
-    """A claim of the paper, tested as contrasts of cells: `contrasts(table)` names each comparison and
-    its weights per cell label (e.g. ("learned_1d - none", {"learned_1d": 1, "none": -1})); `expect`
-    says whether the paper claims a positive difference or none (`benchmarks.verdict`). A claim of
-    no difference states its `margin`. `regime`: the regime the paper's claim is made in, where a scale
-    may lie outside it (e.g. the paper's ~100M images), printed beside a verdict that is not
-    "reproduced"; `note(table)`: what a reader must know beside any verdict, computed from the table
-    (e.g. unequal compute); `untestable(table)`: why this scale's table cannot show the claim at all
-    (the verdict is then "not testable", with the reason), '' where it can."""
+    """A claim of the paper, tested as contrasts of cells. `expect` is POSITIVE or ZERO (with its
+    margin); `regime`: printed beside a verdict that is not "reproduced"; `note(table)`: beside any;
+    `untestable(table)`: why this scale's table cannot show the claim ('' where it can)."""
 
     claim: str
     paper: str
@@ -154,23 +88,15 @@ class Finding:
     untestable: Callable[[Table], str] | None = None
 
     def __post_init__(self) -> None:
-        if self.expect == ZERO and self.margin is None:
-            raise ValueError(f"{self.claim!r} claims no difference: state its margin (benchmarks.spec.Margin) and why")
-        if self.expect == POSITIVE and self.margin is not None:
-            raise ValueError(f"{self.claim!r} claims a difference: a margin is for claims of no difference")
+        if (self.expect == ZERO) != (self.margin is not None):
+            raise ValueError(f"{self.claim!r}: a claim of no difference, and only it, has a margin")
 
     def judge(self, table: Table) -> Judgement:
-        evidence = []
-        for name, weights in self.contrasts(table):
-            d = table.estimate(weights, self.metric)
-            within = self.margin.within(table, weights, self.metric, d) if self.margin is not None else None
-            if self.margin is not None and within is None:  # the margin's reference is not in the table
-                return judge(self.expect, [])
-            evidence.append(Comparison(name, d, within))
-        judged = judge(self.expect, evidence)
-        # a table that holds the cells but cannot compare them (e.g. no ViT at a hybrid's compute) is not testable
-        reason = self.untestable(table) if self.untestable is not None and (evidence or table.rows) else ""
-        return Judgement(NOT_TESTABLE, evidence, reason=reason) if reason else judged
+        points = self.margin.points if self.margin else None
+        evidence = [Comparison(name, table.estimate(weights, self.metric), points)
+                    for name, weights in self.contrasts(table)]
+        reason = self.untestable(table) if self.untestable and (evidence or table.rows) else ""
+        return Judgement(NOT_TESTABLE, evidence, reason=reason) if reason else judge(evidence)
 
 
 @dataclass(frozen=True)
@@ -180,21 +106,19 @@ class Ablation:
     cells: Callable[[Scale], list[Cell]]
     findings: tuple[Finding, ...] = ()
     paper: dict[str, float] = field(default_factory=dict)  # cell label -> the paper's number
-    paper_caption: str = ""  # what the paper's number is (metric, dataset)
+    paper_caption: str = ""
     columns: tuple[tuple[str, str], ...] = ()  # (row key, title) before the metrics
-    figure: Callable[[list[dict], list[dict], Path], list[str]] | None = None  # rows, records, folder -> files
-    seeds: Callable[[Scale], int] | None = None  # default: the scale's
+    figure: Callable[[list[dict], list[dict], Path], list[str]] | None = None  # -> file names
+    seeds: int | None = None  # default: the scale's
     measure: Callable[..., dict] | None = None  # default: benchmarks.training.measure
-    # an ablation that is not a table of cells (cost), or whose table depends on the scale (transfer): the
-    # body, or the body and the verdicts
+    # its own report (no table of cells): the body, or the body and the verdicts
     report: Callable[[list[dict], Path], str | tuple[str, list[dict]]] | None = None
     parallel: bool = True  # False: it times things and must have the machine to itself
-    trains: bool = True  # False: its runs are not trained (cost): no training settings from the scale
+    trains: bool = True  # False: no training settings from the scale
     notes: str = ""  # printed under the table
 
     def runs(self, scale: Scale) -> list[Run]:
         """Every cell, once per seed: the only place a run's config is built."""
-        seeds = self.seeds(scale) if self.seeds else scale.seeds
         runs = []
         for cell in self.cells(scale):
             options = {**scale.model, **cell.options} if cell.inherit else dict(cell.options)
@@ -203,15 +127,15 @@ class Ablation:
             if scale.shrink is not None:
                 options = scale.shrink(model, options)
             config = {"model": model, "options": options, "train": train}
-            runs += [Run(self.name, cell.label, config, seed, dict(cell.coords)) for seed in range(max(seeds, cell.seeds or 0))]
+            seeds = max(self.seeds or scale.seeds, cell.seeds or 0)
+            runs += [Run(self.name, cell.label, config, seed, dict(cell.coords))
+                     for seed in range(seeds)]
         return runs
 
 
 class Table:
-    """The measured cells of an ablation: per label, the seeds' values of each metric, and a summary
-    row (coordinates, mean and standard deviation of each metric with the seeds it was measured in,
-    training FLOPs, parameters). A metric some seeds lack is averaged over those that have it, and the
-    row says how many (`<metric>_n`)."""
+    """The measured cells: per label, its records, and a summary row (coordinates, each metric's
+    mean, standard deviation and count over the seeds that measured it, FLOPs, parameters)."""
 
     def __init__(self, records: list[dict]) -> None:
         self.records: dict[str, list[dict]] = defaultdict(list)
@@ -223,11 +147,12 @@ class Table:
     @staticmethod
     def _row(label: str, runs: list[dict]) -> dict:
         row = {"label": label, "seeds": len(runs), **runs[0]["group"]}
-        for metric in {k for r in runs for k, v in r["metrics"].items() if isinstance(v, (int, float))}:
+        numeric = {k for r in runs for k, v in r["metrics"].items() if isinstance(v, (int, float))}
+        for metric in numeric:
             values = [r["metrics"][metric] for r in runs if r["metrics"].get(metric) is not None]
             mean, variance, n = mean_and_variance(values)
-            # one seed: no spread (0.0 for the figures' error bars; the table says "one seed")
-            row[metric], row[metric + "_std"], row[metric + "_n"] = mean, variance**0.5 if n > 1 else 0.0, n
+            std = variance**0.5 if n > 1 else 0.0  # one seed: no error bar
+            row[metric], row[metric + "_std"], row[metric + "_n"] = mean, std, n
         if all("flops" in r for r in runs):
             row["flops"] = sum(r["flops"] for r in runs) / len(runs)
             row["compute"] = f"{row['flops'] / 1e12:.2f} TFLOP"
@@ -236,20 +161,14 @@ class Table:
             row["params_k"] = f"{row['params'] / 1e3:.0f}k"
         return row
 
-    def values(self, label: str, metric: str) -> list[float]:
-        return list(self.by_seed(label, metric).values())
-
     def by_seed(self, label: str, metric: str) -> dict[Any, float]:
-        """seed -> the metric's value, for the seeds of the cell that measured it."""
-        return {r.get("seed", i): r["metrics"][metric] for i, r in enumerate(self.records[label])
+        return {r["seed"]: r["metrics"][metric] for r in self.records[label]
                 if r["metrics"].get(metric) is not None}
 
     def where(self, **coords: Any) -> list[dict]:
-        """Summary rows whose coordinates match."""
         return [row for row in self.rows if all(row.get(k) == v for k, v in coords.items())]
 
     def estimate(self, weights: dict[str, float], metric: str) -> Estimate:
-        """The contrast over seeds, paired where the cells share seeds (`benchmarks.verdict.paired_contrast`)."""
         return paired_contrast({label: self.by_seed(label, metric) for label in weights}, weights)
 
 
@@ -266,27 +185,8 @@ def difference(a: str, b: str) -> dict[str, float]:
     return {a: 1.0, b: -1.0}
 
 
-def interpolate_log(rows: list[dict], x: float, key: str = "flops") -> dict[str, float] | None:
-    """Weights giving a family's accuracy at `x`, linear in log(x) between its two neighbouring cells;
-    None outside the family's range."""
-    import math
-
-    points = sorted(rows, key=lambda r: r[key])
-    for lo, hi in zip(points, points[1:]):
-        if lo[key] <= x <= hi[key]:
-            t = (math.log(x) - math.log(lo[key])) / (math.log(hi[key]) - math.log(lo[key])) if hi[key] > lo[key] else 0.0
-            return combine((1 - t, {lo["label"]: 1.0}), (t, {hi["label"]: 1.0}))
-    return None
-
-
-def column_value(value: Any) -> Any:
-    """Coordinates as given; averaged numbers with four significant digits (a step stays a whole number)."""
-    return f"{value:.4g}" if isinstance(value, float) else value
-
-
 def metric_cell(row: dict, metric: str) -> str:
-    """mean ± standard deviation over the seeds that measured it, saying so when some did not (one seed:
-    no spread to print)."""
+    """mean ± standard deviation over the seeds that measured it."""
     if metric not in row:
         return "n/a"
     n = row.get(metric + "_n", row["seeds"])
@@ -297,25 +197,102 @@ def metric_cell(row: dict, metric: str) -> str:
 
 
 def report(spec: Ablation, records: list[dict], out: Path) -> tuple[str, list[dict]]:
-    """The table beside the paper's numbers, the figure, and every finding judged by the one rule."""
+    """The table beside the paper's numbers, the figure, and every finding judged."""
     table = Table(records)
     metrics = [m for m in METRICS if any(m in row for row in table.rows)]
     header = [title for _, title in spec.columns] + ["seeds"] + [METRICS[m] for m in metrics]
-    if spec.paper:
-        header.append(f"paper ({spec.paper_caption})")
+    header += [f"paper ({spec.paper_caption})"] if spec.paper else []
     lines = []
     for row in table.rows:
-        cells = [column_value(row.get(key, "")) for key, _ in spec.columns] + [row["seeds"]] + [metric_cell(row, m) for m in metrics]
-        if spec.paper:
-            cells.append(spec.paper.get(row["label"], "n/a"))
-        lines.append(cells)
-    body = markdown_table(header, lines)
-    if spec.notes:
-        body += "\n\n" + spec.notes
+        values = [row.get(key, "") for key, _ in spec.columns]
+        lines.append([f"{v:.4g}" if isinstance(v, float) else v for v in values] + [row["seeds"]]
+                     + [metric_cell(row, m) for m in metrics]
+                     + ([spec.paper.get(row["label"], "n/a")] if spec.paper else []))
+    body = markdown_table(header, lines) + (f"\n\n{spec.notes}" if spec.notes else "")
     if spec.figure is not None:
-        files = spec.figure(table.rows, records, out)
-        body += "\n\n" + "\n\n".join(markdown_image(f) for f in files)
-    findings, verdicts = format_findings(spec.findings, table, METRICS)
+        body += "\n\n" + "\n\n".join(map(markdown_image, spec.figure(table.rows, records, out)))
+    findings, verdicts = format_findings(spec.findings, table)
     if findings:
-        body += f"\n\nFindings, each judged by one rule ({RULE}; mean ± standard deviation over seeds above):\n\n{findings}"
+        body += (f"\n\nFindings, each judged by one rule ({RULE}; mean ± standard deviation over "
+                 f"seeds above):\n\n{findings}")
     return body, verdicts
+
+
+def numbers(e: Estimate) -> dict:
+    """An estimate as JSON (no nan)."""
+    finite = lambda x: x if math.isfinite(x) else None  # noqa: E731
+    low, high = e.interval if e.testable else (math.nan, math.nan)
+    return ({"d": finite(e.value), "se": finite(e.se), "df": finite(e.df), "low": finite(low),
+             "high": finite(high), "seeds": e.seeds, "paired": e.paired}
+            | ({"untestable": e.untestable} if e.untestable else {}))
+
+
+def evidence(c: Comparison) -> dict:
+    out = {"compared": c.name, **numbers(c.estimate)}
+    if c.margin is not None:
+        below, above = c.claims
+        out["within"] = {"margin": c.margin, "margin - d": numbers(below),
+                         "margin + d": numbers(above)}
+    return out
+
+
+def holm_text(verdict: str, adjusted: float | None, family: int) -> str:
+    if adjusted is None:
+        return ""
+    if verdict not in (REPRODUCED, CONTRADICTED):
+        return f"Holm-adjusted p {adjusted:.3g}, {family} judged rows; "
+    kept = "survives" if adjusted < ALPHA else "does not survive"
+    return (f"{kept} Holm's correction across the table's {family} judged rows, "
+            f"adjusted p {adjusted:.3g}; ")
+
+
+def format_findings(findings: tuple[Finding, ...], table: Table) -> tuple[str, list[dict]]:
+    """The verdict lines (markdown) and findings.json's form. The table's judged rows are one family
+    for Holm's correction; findings whose cells the table lacks are named in one line."""
+    judgements = [finding.judge(table) for finding in findings]
+    family = [i for i, j in enumerate(judgements) if j.verdict in JUDGED]
+    adjusted = dict(zip(family, holm([judgements[i].p for i in family])))
+    lines, verdicts, absent, margins = [], [], [], {}
+    for i, (finding, judgement) in enumerate(zip(findings, judgements)):
+        compared = judgement.verdict != NOT_COMPARED
+        note = finding.note(table) if finding.note is not None and compared else ""
+        regime = finding.regime if judgement.verdict not in (REPRODUCED, NOT_COMPARED) else ""
+        verdict = {"claim": finding.claim, "verdict": judgement.verdict, "metric": finding.metric,
+                   "evidence": [evidence(c) for c in judgement.evidence], "p": judgement.p,
+                   "holm_p": adjusted.get(i), "family": len(family) if i in adjusted else None,
+                   "survives_holm": (judgement.verdict in (REPRODUCED, CONTRADICTED)
+                                     and adjusted[i] < ALPHA) if i in adjusted else None}
+        said = (("reason", judgement.reason), ("regime", regime), ("note", note))
+        verdict |= {key: text for key, text in said if text}
+        stated = f"±{finding.margin.points:g} (absolute)" if finding.margin else ""
+        if finding.margin is not None:
+            verdict["margin"] = {"kind": "absolute", "points": finding.margin.points,
+                                 "fraction": None, "stated": stated, "why": finding.margin.why}
+        verdicts.append(verdict)
+        if not compared:
+            absent += [finding.claim] if finding.claim not in absent else []
+            continue
+        if finding.margin is not None:
+            margins.setdefault(finding.claim, finding.margin.why)
+        said = [f" Not testable: {judgement.reason}." if judgement.reason else "",
+                f" *Outside the paper's regime:* {regime}." if regime else "",
+                f" *Note:* {note}." if note else ""]
+        paper = finding.paper + (f"; margin {stated}" if stated else "")
+        lines.append(f"- *{finding.claim}* (paper: {paper}): **{judgement.verdict}** "
+                     f"({holm_text(judgement.verdict, adjusted.get(i), len(family))}"
+                     f"{METRICS.get(finding.metric, finding.metric)}; {judgement.describe()})."
+                     + "".join(said))
+    if family:
+        decided = [i for i in family if judgements[i].verdict in (REPRODUCED, CONTRADICTED)]
+        kept = sum(adjusted[i] < ALPHA for i in decided)
+        lines.append(f"\nMultiplicity: {len(family)} judged rows in this table, {len(decided)} "
+                     f"decided (reproduced or contradicted) at {ALPHA:.1%} a side each; {kept} of "
+                     f"them {'survives' if kept == 1 else 'survive'} Holm's correction across the "
+                     f"{len(family)} (family-wise error {ALPHA:.1%} a side).")
+    if margins:
+        lines.append("\nMargins of the claims of no difference, fixed in the specs (a judgement, "
+                     "with its reasons): " + " ".join(f"*{c}*: {w}" for c, w in margins.items()))
+    if absent:
+        lines.append("\nNot compared (their cells are not run at this scale): "
+                     + "; ".join(f"*{c}*" for c in absent) + ".")
+    return "\n".join(lines), verdicts

@@ -1,6 +1,5 @@
-"""Every finding of every ablation in one table, from the verdicts the ablations wrote (findings.json):
-benchmarks/results/README.md, and benchmarks/README.md between its `findings` markers. Nothing in it is
-written by hand.
+"""Every finding of every ablation in one table, from the findings.json each wrote:
+benchmarks/results/README.md, and benchmarks/README.md between its `findings` markers.
 
     python -m benchmarks.summary            # after a suite (or part of one) has run
 """
@@ -17,58 +16,42 @@ from benchmarks.suite import RESULTS, markdown_table
 from benchmarks.verdict import ALPHA, CONTRADICTED, JUDGED, NOT_COMPARED, REPRODUCED, RULE
 from vitzoo.io import write_text
 
-BENCHMARKS_README = Path(__file__).resolve().parent / "README.md"  # the narrative that links each ablation's results
+BENCHMARKS_README = Path(__file__).resolve().parent / "README.md"
 START, END = "<!-- findings:start -->", "<!-- findings:end -->"
-METRIC_NAMES = {"test_acc": "test accuracy", "fewshot_5": "5-shot", "transfer_fewshot_5": "downstream 5-shot",
+METRIC_NAMES = {"test_acc": "test accuracy", "fewshot_5": "5-shot",
+                "transfer_fewshot_5": "downstream 5-shot",
                 "transfer_finetune": "downstream fine-tuned"}
-
-
-def settings_of(readme: Path) -> str:
-    """The results README's settings line and its incompleteness note, if any."""
-    text = readme.read_text() if readme.exists() else ""
-    lines = [line for line in text.splitlines() if line.startswith(("Settings:", "**Incomplete", "**Mixed"))]
-    return " ".join(lines)
+DECIDED = (REPRODUCED, CONTRADICTED)
 
 
 def evidence(e: dict) -> str:
-    """One contrast of a finding: d with its confidence interval, and its margin for a claim of no difference."""
-    text = f"{e['compared']}: d = {e['d']:+.4f}" if e.get("d") is not None else f"{e['compared']}: no value"
+    """One contrast: d with its interval, and the margin of a claim of no difference."""
+    text = f"{e['compared']}: " + (f"d = {e['d']:+.4f}" if e.get("d") is not None else "no value")
     if e.get("low") is not None:
         text += f" [{e['low']:+.4f}, {e['high']:+.4f}]"
-    elif "low" not in e and e.get("se") is not None:  # a findings.json of the rule before intervals
-        text += f", 2 SE = {2 * e['se']:.4f}"
-    if e.get("within"):
-        text += f", margin ±{e['within']['margin']:.4f}"
-    return text
+    return text + (f", margin ±{e['within']['margin']:.4f}" if e.get("within") else "")
 
 
 def holm_cell(f: dict) -> str:
-    """Whether a verdict survives Holm's correction across its table's judged rows (findings.json)."""
     if f.get("holm_p") is None:
         return ""
-    if f["verdict"] not in (REPRODUCED, CONTRADICTED):
-        return f"p {f['holm_p']:.2g} of {f['family']}"
-    return f"{'survives' if f['survives_holm'] else 'does not survive'} (p {f['holm_p']:.2g} of {f['family']})"
-
-
-def verdict_cell(f: dict) -> str:
-    text = f"**{f['verdict']}**"
-    if f.get("regime"):
-        text += " (outside the paper's regime: its README says how)"
-    return text
+    p = f"p {f['holm_p']:.2g} of {f['family']}"
+    if f["verdict"] not in DECIDED:
+        return p
+    return f"{'survives' if f['survives_holm'] else 'does not survive'} ({p})"
 
 
 def shared_cells(results: Path) -> list[list[tuple[str, str]]]:
-    """Cells that are one and the same runs in several ablations: per seed, bit-identical outcomes (final
-    training loss, test and 5-shot accuracy). Each entry: the (ablation, label) pairs of one cell, found
-    in every seed of it."""
+    """Cells that are the same runs in several ablations: bit-identical outcomes (final loss, test
+    and 5-shot accuracy) in at least two seeds; each as its (ablation, label) pairs."""
     seen: dict[tuple, list[tuple[str, str]]] = {}
     for name in ABLATIONS:
         path = results / name / "results.json"
         for r in json.loads(path.read_text())["runs"] if path.exists() else []:
             m = r.get("metrics", {})
             if m.get("final_loss") is not None:
-                seen.setdefault((r["seed"], m["final_loss"], m.get("test_acc"), m.get("fewshot_5")), []).append((name, r["label"]))
+                outcome = (r["seed"], m["final_loss"], m.get("test_acc"), m.get("fewshot_5"))
+                seen.setdefault(outcome, []).append((name, r["label"]))
     cells: dict[tuple, set] = {}
     for (seed, *_), where in seen.items():
         if len({a for a, _ in where}) > 1:
@@ -77,7 +60,7 @@ def shared_cells(results: Path) -> list[list[tuple[str, str]]]:
 
 
 def findings_table(results: Path, link_prefix: str) -> str:
-    rows, notes, mixed, versions, earlier_rule, judged = [], [], [], {}, [], []
+    rows, judged, incomplete, mixed, earlier_rule, versions = [], [], [], [], [], {}
     for name, spec in ABLATIONS.items():
         path = results / name / "findings.json"
         if not path.exists() or not spec.findings:
@@ -85,37 +68,38 @@ def findings_table(results: Path, link_prefix: str) -> str:
         recorded = json.loads(path.read_text())
         if recorded.get("rule") != RULE:
             earlier_rule.append(name)
-        link = f"[{name}]({link_prefix}{name}/README.md)"
         for f in recorded["findings"]:
-            if f["verdict"] == NOT_COMPARED:  # its cells are not run at the scale measured
+            if f["verdict"] == NOT_COMPARED:
                 continue
             numbers = "; ".join(map(evidence, f["evidence"])) or "no cells to compare"
-            if f.get("reason"):
-                numbers = f"not testable: {f['reason']}; {numbers}"
-            rows.append([link, f["claim"], METRIC_NAMES.get(f["metric"], f["metric"]), verdict_cell(f), holm_cell(f), numbers])
+            verdict = f"**{f['verdict']}**" + (" (outside the paper's regime: its README says how)"
+                                               if f.get("regime") else "")
+            rows.append([f"[{name}]({link_prefix}{name}/README.md)", f["claim"],
+                         METRIC_NAMES.get(f["metric"], f["metric"]), verdict, holm_cell(f),
+                         f"not testable: {f['reason']}; {numbers}" if f.get("reason") else numbers])
             judged.append(f)
-        settings = settings_of(results / name / "README.md")
-        if "Incomplete" in settings:
-            notes.append(name)
-        if "**Mixed" in settings:
-            mixed.append(name)
-        for version in recorded.get("numerics", [0]):  # a findings.json without versions: runs before them
+        readme = results / name / "README.md"
+        settings = readme.read_text() if readme.exists() else ""
+        incomplete += [name] if "\n**Incomplete" in settings else []
+        mixed += [name] if "\n**Mixed" in settings else []
+        for version in recorded.get("numerics", [0]):  # without versions: runs before them
             versions.setdefault(version, []).append(name)
     if not rows:
         return "(no findings measured yet: run `python -m benchmarks all --workers 2`)"
-    text = markdown_table(["ablation", "finding of the paper", "metric", "here", "Holm, across its table", "the numbers behind it"],
-                          rows)
-    text += (f"\n\nThe rule for every verdict: {RULE}; d is the difference named, over the seeds of each cell, "
-             "with its interval in brackets.")
-    text += " " + multiplicity(judged) + " " + dependence(shared_cells(results))
+    text = markdown_table(["ablation", "finding of the paper", "metric", "here",
+                           "Holm, across its table", "the numbers behind it"], rows)
+    text += (f"\n\nThe rule for every verdict: {RULE}; d is the difference named, over the seeds "
+             "of each cell, with its interval in brackets. " + multiplicity(judged) + " "
+             + dependence(shared_cells(results)))
     if earlier_rule:
-        text += (" **Judged by an earlier rule, not this one: " + ", ".join(earlier_rule) + " (`python -m benchmarks "
-                 + " ".join(earlier_rule) + " --scale SCALE --report-only`, at the scale each README names, judges "
-                 "their stored runs again).**")
-    if notes:
-        text += " Incomplete (a suite still running or interrupted): " + ", ".join(notes) + "."
+        named = ", ".join(earlier_rule)
+        text += (f" **Judged by an earlier rule, not this one: {named} (`python -m benchmarks "
+                 f"{' '.join(earlier_rule)} --scale SCALE --report-only`, at the scale each README "
+                 "names, judges their stored runs again).**")
+    if incomplete:
+        text += f" Incomplete (a suite still running or interrupted): {', '.join(incomplete)}."
     if mixed:
-        text += " **Tables that mix code versions (numerics versions): " + ", ".join(mixed) + ".**"
+        text += f" **Tables that mix code versions (numerics versions): {', '.join(mixed)}.**"
     if len(versions) > 1:
         text += (" **The tables come from code of different numerics versions: " + "; ".join(
             f"version {v}: {', '.join(names)}" for v, names in sorted(versions.items())) + ".**")
@@ -125,43 +109,43 @@ def findings_table(results: Path, link_prefix: str) -> str:
 
 
 def multiplicity(findings: list[dict]) -> str:
-    """How many verdicts were decided, and how many of those survive Holm's correction within their table."""
+    """How many verdicts are decided, and how many of those survive Holm within their table."""
     counted = [f for f in findings if f["verdict"] in JUDGED]
-    decided = [f for f in counted if f["verdict"] in (REPRODUCED, CONTRADICTED)]
+    decided = [f for f in counted if f["verdict"] in DECIDED]
     kept = [f for f in decided if f.get("survives_holm")]
     by = lambda v, rows: sum(f["verdict"] == v for f in rows)  # noqa: E731
     untestable = sum(f["verdict"] == "not testable" for f in findings)
-    return (f"Of {len(counted)} judged rows, {len(decided)} are decided at {ALPHA:.1%} a side ({by(REPRODUCED, decided)} "
-            f"reproduced, {by(CONTRADICTED, decided)} contradicted) and {len(counted) - len(decided)} inconclusive; "
-            f"{len(kept)} of the decided survive Holm's correction across their table's judged rows "
-            f"({by(REPRODUCED, kept)} reproduced, {by(CONTRADICTED, kept)} contradicted). {untestable} more are not "
-            "testable at this scale, each with its reason.")
+    return (f"Of {len(counted)} judged rows, {len(decided)} are decided at {ALPHA:.1%} a side "
+            f"({by(REPRODUCED, decided)} reproduced, {by(CONTRADICTED, decided)} contradicted) and "
+            f"{len(counted) - len(decided)} inconclusive; {len(kept)} of the decided survive "
+            "Holm's correction across their table's judged rows "
+            f"({by(REPRODUCED, kept)} reproduced, {by(CONTRADICTED, kept)} contradicted). "
+            f"{untestable} more are not testable at this scale, each with its reason.")
 
 
 def dependence(shared: list[list[tuple[str, str]]]) -> str:
     """Which ablations' verdicts are not independent: they share the runs of a cell."""
-    if not shared:
-        return ""
     said = []
     for where in shared:
         names = sorted({a for a, _ in where})
         said.append(f"{', '.join(names[:-1])} and {names[-1]} share the runs of one cell ("
-                    + " = ".join(f"{a} '{label}'" for a, label in where) + ", bit-identical in every seed): "
-                    "a seed's luck in that cell moves every verdict whose contrast uses it, in all of them at once, so "
-                    "those verdicts are not independent of each other")
-    return "**Dependent verdicts:** " + "; ".join(said) + "."
+                    + " = ".join(f"{a} '{label}'" for a, label in where)
+                    + ", bit-identical in every seed): a seed's luck in that cell moves every "
+                    "verdict whose contrast uses it, in all of them at once, so those verdicts are "
+                    "not independent of each other")
+    return "**Dependent verdicts:** " + "; ".join(said) + "." if said else ""
 
 
 def main() -> int:
-    write_text(RESULTS / "README.md", "# Every finding, judged by one rule\n\nWritten by `python -m benchmarks.summary` from "
-               "each ablation's `findings.json`; each ablation's README has its table, settings (date, commit, CPU) "
-               "and figures.\n\n" + findings_table(RESULTS, "") + "\n")
-    readme = BENCHMARKS_README
-    text = readme.read_text()
+    write_text(RESULTS / "README.md", "# Every finding, judged by one rule\n\nWritten by "
+               "`python -m benchmarks.summary` from each ablation's `findings.json`; each "
+               "ablation's README has its table, settings (date, commit, CPU) and figures.\n\n"
+               + findings_table(RESULTS, "") + "\n")
+    text = BENCHMARKS_README.read_text()
     if START in text and END in text:
-        table = findings_table(RESULTS, "results/")
-        text = re.sub(re.escape(START) + ".*?" + re.escape(END), lambda _: f"{START}\n{table}\n{END}", text, flags=re.S)
-        write_text(readme, text)
+        table = f"{START}\n{findings_table(RESULTS, 'results/')}\n{END}"
+        text = re.sub(re.escape(START) + ".*?" + re.escape(END), lambda _: table, text, flags=re.S)
+        write_text(BENCHMARKS_README, text)
     print(findings_table(RESULTS, ""))
     return 0
 

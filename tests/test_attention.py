@@ -1,146 +1,94 @@
 """The attention's two paths: the fused kernel (SDPA) and softmax(q k^T / sqrt(d)) v written out,
-which bfloat16 on the CPU takes (it is faster there). Written out in training, the backward pass
-recomputes the probabilities exactly, as the flash kernel does, unless the model stores them."""
+which bf16 on a CPU takes (it is faster there). Written out in training, the backward pass
+recomputes the probabilities exactly, dropout mask included, and torch.func still works."""
 
 import pytest
 import torch
+from torch.func import functional_call, grad
 
 import vitzoo
-from vitzoo.layers import attention
+from vitzoo.model import choose_attention
 
 
-def perturbed(model):
+def perturbed(tiny, **options):
+    model = vitzoo.create("vit_ti16", **tiny, **options)
     with torch.no_grad():
         for p in model.parameters():
             p.add_(0.05 * torch.randn_like(p))
-    return model.eval()
+    return model
 
 
-def bf16_tokens(tiny, pos_embed, images):
-    """A perturbed bf16 model and the embedded tokens of `images` random images."""
-    model = perturbed(vitzoo.create("vit_ti16", **tiny, pos_embed=pos_embed)).bfloat16()
-    with torch.no_grad():
-        tokens, grid = model.embed(torch.randn(images, 3, 32, 32, dtype=torch.bfloat16))
-    return model, tokens, grid
+def kernels(model):
+    return {block.attn.written_out for block in model.encoder.blocks}
 
 
 @pytest.mark.parametrize("pos_embed", ["learned_1d", "relative"])
-def test_bf16_on_the_cpu_is_written_out_and_computes_what_sdpa_computes(tiny, pos_embed,
-                                                                        monkeypatch):
-    model, tokens, grid = bf16_tokens(tiny, pos_embed, 2)
-    assert attention.written_out_is_faster(tokens)
-    assert not attention.written_out_is_faster(tokens.float())
+def test_bf16_on_the_cpu_is_written_out_and_computes_what_sdpa_computes(tiny, pos_embed):
+    model = perturbed(tiny, pos_embed=pos_embed).eval().bfloat16()
+    x = torch.randn(2, 3, 32, 32, dtype=torch.bfloat16)
     with torch.no_grad():
-        written_out = model.encoder(tokens, grid)
-        monkeypatch.setattr(attention, "written_out_is_faster", lambda q: False)
-        sdpa = model.encoder(tokens, grid)
+        sdpa = model.forward_features(x)
+        choose_attention(model, "cpu", torch.bfloat16)
+        assert kernels(model) == {True}
+        written_out = model.forward_features(x)
     torch.testing.assert_close(written_out, sdpa, atol=3e-2, rtol=2e-2)
+    choose_attention(model, "cpu", None)
+    assert kernels(model) == {False}
 
 
-@pytest.mark.parametrize("pos_embed", ["learned_1d", "relative"])
-def test_bf16_inference_writes_large_batches_out_in_chunks_with_the_same_tokens(tiny, pos_embed,
-                                                                              monkeypatch):
-    model, tokens, grid = bf16_tokens(tiny, pos_embed, 5)
-    with torch.inference_mode():
-        whole = model.encoder(tokens, grid)
-        chunk_sizes = []
-        monkeypatch.setattr(attention, "CHUNK_LOGITS", 2 * 2 * 17 * 17)  # 2 images, 2 heads, 17 tokens
-        original = attention.Attention.softmax_attention
-        monkeypatch.setattr(attention.Attention, "softmax_attention",
-                            lambda self, q, *args: chunk_sizes.append(len(q)) or original(self, q, *args))
-        chunked = model.encoder(tokens, grid)
-    assert chunk_sizes == [2, 2, 1] * model.config.depth
-    torch.testing.assert_close(chunked, whole, atol=0, rtol=0)
+def test_for_inference_and_the_trainer_choose_the_kernel_of_their_precision(tiny, tmp_path):
+    from vitzoo.inference import for_inference
+    from vitzoo.train import TrainConfig, Trainer, distributed
+
+    assert kernels(for_inference(vitzoo.create("vit_ti16", **tiny), "bf16").model) == {True}
+    assert kernels(for_inference(vitzoo.create("vit_ti16", **tiny), "fp32").model) == {False}
+    for precision, written_out in (("bf16", True), ("fp32", False)):
+        options = {k: v for k, v in tiny.items() if k != "num_classes"}  # the data's
+        cfg = TrainConfig(model="vit_ti16", model_options=options,
+                          data="synthetic", train_limit=32, test_limit=16, batch_size=16, steps=1,
+                          quiet=True, tensorboard=False, device="cpu", precision=precision,
+                          model_ema=True, model_ema_warmup=True).resolved()
+        trainer = Trainer(cfg, distributed.setup("cpu"))
+        assert kernels(trainer.model) == kernels(trainer.ema.module) == {written_out}
 
 
-def attention_ops(model, x, autocast_dtype):
-    """The attention operators in the graph torch.compile traces of a training forward pass."""
-    ops = set()
-
-    def record(gm, example_inputs):
-        ops.update(str(n.target) for n in gm.graph.nodes
-                   if "attention" in str(n.target) or "softmax" in str(n.target))
-        return gm.forward
-
-    torch._dynamo.reset()
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast_dtype is not None):
-        torch.compile(model.train(), backend=record)(x)
-    torch._dynamo.reset()
-    return ops
-
-
-@pytest.mark.parametrize("stored", [False, True])
-@pytest.mark.parametrize("autocast_dtype", [torch.bfloat16, None], ids=["bf16", "float32"])
-def test_a_compiled_training_step_takes_the_path_of_its_precision(tiny, stored, autocast_dtype):
-    model = vitzoo.create("vit_ti16", **tiny)
-    model.set_attention_probabilities_stored(stored)
-    ops = attention_ops(model, torch.randn(2, 3, 32, 32), autocast_dtype)
-    assert any("scaled_dot_product_attention" in op for op in ops) == (autocast_dtype is None), ops
-
-
-def saved_for_backward(model, x):
-    """The shapes of the floating-point tensors a bf16 training forward pass keeps for its backward
-    pass, and the gradients of that pass."""
+def backward_and_saved(model, x):
+    """The gradients of a bf16 training step, and the shapes of the tensors it saved."""
     shapes = []
 
     def pack(tensor):
-        if tensor.is_floating_point():  # not the relative position bias's index of offsets
-            shapes.append(tuple(tensor.shape))
+        shapes.append(tuple(tensor.shape))
         return tensor
 
     model.zero_grad(set_to_none=True)
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor), \
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), \
             torch.autocast("cpu", dtype=torch.bfloat16):
-        loss = model.train()(x).float().square().mean()
+        loss = model(x).float().square().mean()
     loss.backward()
-    return shapes, {name: p.grad.clone() for name, p in model.named_parameters()}
+    return {name: p.grad.clone() for name, p in model.named_parameters()}, shapes
 
 
-@pytest.mark.parametrize("pos_embed", ["learned_1d", "relative"])
-def test_bf16_training_stores_the_probabilities_only_when_asked_and_recomputes_them_exactly(
-        tiny, pos_embed):
-    model = perturbed(vitzoo.create("vit_ti16", **tiny, pos_embed=pos_embed, attn_dropout=0.0))
-    x = torch.randn(3, 3, 32, 32)  # (3, 2, 17, 17) probabilities per layer
-
-    def probabilities(shapes):
-        return [s for s in shapes if len(s) == 4 and s[:2] == (3, 2) and s[3] == 17]
-
-    recomputed, recomputed_grads = saved_for_backward(model, x)
-    model.set_attention_probabilities_stored(True)
-    stored, stored_grads = saved_for_backward(model, x)
-    assert probabilities(recomputed) == [] and len(probabilities(stored)) >= model.config.depth
-    for name, grad in stored_grads.items():
-        torch.testing.assert_close(recomputed_grads[name], grad, atol=0, rtol=0, msg=name)
-
-
-@pytest.mark.parametrize("pos_embed", ["learned_1d", "relative"])
-def test_bf16_gradients_under_torch_func_are_those_of_backward(tiny, pos_embed):
-    from torch.func import functional_call, grad
-
-    model = perturbed(vitzoo.create("vit_ti16", **tiny, pos_embed=pos_embed)).train()
+@pytest.mark.parametrize("options", [{"pos_embed": "relative"}, {"attn_dropout": 0.3}],
+                         ids=["relative", "dropout"])
+def test_bf16_training_recomputes_the_probabilities_exactly_and_torch_func_agrees(tiny, options):
+    """No (B, heads, T, T) probabilities are kept for the backward pass; the gradients equal those
+    of torch.func (which keeps them), bit for bit, the same dropout mask drawn in both."""
+    model = perturbed(tiny, **options).train()
+    choose_attention(model, "cpu", torch.bfloat16)
     x = torch.randn(3, 3, 32, 32)
-    _, expected = saved_for_backward(model, x)
+    torch.manual_seed(1)
+    recomputed, saved = backward_and_saved(model, x)
+    assert not [s for s in saved if len(s) == 4 and s[:2] == (3, 2) and s[3] == 17]
 
     def loss(params):
         with torch.autocast("cpu", dtype=torch.bfloat16):
             return functional_call(model, params, (x,)).float().square().mean()
 
-    gradients = grad(loss)({name: p.detach() for name, p in model.named_parameters()})
-    assert gradients.keys() == expected.keys()
-    for name, gradient in gradients.items():
-        torch.testing.assert_close(gradient, expected[name], atol=0, rtol=0, msg=name)
-
-
-def test_bf16_training_with_attention_dropout_recomputes_the_same_mask(tiny):
-    model = perturbed(vitzoo.create("vit_ti16", **tiny, attn_dropout=0.3))
-    x = torch.randn(3, 3, 32, 32)
     torch.manual_seed(1)
-    _, recomputed = saved_for_backward(model, x)
-    model.set_attention_probabilities_stored(True)
-    torch.manual_seed(1)
-    _, stored = saved_for_backward(model, x)
-    torch.manual_seed(2)
-    _, other_mask = saved_for_backward(model, x)
-    for name, grad in stored.items():
-        torch.testing.assert_close(recomputed[name], grad, atol=0, rtol=0, msg=name)
-    assert any(not torch.equal(other_mask[name], grad) for name, grad in stored.items())
+    kept = grad(loss)({name: p.detach() for name, p in model.named_parameters()})
+    for name, gradient in kept.items():
+        torch.testing.assert_close(gradient, recomputed[name], atol=0, rtol=0, msg=name)
+    if options.get("attn_dropout"):
+        torch.manual_seed(2)
+        other = backward_and_saved(model, x)[0]
+        assert any(not torch.equal(other[n], g) for n, g in recomputed.items())

@@ -143,8 +143,8 @@ def test_an_unknown_or_abbreviated_option_is_refused_with_the_subcommands_usage(
 
 
 @pytest.mark.parametrize("command, flag, value, fragment", [
-    ("info", "--img-size", "0", "img_size must be positive"),
-    ("info", "--img-size", "-3", "img_size must be positive"),
+    ("info", "--img-size", "0", "img_size must be > 0"),
+    ("info", "--img-size", "-3", "img_size must be > 0"),
     ("train", "--log-every", "0", "log_every must be > 0"),
     ("train", "--eval-every", "-1", "eval_every must be >= 0"),
     ("train", "--fewshot", "0", "fewshot must be > 0"),

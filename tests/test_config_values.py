@@ -16,7 +16,7 @@ from vitzoo.train import TrainConfig
 
 MODEL_VALUES = [
     ({"embed_dim": 100, "num_heads": 3}, "not divisible by num_heads"),
-    ({"img_size": 0}, "img_size must be positive"),
+    ({"img_size": 0}, "img_size must be > 0"),
     ({"img_size": (32, 32, 3)}, "img_size must be an int or a (height, width) pair"),
     ({"act": "relu"}, "act='relu' is not one of"),
     ({"act": None}, "act must be a str"),
@@ -26,11 +26,11 @@ MODEL_VALUES = [
     ({"dropout": 1.5}, "dropout must be in [0, 1)"),
     ({"dropout": "0.1"}, "dropout must be a number, got '0.1'"),
     ({"dropout": float("inf")}, "dropout must be a finite number"),
-    ({"num_classes": -1}, "num_classes must be an int >= 0"),
+    ({"num_classes": -1}, "num_classes must be >= 0"),
     ({"num_classes": True}, "num_classes must be an int, got True"),
     ({"pos_embed_mode": "every_layers"}, "Did you mean 'every_layer'"),
-    ({"depth": -1}, "depth must be an int >= 0"),
-    ({"num_heads": 0}, "num_heads must be a positive int"),
+    ({"depth": -1}, "depth must be >= 0"),
+    ({"num_heads": 0}, "num_heads must be > 0"),
     ({"embed_dim": 64.0}, "embed_dim must be an int"),
     ({"norm_eps": float("nan")}, "norm_eps must be a finite number"),
     ({"mean": (0.4, 0.5)}, "one value per input channel"),
@@ -44,7 +44,7 @@ MODEL_VALUES = [
     ({"head": "mlp", "head_options": {"representation_size": 0}},
      "representation_size must be > 0"),
     ({"stem": "resnet", "stem_options": {"layers": (True,)}},
-     "option layers must be positive block counts"),
+     "layers must be an int, got True"),
 ]
 
 

@@ -505,7 +505,7 @@ def test_results_measured_on_a_gpu_record_its_name(monkeypatch):
 @CUDA
 def test_the_gpu_matmul_ceiling_times_many_products_with_events():
     """The ceiling on a GPU is positive and finite, and below any GPU's peak (2 PFLOP/s)."""
-    from benchmarks import speed_timing as timing
+    from benchmarks import speed as timing
 
     shapes = [(8 * 197, 768, 3072), (8 * 197, 3072, 768)]  # ViT-B/16's MLP at batch 8
     for dtype in (None, torch.bfloat16):

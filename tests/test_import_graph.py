@@ -42,7 +42,7 @@ class Layer(NamedTuple):
 LAYERS: tuple[Layer, ...] = (
     Layer("Leaves", "they import nothing of vitzoo but other leaves", {
         "vitzoo/errors.py": "every error vitzoo raises on purpose, the one place to import them from",
-        "vitzoo/options.py": "the `Options` base, number checks, \"did you mean\"",
+        "vitzoo/options.py": "the `Options` base and its one validator, driven by the fields' metadata",
         "vitzoo/config.py": "`ViTConfig`: every option of a model, plain data with the option name lists, the single "
                             "source of truth a component receives",
         "vitzoo/io.py": "atomic writes, and the cache folder",
@@ -55,7 +55,6 @@ LAYERS: tuple[Layer, ...] = (
         "vitzoo/flags.py": "command-line flags from an options dataclass's fields",
         "vitzoo/weights/layout.py": "the names of the files a model directory or Hub repo holds, the Hub prefix, "
                                     "the token grid",
-        "vitzoo/tracing.py": "whether torch.fx is tracing the model, whose Proxies have no shape to check",
     }),
     Layer("Types a plugin provides", "the contracts every component and weight format is written to", {
         "vitzoo/hookspecs.py": "one typed hook per extension point, the docstring is the contract",
@@ -63,8 +62,8 @@ LAYERS: tuple[Layer, ...] = (
                                       "returns; whether weights fit a model",
     }),
     Layer("Built-in parts", "registered through the hooks exactly as a plugin's are", {
-        "vitzoo/layers/": "stems, the BiT ResNet, position embeddings, attention, the encoder block, pooling and "
-                          "heads: eq. (1)-(4)",
+        "vitzoo/layers/": "the built-in parts of eq. (1)-(4): stems, the BiT ResNet, position embeddings, pooling "
+                          "and heads",
         "vitzoo/zoo.py": "the table: Table 1's named models with timm's names, and the released weights, one "
                          "`PretrainedTag` each (Hub repo, preprocessing, class names, accuracy), as torchvision's Weights",
         "vitzoo/weights/": "weights in and out: the formats, one module each (`official`, `torchvision`; `timm` and "
@@ -79,7 +78,8 @@ LAYERS: tuple[Layer, ...] = (
                               "name: components, models, tags (timm's names too), weight formats; a config resolved",
     }),
     Layer("The model", "what is built from the registry", {
-        "vitzoo/model.py": "`VisionTransformer`, built from a config by looking each part up by name",
+        "vitzoo/model.py": "`VisionTransformer`: eq. (1)-(4) with the encoder and the attention, each part "
+                           "looked up by name",
         "vitzoo/timm_surface.py": "the model's base: what a timm user reaches for, by timm's names",
         "vitzoo/features.py": "`FeatureExtractor` and `FeatureInfo`: the feature maps of `create(..., features_only=True)`",
     }),
@@ -87,8 +87,8 @@ LAYERS: tuple[Layer, ...] = (
         "vitzoo/factory.py": "`create`, `from_pretrained`: a name or a source resolved into a config and weights "
                              "once, then built",
         "vitzoo/__init__.py": "the public face: `create`, `from_pretrained`, `list_*`, `count_*`",
-        "vitzoo/inference.py": "`for_inference`: the model in its device's fastest precision, compiled if asked (it "
-                               "reads only leaves, so the package's face imports it)",
+        "vitzoo/inference.py": "`for_inference`: the model in its device's fastest precision, its attention kernel "
+                               "chosen for it, compiled if asked",
         "vitzoo/export.py": "`export_onnx`: a model as an ONNX file through torch's exporter, checked with onnxruntime",
     }),
     Layer("Training and evaluation", "what is done with a model", {
@@ -382,7 +382,7 @@ def test_no_module_is_longer_than_the_limit():
     modules = module_names(PACKAGES)
     long = {str(path.relative_to(ROOT)): lines for path in modules.values()
             if (lines := len(path.read_text(encoding="utf-8").splitlines())) > LINE_LIMIT}
-    assert len(modules) > 100 and not long, f"modules over {LINE_LIMIT} lines: {long}"
+    assert len(modules) > 50 and not long, f"modules over {LINE_LIMIT} lines: {long}"
 
 
 if __name__ == "__main__":  # docs/architecture.md's layer table, written from LAYERS

@@ -1,33 +1,30 @@
-"""The input pipeline measured and planned with: `python -m benchmarks loader` (benchmarks/loader.py), the
-plan's loader bound and start-up (benchmarks/plan_inputs.py), and gpu-check's loader and MFU steps
-(benchmarks/gpu_steps.py), whose GPU figures are checked here on the CPU: their arithmetic, their code
-path on small inputs, and the step registry."""
+"""The input pipeline measured and planned with: `python -m benchmarks loader`, the plan's loader
+bound and start-up (benchmarks/plan_inputs.py), and gpu-check's loader step on the CPU."""
 
-import inspect
 import json
 from pathlib import Path
 
 import pytest
 import torch
 
-from benchmarks import gpu_check, gpu_steps, plan, plan_inputs
+from benchmarks import loader, plan, plan_inputs
 from benchmarks.ablations import ABLATIONS
 from benchmarks.assignment import Assignment
-from benchmarks.loader_data import PhotoSpec, mean_file_bytes, photo_folder
+from benchmarks.loader import PhotoSpec, mean_file_bytes, photo_folder
 from benchmarks.scales import SCALES, get_scale
 
-# a loader measurement of a machine made up for the plan's arithmetic: one worker decodes 1,000 ImageNet
-# images a second at 128 px, 500 at 224 (time per image linear in pixels); 100,000 files listed a second
+# a machine made up for the plan's arithmetic: one worker decodes 1,000 ImageNet images a second
+# at 128 px, 500 at 224 (time per image linear in pixels); 100,000 files listed a second
+RATES = {"gpu": (128, 1000.0), "paper": (224, 500.0), "rehearsal": (32, 4000.0)}
 RECORD = {
     "environment": {"cpu": "a CPU", "date": "2026-11-26 12:00 UTC"},
-    "pipelines": [{"scale": "gpu", "img_size": 128, "images_per_s": {"torchvision.io": 1000.0, "pil": 500.0, "evaluation": 2000.0}},
-                  {"scale": "paper", "img_size": 224, "images_per_s": {"torchvision.io": 500.0, "pil": 250.0, "evaluation": 1000.0}},
-                  {"scale": "rehearsal", "img_size": 32, "images_per_s": {"torchvision.io": 4000.0, "pil": 2000.0,
-                                                                          "evaluation": 8000.0}}],
+    "pipelines": [{"scale": scale, "img_size": side, "images_per_s": {
+        "torchvision.io": rate, "pil": rate / 2, "evaluation": rate * 2}}
+        for scale, (side, rate) in RATES.items()],
     "listing": {"files_per_s": 100_000.0},
-    "worker_start": {"fork_server_first_loader_s": 5.0,
-                     "fork": {"fixed_s": 0.01, "per_worker_s": 0.05, "per_worker_per_million_files_s": 0.0},
-                     "forkserver": {"fixed_s": 0.01, "per_worker_s": 0.1, "per_worker_per_million_files_s": 1.0}},
+    "worker_start": {"fork_server_first_loader_s": 5.0, **{how: {
+        "fixed_s": 0.01, "per_worker_s": each, "per_worker_per_million_files_s": pickled}
+        for how, each, pickled in (("fork", 0.05, 0.0), ("forkserver", 0.1, 1.0))}},
 }
 
 
@@ -37,160 +34,118 @@ def recorded(monkeypatch):
     return RECORD
 
 
-def _stated_node(gpus: int = 8) -> Assignment:
-    return Assignment("local", "cuda", "stated", gpus, (tuple(range(gpus)),), 1, present=False)
+NODE = Assignment("local", "cuda", "stated", 8, (tuple(range(8)),), 1, present=False)  # stated
 
 
 # ---------------------------------------------------------------------------- the plan
 def test_a_worker_s_rate_is_the_recorded_one_or_between_the_recorded_sizes(recorded):
     assert plan_inputs.worker_rate(RECORD, "imagenet-like", 224, "torchvision.io") == 500.0
     between = plan_inputs.worker_rate(RECORD, "imagenet-like", 176, "torchvision.io")
-    assert 500 < between < 1000
-    assert 1 / between == pytest.approx(1 / 1000 + (1 / 500 - 1 / 1000) * (176**2 - 128**2) / (224**2 - 128**2))
-    assert plan_inputs.worker_rate(RECORD, "imagenet-like", 384, "torchvision.io") < 500  # beyond: slower still
-    assert plan_inputs.worker_rate(RECORD, "rehearsal", 56, "torchvision.io") == 4000.0  # its only size
+    share = (176**2 - 128**2) / (224**2 - 128**2)
+    assert 500 < between < 1000 and 1 / between == pytest.approx(1 / 1000 + share / 1000)
+    assert plan_inputs.worker_rate(RECORD, "imagenet-like", 384, "torchvision.io") < 500  # slower
+    assert plan_inputs.worker_rate(RECORD, "rehearsal", 56, "torchvision.io") == 4000.0  # one size
 
 
 def test_a_run_of_image_files_trains_at_the_lower_of_the_gpus_and_its_loaders_rate(recorded):
-    """ViT-B/16 at 128 px on a stated node: 125 TFLOP/s per GPU is about 3,700 images/s (34 GFLOPs an
-    image, forward and backward, a multiply-add two FLOPs); 8 workers of 1,000 images/s feed 8,000:
-    GPU-bound. At 500 TFLOP/s per GPU loader-bound, and the loader's time is what the run then takes."""
-    run = next(r for r in ABLATIONS["head"].runs(get_scale("gpu", "imagenet")) if r.config["model"] == "vit_b16")
-    node = _stated_node()
-    gpu_rate = 125e12 / plan.image_flops(plan._model_key(run))
-    assert 3500 < gpu_rate < 3900
-    assert plan.run_time(run, node, 125.0).bound == "GPU"
-    fast = plan.run_time(run, node, 500.0)
-    assert fast.bound == "loader"
+    """ViT-B/16 at 128 px: 125 TFLOP/s a GPU is ~3,700 images/s, under the 8,000 of 8 workers of
+    1,000: GPU-bound; at 500 TFLOP/s loader-bound, the loader's time what the run takes."""
+    runs = ABLATIONS["head"].runs(get_scale("gpu", "imagenet"))
+    run = next(r for r in runs if r.config["model"] == "vit_b16")
+    assert 3500 < 125e12 / plan.image_flops(plan._model_key(run)) < 3900
+    assert plan.run_time(run, NODE, 125.0).bound == "GPU"
+    fast = plan.run_time(run, NODE, 500.0)
     images = plan.run_cost(run).train_images
-    assert fast.seconds - fast.startup_s >= images / (1000.0 * 8 * 8)
+    assert fast.bound == "loader" and fast.seconds - fast.startup_s >= images / (1000.0 * 8 * 8)
 
 
 def test_the_cpu_scales_plan_as_before_a_fixed_start_and_no_loader(recorded, monkeypatch):
-    """Fashion-MNIST is held as tensors: no loader bound, no listing; the start is the stated 4 s."""
+    """Fashion-MNIST is held as tensors: no loader bound, no listing; a start of the stated 4 s."""
     run = ABLATIONS["pos_embed"].runs(SCALES["cpu"])[0]
     cpu = Assignment("local", "cpu", "a CPU", 1, ((),), 1)
     key = plan._model_key(run)
-    timed = plan.run_time(run, cpu, 0.0, recorded={key: 100.0})
-    cost = plan.run_cost(run)
+    timed, cost = plan.run_time(run, cpu, 0.0, recorded={key: 100.0}), plan.run_cost(run)
     assert timed.bound == "CPU" and timed.startup_s == plan_inputs.BUILD_S == 4.0
-    assert timed.seconds == pytest.approx(4.0 + (cost.train_images + plan.FORWARD_SHARE * cost.eval_images) / 100.0)
-    monkeypatch.setattr(plan_inputs, "recorded_loader", lambda path=None: pytest.fail("a run of tensors read the loader record"))
+    images = cost.train_images + plan.FORWARD_SHARE * cost.eval_images
+    assert timed.seconds == pytest.approx(4.0 + images / 100.0)
+    monkeypatch.setattr(plan_inputs, "recorded_loader",
+                        lambda path=None: pytest.fail("a run of tensors read the loader record"))
     plan.run_time(run, cpu, 0.0, recorded={key: 100.0})
 
 
 def test_a_run_s_start_grows_with_its_dataset_and_its_evaluations(recorded, tmp_path):
-    """Listing ImageNet's 1.33 M files at 100,000 a second: 13 s; on 8 GPUs (Python < 3.12) every
-    evaluation pass's 8 workers start from a fork server and get the 1.28 M paths pickled: 8 x 1.38 s."""
+    """Listing 1.33 M files at 100,000 a second: 13 s; on 8 GPUs (Python < 3.12) each evaluation's
+    8 workers start from a fork server with the 1.28 M paths pickled: 8 x 1.38 s."""
     train = dict(SCALES["gpu"].train, data="imagenet", eval_every=100, val_size=50_000)
     one = plan_inputs.startup_seconds(train, 128, processes=1, evaluations=0)
     assert one > (1_281_167 + 50_000) / 100_000
     many = plan_inputs.startup_seconds(train, 128, processes=8, evaluations=10)
     passes = plan_inputs.evaluation_passes(train, 10)
-    assert len(passes) == 10 + 1 + 3 and passes[0] == 1_281_167  # validation: a subset of the training split's files
+    assert len(passes) == 10 + 1 + 3 and passes[0] == 1_281_167  # validation: of the training split
     if plan_inputs.sys.version_info < (3, 12):
         assert many > one + 10 * 8 * (0.1 + 1.28)
-    absent = dict(train, data=str(tmp_path / "absent"))  # not a folder here, nor a named dataset: ImageNet assumed
+    absent = dict(train, data=str(tmp_path / "absent"))  # no folder, no named dataset: ImageNet
     assert plan_inputs.startup_seconds(absent, 128, 1, 0) == pytest.approx(one)
-    assert plan_inputs.startup_seconds(dict(train, data=str(tmp_path)), 128, 1, 0) < one / 5  # an (empty) folder here
+    here = dict(train, data=str(tmp_path))  # an (empty) folder here
+    assert plan_inputs.startup_seconds(here, 128, 1, 0) < one / 5
     assert plan_inputs.startup_seconds(dict(train, data="fashion-mnist"), 128, 8, 10) == 0.0
 
 
-def test_the_plan_says_which_bound_each_ablation_meets_and_when_the_suite_is_over_its_budget(recorded):
+def test_the_plan_says_which_bound_each_ablation_meets_and_when_it_is_over_budget(recorded):
     scale = get_scale("gpu", "imagenet")
-    plans = [plan.plan_ablation(ABLATIONS[name], scale, set(), _stated_node(), 500.0) for name in ("head", "cost")]
+    plans = [plan.plan_ablation(ABLATIONS[name], scale, set(), NODE, 500.0)
+             for name in ("head", "cost")]
     assert plans[0].bound == "loader" and plans[1].bound == ""  # cost times, it does not train
-    text = plan.describe(plans, scale, _stated_node(), 500.0)
+    text = plan.describe(plans, scale, NODE, 500.0)
     header = next(line for line in text.splitlines() if line.startswith("| ablation"))
-    assert header.endswith("| bound |") and "| head |" in text and "recorded rate of one worker" in text
+    assert header.endswith("| bound |") and "| head |" in text
+    assert "recorded rate of one worker" in text
     over = dict(plans[0].__dict__, minutes=30 * 60.0)
-    text = plan.describe([plan.AblationPlan(**over)], scale, _stated_node(), 500.0)
+    text = plan.describe([plan.AblationPlan(**over)], scale, NODE, 500.0)
     assert "**Over budget: 30.0 h planned, the scale's budget is 24 h" in text
 
 
-# ---------------------------------------------------------------------------- gpu-check's steps
-@pytest.mark.parametrize("name, peak", [("NVIDIA H100 80GB HBM3", 989.0), ("NVIDIA H100 PCIe", 756.0),
-                                        ("NVIDIA H100 NVL", 835.0), ("NVIDIA H200", 989.0), ("NVIDIA GH200 480GB", 989.0),
-                                        ("NVIDIA A100-SXM4-80GB", 312.0), ("NVIDIA A100 80GB PCIe", 312.0),
-                                        ("NVIDIA L40S", 362.0), ("NVIDIA L40", 181.0), ("NVIDIA L4", 121.0),
-                                        ("NVIDIA A10", 125.0), ("NVIDIA GeForce RTX 4090", None), ("Tesla T4", None)])
-def test_a_gpu_s_dense_bf16_peak_is_known_by_its_name_or_said_to_be_unknown(name, peak):
-    assert gpu_steps.peak_tflops(name) == peak
-
-
-def test_model_flop_utilisation_is_the_achieved_share_of_the_peak():
-    assert gpu_steps.model_flop_utilisation(2000.0, 50e9, 1000.0) == pytest.approx(0.1)
-    assert gpu_steps.model_flop_utilisation(2000.0, 50e9, None) is None
-
-
-def test_gpu_check_runs_its_new_steps_within_nine_minutes_and_the_rehearsal_on_every_gpu(monkeypatch, tmp_path):
-    assert list(gpu_check.STEPS)[-2:] == ["loader", "mfu"] and set(gpu_check.LIMITS) == set(gpu_check.STEPS)
-    assert sum(gpu_check.LIMITS.values()) <= 9 * 60  # docs/gpus.md: 9 minutes at most in all
-    called = []
-
-    def child(argv, limit):
-        called.append(argv)
-        raise RuntimeError("stopped here: the command is what is checked")
-
-    monkeypatch.setattr(gpu_check, "run_child", child)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 3)
-    with pytest.raises(RuntimeError, match="stopped here"):
-        gpu_check.rehearsal(tmp_path)
-    assert called[-1][called[-1].index("--gpus-per-run") + 1] == "3"
-    with pytest.raises(RuntimeError, match="stopped here"):
-        gpu_check.mfu(tmp_path)
-    assert called[-1][:3] == ["-m", "benchmarks.gpu_steps", "mfu"]
-    assert "tests/test_decode_on_device.py" in inspect.getsource(gpu_check.cuda_tests)
-
-
+# ---------------------------------------------------------------------------- the benchmark
 @pytest.fixture(scope="module")
 def photos(tmp_path_factory) -> Path:
-    return photo_folder(tmp_path_factory.mktemp("photos"), PhotoSpec(images=6, classes=2, width=120, height=90))
+    return photo_folder(tmp_path_factory.mktemp("photos"), PhotoSpec(6, 2, width=120, height=90))
 
 
-def test_the_written_jpegs_are_photo_sized_for_their_pixels(photos):
-    """A full-size image comes out near ImageNet's ~110 KB (one, here: the benchmark records the mean)."""
+def test_the_drawn_jpegs_are_photo_sized_for_their_pixels(photos):
+    """A full-size image comes out near ImageNet's ~110 KB (the benchmark records the mean)."""
     from PIL import Image
 
     assert len(list(photos.glob("train/*/*.JPEG"))) == 6 and mean_file_bytes(photos) > 2000
-    big = photo_folder(photos.parent / "one", PhotoSpec(images=1, classes=1))
-    file = next(big.glob("train/*/*.JPEG"))
-    with Image.open(file) as image:
+    big = next(photo_folder(photos.parent / "one", PhotoSpec(1, 1)).glob("train/*/*.JPEG"))
+    with Image.open(big) as image:
         assert image.size == (500, 375) and image.format == "JPEG"
-    assert 70_000 < file.stat().st_size < 160_000
+    assert 70_000 < big.stat().st_size < 160_000
 
 
-def test_the_loader_step_measures_the_device_and_the_worker_path_on_any_device(photos):
-    rates = gpu_steps.loader_rates(photos, torch.device("cpu"), workers=1, micro_batch=3, passes=2, sides=(32,))
-    assert set(rates["32px"]) == {"device_decode", "device_path", "worker_path", "worker_path_per_worker"}
-    assert all(v > 0 for v in rates["32px"].values())
+def test_gpu_check_s_loader_step_times_the_device_and_the_worker_path_on_any_device(photos):
+    rates = loader.device_rates(photos, torch.device("cpu"), 1, 3, passes=2, sides=(32,))
+    assert set(rates["32px"]) == {"device_decode", "device_path", "worker_path",
+                                  "worker_path_per_worker"} and min(rates["32px"].values()) > 0
 
 
-def test_the_mfu_step_times_vitzoo_and_timm_on_the_same_weights(monkeypatch):
-    """On the CPU (no peak known: no MFU, said) with two one-block ViTs, uncompiled: the step's code path."""
-    tiny = ("vit_ti16", "vit_tiny_patch16_224", dict(depth=1), dict(depth=1))
-    result = gpu_steps.training_mfu(torch.device("cpu"), batch=2, reps=1, compile=False, img_size=32, models=tiny)
-    assert result["vitzoo"]["images_per_s"] > 0 and result["timm"]["images_per_s"] > 0
-    assert result["vitzoo"]["mfu"] is None and "no MFU" in result["mfu_note"]
-    assert result["gflops_per_image"] > 0 and json.dumps(result)
+def fields(value):
+    """A record's keys, nested (a list by its first item)."""
+    if isinstance(value, dict):
+        return {k: fields(v) for k, v in value.items()}
+    return [fields(value[0])] if isinstance(value, list) and value else None
 
 
-# ---------------------------------------------------------------------------- the benchmark itself
 @pytest.mark.slow
-def test_the_loader_benchmark_writes_its_figures_and_table(tmp_path):
-    """`--quick`: a few files, one pass; every figure the plan reads is there, and the README says it."""
-    from benchmarks import loader
-
+def test_the_loader_benchmark_writes_the_record_the_plan_reads_and_its_table(tmp_path):
+    """`--quick`: a few files, one pass; a record with the committed one's fields."""
     record = loader.main(out=tmp_path / "out", work=tmp_path / "work", quick=True)
     written = json.loads((tmp_path / "out" / "results.json").read_text())
-    assert written["pipelines"] == record["pipelines"] and [p["scale"] for p in record["pipelines"]] == ["gpu", "paper", "rehearsal"]
-    assert [p["img_size"] for p in record["pipelines"]] == [128, 224, 32]
-    for p in record["pipelines"]:
-        assert set(p["images_per_s"]) == set(loader.PATHS) and all(v > 0 for v in p["images_per_s"].values())
-    env = written["environment"]
-    assert env["threads"] == 1 and env["cpu"] and len(env["load_average_before"]) == 3 and env["commit"]
-    assert written["listing"]["files_per_s"] > 0 and written["worker_start"]["fork"]["per_worker_s"] is not None
+    assert fields(written) == fields(json.loads((loader.OUT / "results.json").read_text()))
+    assert [(p["scale"], p["img_size"]) for p in written["pipelines"]] == [
+        ("gpu", 128), ("paper", 224), ("rehearsal", 32)]
+    assert all(v > 0 for p in written["pipelines"] for v in p["images_per_s"].values())
+    assert written["environment"]["threads"] == 1 and written["listing"]["files_per_s"] > 0
+    paper = record["pipelines"][1]["images_per_s"]["torchvision.io"]
+    assert plan_inputs.worker_rate(written, "imagenet-like", 224, "torchvision.io") == paper
     readme = (tmp_path / "out" / "README.md").read_text()
     assert "| gpu | 128 | 64 |" in readme and "files/s" in readme and "load average" in readme
-    rates = {p["scale"]: p for p in record["pipelines"]}
-    assert plan_inputs.worker_rate(written, "imagenet-like", 224, "torchvision.io") == rates["paper"]["images_per_s"]["torchvision.io"]

@@ -4,8 +4,7 @@ import pytest
 import torch
 
 import vitzoo
-from vitzoo import InputError
-from vitzoo.errors import ConfigError
+from vitzoo.errors import ConfigError, InputError, PluginError
 
 
 def perturbed(model):
@@ -15,77 +14,65 @@ def perturbed(model):
     return model.eval()
 
 
-def test_forward_is_features_then_head(tiny):
-    model = perturbed(vitzoo.create("vit_ti16", **tiny))
-    x = torch.randn(2, 3, 32, 32)
-    tokens = model.forward_features(x)
-    assert tokens.shape == (2, 17, 32)
-    assert torch.allclose(model.forward_head(tokens), model(x))
-    assert model.forward_head(tokens, pre_logits=True).shape == (2, 32)
-
-
-def shapes_seen_by(module, run):
-    """The shapes of the inputs `module` receives while `run()` runs."""
-    shapes = []
-    handle = module.register_forward_hook(lambda mod, args, out: shapes.append(tuple(args[0].shape)))
-    try:
-        run()
-    finally:
-        handle.remove()
-    return shapes
-
-
 @pytest.mark.parametrize("options", [
-    dict(), dict(pos_embed="relative"), dict(pos_embed="learned_2d", pos_embed_mode="every_layer"),
-    dict(pos_embed="none"), dict(pool="gap"), dict(head="mlp", head_options={"representation_size": 16}),
+    {}, {"pos_embed": "relative"}, {"pos_embed": "learned_2d", "pos_embed_mode": "every_layer"},
+    {"pos_embed": "none"}, {"pool": "gap"},
+    {"head": "mlp", "head_options": {"representation_size": 16}},
 ], ids=["learned_1d", "relative", "every_layer", "none", "gap", "mlp_head"])
-def test_forward_computes_the_last_block_only_for_the_tokens_the_pool_reads(tiny, options):
-    """A class-token pool reads one token of the last block's output: `forward` computes that block's
-    MLP and attention output for the class token alone (its keys and values still come from every
-    token), with the logits and gradients of the whole computation; a pool over all tokens gets them all."""
+def test_forward_is_features_then_head_and_computes_the_last_block_for_the_pooled_tokens(tiny,
+                                                                                        options):
+    """A class-token pool reads one token: `forward` computes the last block's MLP and attention
+    output for it alone (its keys and values from every token), with the logits and gradients of
+    the whole computation; a pool over all tokens gets them all."""
     model = perturbed(vitzoo.create("vit_ti16", **tiny, **options))
     x = torch.randn(3, 3, 32, 32)
-    last_mlp = model.encoder.blocks[-1].mlp
-    every_token = 16 + model.num_prefix_tokens  # a 4 x 4 grid of patches, and the class token if any
-    read = 1 if model.config.pool == "token" else every_token
-    assert shapes_seen_by(last_mlp, lambda: model(x)) == [(3, read, 32)]
-    assert shapes_seen_by(last_mlp, lambda: model.forward_features(x)) == [(3, every_token, 32)]
-    torch.testing.assert_close(model(x), model.forward_head(model.forward_features(x)), atol=1e-5, rtol=1e-5)
+    every = 16 + model.num_prefix_tokens  # a 4 x 4 grid, and the class token if any
+    seen = []
+    model.encoder.blocks[-1].mlp.register_forward_hook(lambda m, args, out: seen.append(out.shape))
+    model(x)
+    assert seen == [(3, 1 if model.config.pool == "token" else every, 32)]
+    tokens = model.forward_features(x)
+    assert tokens.shape == (3, every, 32)
+    torch.testing.assert_close(model(x), model.forward_head(tokens), atol=1e-5, rtol=1e-5)
+    width = 16 if options.get("head") else 32
+    assert model.forward_head(tokens, pre_logits=True).shape == (3, width)
 
     def gradients(loss):
         model.zero_grad(set_to_none=True)
         loss().square().sum().backward()
         return {name: p.grad.clone() for name, p in model.named_parameters()}
 
-    model.train()  # dropout is off in the tiny model: both passes compute the same function
+    model.train()  # no dropout in the tiny model: both passes compute one function
     whole = gradients(lambda: model.forward_head(model.forward_features(x)))
     for name, grad in gradients(lambda: model(x)).items():
         torch.testing.assert_close(grad, whole[name], atol=1e-5, rtol=1e-4, msg=name)
 
 
 def test_count_flops_counts_every_token_or_what_forward_computes(tiny):
-    """The paper's compute counts every token through every layer; `forward` skips the patch tokens'
-    MLP, attention output and queries in the last block when only the class token is pooled."""
+    """The paper's compute counts every token through every layer; `forward` spares the patch
+    tokens' query, attention output and MLP in the last block when the class token is pooled."""
     config = vitzoo.get_config("vit_ti16", **tiny)
     tokens, dim, mlp = 17, 32, 64
-    # per spared token: the query (d x d), the attention's output projection (d x d), the MLP (2 d x mlp),
-    # and the product of its query with the keys and its probabilities with the values (2 x T x d)
     spared = 2 * (tokens - 1) * (dim * dim + dim * dim + 2 * dim * mlp + 2 * tokens * dim)
     assert vitzoo.count_flops(config) - vitzoo.count_flops(config, computed=True) == spared
     gap = config.replace(pool="gap")
     assert vitzoo.count_flops(gap, computed=True) == vitzoo.count_flops(gap)
 
 
-def test_an_attention_bias_without_a_row_per_query_is_named(tiny):
-    """An in-attention position embedding must give one bias row per query it is given: in the last
-    block only the class token's; one that ignores its queries' number is reported by name."""
-    from vitzoo.errors import PluginError
-
+def test_a_part_that_breaks_its_contract_is_named(tiny):
+    """A stem gives one token per grid cell, an attention bias one row per query it is given (in
+    the last block the class token's only)."""
+    model = vitzoo.create("vit_ti16", **tiny)
+    model.stem.stride = (4, 4)  # claims a finer grid than its projection makes
+    with pytest.raises(PluginError, match=r"stem 'patch' returned tokens of shape \(1, 16, 32\) "
+                                          r"for a 8x8 grid"):
+        model(torch.randn(1, 3, 32, 32))
     model = vitzoo.create("vit_ti16", **tiny, pos_embed="relative")
     relative = model.encoder.blocks[-1].attn.relative
-    relative.forward = lambda q, grid: torch.zeros(1, q.shape[1], 17, 17)  # one row per token, always
-    with pytest.raises(PluginError, match=r"RelativePositionBias returned an attention bias of shape \(1, 2, 17, 17\) "
-                                          r"for queries of shape \(1, 2, 1, 16\)"):
+    relative.forward = lambda q, grid: torch.zeros(1, q.shape[1], 17, 17)  # a row per token
+    with pytest.raises(PluginError, match=r"RelativePositionBias returned an attention bias of "
+                                          r"shape \(1, 2, 17, 17\) for queries of shape "
+                                          r"\(1, 2, 1, 16\)"):
         model(torch.randn(1, 3, 32, 32))
 
 
@@ -100,25 +87,26 @@ def test_reset_classifier_gives_a_zero_head_and_updates_the_config(tiny):
     assert model(torch.randn(1, 3, 32, 32)).shape == (1, 7)
 
 
-def test_no_weight_decay_names_class_token_and_position_embeddings(tiny):
-    assert vitzoo.create("vit_ti16", **tiny).no_weight_decay() == {"cls_token", "encoder.pos_embed.weight"}
-    names = vitzoo.create("vit_ti16", **tiny, pos_embed="learned_2d", pool="gap", pos_embed_mode="every_layer").no_weight_decay()
+def test_no_weight_decay_names_the_class_token_and_the_position_embeddings(tiny):
+    names = vitzoo.create("vit_ti16", **tiny).no_weight_decay()
+    assert names == {"cls_token", "encoder.pos_embed.weight"}
+    names = vitzoo.create("vit_ti16", **tiny, pos_embed="learned_2d", pool="gap",
+                          pos_embed_mode="every_layer").no_weight_decay()
     assert names == {f"encoder.pos_embed.{i}.{p}" for i in range(2) for p in ("row", "col")}
-    model = vitzoo.create("vit_ti16", **tiny, pos_embed="relative")
-    assert model.no_weight_decay() == {"cls_token"} | {f"encoder.blocks.{i}.attn.relative.table" for i in range(2)}
+    names = vitzoo.create("vit_ti16", **tiny, pos_embed="relative").no_weight_decay()
+    assert names == {"cls_token"} | {f"encoder.blocks.{i}.attn.relative.table" for i in range(2)}
 
 
 @pytest.mark.parametrize("pos_embed", ["learned_1d", "relative"])
-def test_attention_maps_are_probabilities_and_match_the_fast_path(tiny, pos_embed):
+def test_attention_maps_are_probabilities_of_the_tokens_forward_computes(tiny, pos_embed):
     model = perturbed(vitzoo.create("vit_ti16", **tiny, pos_embed=pos_embed))
     x = torch.randn(2, 3, 32, 32)
     maps = model.get_attention_maps(x)
     assert len(maps) == 2 and maps[0].shape == (2, 2, 17, 17)
     assert torch.allclose(maps[1].sum(-1), torch.ones(2, 2, 17))
-    # the explicit softmax path computes the same tokens as scaled_dot_product_attention
-    tokens, grid = model.embed(x)
-    slow = model.encoder(tokens, grid, attn_maps=[])
-    assert torch.allclose(slow, model.forward_features(x), atol=1e-5)
+    with torch.no_grad():  # the written-out path computes the tokens SDPA computes
+        written_out = model.encoder(*model.embed(x), attn_maps=[])
+    assert torch.allclose(written_out, model.forward_features(x), atol=1e-5)
 
 
 def test_gradient_checkpointing_gives_the_same_gradients(tiny):
@@ -129,39 +117,38 @@ def test_gradient_checkpointing_gives_the_same_gradients(tiny):
     model.zero_grad()
     model.set_grad_checkpointing(True)
     model(x).sum().backward()
-    for a, p in zip(plain, model.parameters()):
-        assert torch.allclose(a, p.grad, atol=1e-6)
+    assert all(torch.allclose(a, p.grad, atol=1e-6) for a, p in zip(plain, model.parameters()))
 
 
-@pytest.mark.parametrize("pos_embed, pool", [("learned_1d", "token"), ("learned_2d", "gap"), ("relative", "token"), ("none", "gap")])
-def test_set_img_size_resamples_position_embeddings_in_place(tiny, pos_embed, pool):
+@pytest.mark.parametrize("pos_embed, pool", [("learned_1d", "token"), ("learned_2d", "gap"),
+                                             ("relative", "token"), ("none", "gap")])
+def test_set_img_size_resamples_the_position_embeddings_in_place(tiny, pos_embed, pool):
     model = vitzoo.create("vit_ti16", **tiny, pos_embed=pos_embed, pool=pool).eval()
     model.set_img_size((48, 64))
     assert model.config.img_size == (48, 64) and model.grid == (6, 8)
     assert model(torch.randn(1, 3, 48, 64)).shape == (1, 5)
-    with pytest.raises(InputError, match=r"input size \(32, 32\) differs from the configured img_size \(48, 64\)"):
+    with pytest.raises(InputError, match=r"input size \(32, 32\) differs from the configured "
+                                         r"img_size \(48, 64\)"):
         model(torch.randn(1, 3, 32, 32))
+    with pytest.raises(ConfigError, match="not divisible"):
+        model.set_img_size((30, 64))
 
 
-def test_resampling_to_the_same_grid_is_the_identity(tiny):
-    model = vitzoo.create("vit_ti16", **tiny)
-    before = model.encoder.pos_embed.weight.detach().clone()
-    model.set_img_size(32)
-    assert torch.equal(model.encoder.pos_embed.weight, before)
-
-
-def test_bilinear_resampling_keeps_the_class_token_and_aligns_corners(tiny):
+def test_resampling_is_bilinear_with_aligned_corners_and_keeps_the_class_token(tiny):
     model = vitzoo.create("vit_ti16", **tiny)
     old = model.encoder.pos_embed.weight.detach().clone()
+    model.set_img_size(32)
+    assert torch.equal(model.encoder.pos_embed.weight, old)  # the same grid: the same embedding
     model.set_img_size(64)  # grid 4x4 -> 8x8
     new = model.encoder.pos_embed.weight.detach()
     assert torch.equal(new[:, 0], old[:, 0])
     old_grid, new_grid = old[0, 1:].reshape(4, 4, -1), new[0, 1:].reshape(8, 8, -1)
-    for (oy, ox), (ny, nx) in [((0, 0), (0, 0)), ((0, 3), (0, 7)), ((3, 0), (7, 0)), ((3, 3), (7, 7))]:
+    for (oy, ox), (ny, nx) in [((0, 0), (0, 0)), ((0, 3), (0, 7)), ((3, 0), (7, 0)),
+                               ((3, 3), (7, 7))]:
         assert torch.allclose(old_grid[oy, ox], new_grid[ny, nx], atol=1e-6)
 
 
-def test_dynamic_img_size_accepts_any_divisible_input_without_changing_parameters(tiny):
+def test_dynamic_img_size_takes_any_divisible_input_without_changing_parameters(tiny):
     model = vitzoo.create("vit_ti16", **tiny, dynamic_img_size=True, pos_embed="learned_2d").eval()
     params = {k: v.clone() for k, v in model.state_dict().items()}
     assert model(torch.randn(1, 3, 48, 24)).shape == (1, 5)
@@ -170,50 +157,30 @@ def test_dynamic_img_size_accepts_any_divisible_input_without_changing_parameter
         model(torch.randn(1, 3, 30, 32))
 
 
-@pytest.mark.parametrize(
-    "x, fragment",
-    [
-        (torch.randn(3, 32, 32), "add a batch dimension"),
-        (torch.randn(1, 1, 32, 32), "expected 3 input channels"),
-        (torch.zeros(1, 3, 32, 32, dtype=torch.uint8), "expected floating-point images"),
-        (torch.randn(1, 3, 64, 64), "differs from the configured img_size"),
-        ([[1.0]], "expected a torch.Tensor"),
-        (torch.randn(1, 3, 32, 32, dtype=torch.float64), r"input is torch.float64 but the model's weights are torch.float32"),
-        (torch.randn(1, 3, 32, 32, device="meta"), "the input is on meta but the model is on cpu"),
-    ],
-)
-def test_bad_input_is_a_clear_error_at_the_boundary(tiny, x, fragment):
-    model = vitzoo.create("vit_ti16", **tiny)
-    with pytest.raises(InputError, match=fragment):
-        model(x)
-
-
-def test_non_square_images(tiny):
+def test_non_square_images_and_the_hybrid_at_any_resolution(tiny):
     model = vitzoo.create("vit_ti16", **{**tiny, "img_size": (32, 64)})
-    assert model.grid == (4, 8)
-    assert model(torch.randn(2, 3, 32, 64)).shape == (2, 5)
-    with pytest.raises(ConfigError):
-        model.set_img_size((30, 64))
+    assert model.grid == (4, 8) and model(torch.randn(2, 3, 32, 64)).shape == (2, 5)
+    hybrid = vitzoo.create("vit_ti16", stem="resnet", stem_options={"layers": (1, 1)},
+                           patch_size=1, img_size=(32, 48), num_classes=2)
+    assert hybrid.grid == (4, 6) and hybrid(torch.randn(1, 3, 32, 48)).shape == (1, 2)
 
 
-def test_hybrid_any_resolution():
-    model = vitzoo.create("vit_ti16", stem="resnet", stem_options={"layers": (1, 1)}, patch_size=1,
-                          img_size=(32, 48), num_classes=2)
-    assert model.grid == (4, 6)
-    assert model(torch.randn(1, 3, 32, 48)).shape == (1, 2)
+@pytest.mark.parametrize("x, fragment", [
+    (torch.randn(3, 32, 32), "add a batch dimension"),
+    (torch.randn(1, 1, 32, 32), "expected 3 input channels"),
+    (torch.zeros(1, 3, 32, 32, dtype=torch.uint8), "expected floating-point images"),
+    (torch.randn(1, 3, 64, 64), "differs from the configured img_size"),
+    ([[1.0]], "expected a torch.Tensor"),
+    (torch.randn(1, 3, 32, 32, dtype=torch.float64),
+     r"input is torch.float64 but the model's weights are torch.float32"),
+    (torch.randn(1, 3, 32, 32, device="meta"), "the input is on meta but the model is on cpu"),
+])
+def test_bad_input_is_a_clear_error_at_the_boundary(tiny, x, fragment):
+    with pytest.raises(InputError, match=fragment):
+        vitzoo.create("vit_ti16", **tiny)(x)
 
 
 def test_mixed_precision_input_is_welcome_under_autocast(tiny):
     model = vitzoo.create("vit_ti16", **tiny).eval()
     with torch.autocast("cpu", dtype=torch.bfloat16), torch.no_grad():
-        assert model(torch.randn(1, 3, 32, 32, dtype=torch.bfloat16)).shape == (1, tiny["num_classes"])
-
-
-def test_a_stem_that_breaks_its_contract_is_named(tiny):
-    """A stem must give one token per grid cell; a plugin stem that does not is reported by name."""
-    from vitzoo.errors import PluginError
-
-    model = vitzoo.create("vit_ti16", **tiny)
-    model.stem.stride = (4, 4)  # claims a finer grid than its projection makes
-    with pytest.raises(PluginError, match=r"stem 'patch' returned tokens of shape \(1, 16, 32\) for a 8x8 grid"):
-        model(torch.randn(1, 3, 32, 32))
+        assert model(torch.randn(1, 3, 32, 32, dtype=torch.bfloat16)).shape == (1, 5)

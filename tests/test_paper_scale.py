@@ -346,7 +346,7 @@ def test_gpu_check_reports_every_step_and_keeps_the_finished_ones_when_stopped_m
 
 
 def test_the_speed_benchmark_times_the_half_precision_the_gpu_computes(monkeypatch):
-    from benchmarks.speed_timing import precisions
+    from benchmarks.speed import precisions
 
     assert list(precisions(torch.device("cpu"))) == ["float32", "bf16"]
     monkeypatch.setattr("vitzoo.precision.native_bf16", lambda device: False)  # a T4 or a V100

@@ -16,72 +16,60 @@ CPU, GPU = torch.device("cpu"), torch.device("cuda", 0)
 
 
 @pytest.mark.parametrize(("native", "half"), [(True, torch.bfloat16), (False, torch.float16)])
-def test_a_gpu_computes_in_bf16_where_native_and_in_fp16_where_it_is_emulated(monkeypatch, native,
-                                                                               half):
+def test_a_gpu_computes_in_bf16_where_native_else_in_fp16(monkeypatch, native, half):
     monkeypatch.setattr(precision, "native_bf16", lambda device: native)
-    assert precision.fastest(GPU).dtype == half and precision.half_of(GPU) == half
-    for rule in precision.RULES:
-        assert precision.training_dtype(rule, GPU) == half
+    assert precision.fastest(GPU).dtype == precision.half_of(GPU) == half
+    assert all(precision.training_dtype(rule, GPU) == half for rule in precision.RULES)
 
 
 @pytest.mark.parametrize(("flags", "dtype"), [
     ({"avx2", "avx512f", "amx_tile", "amx_bf16"}, torch.bfloat16),
     ({"avx2", "avx512f", "avx512_bf16"}, torch.bfloat16),
-    ({"avx2", "avx512f", "avx512_fp16"}, torch.float32),
-    (set(), torch.float32),
+    ({"avx2", "avx512f", "avx512_fp16"}, torch.float32), (set(), torch.float32),
 ], ids=["amx_bf16", "avx512_bf16", "no-bf16", "no-flags"])
-def test_a_cpu_computes_in_bf16_where_it_has_bf16_instructions_else_in_float32(flags, dtype):
-    choice = precision.fastest(CPU, frozenset(flags))
-    assert choice.dtype == dtype
-    assert str(choice).startswith(precision.NAMES[dtype] + ": the CPU has")
-
-
-def test_the_cpu_rule_reads_the_flags_of_this_machine(monkeypatch):
-    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx512_bf16"}))
-    assert precision.fastest("cpu").dtype == torch.bfloat16
-    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset())
-    assert precision.fastest("cpu").dtype == torch.float32
-
-
-def test_mps_computes_in_bf16():
+def test_a_cpu_computes_in_bf16_where_it_has_bf16_instructions_else_in_float32(flags, dtype,
+                                                                                monkeypatch):
+    assert str(precision.fastest(CPU, frozenset(flags))).startswith(
+        precision.NAMES[dtype] + ": the CPU has")
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset(flags))  # this machine's
+    assert precision.fastest("cpu").dtype == dtype
     assert precision.fastest("mps").dtype == torch.bfloat16
 
 
 def test_training_on_a_cpu_computes_in_float32_unless_bf16_is_asked_for(monkeypatch):
     """Whatever the CPU's flags, so that a run's numbers do not depend on the CPU it lands on."""
     monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"amx_bf16", "avx512_bf16"}))
-    for rule in precision.RULES:
-        assert precision.training_dtype(rule, CPU) is None
+    assert all(precision.training_dtype(rule, CPU) is None for rule in precision.RULES)
     assert precision.training_dtype("bf16", CPU) == torch.bfloat16
     with pytest.raises(ConfigError, match="fp16 needs CUDA"):
         precision.training_dtype("fp16", CPU)
 
 
-def test_every_spelling_names_its_dtype_and_the_flag_goes_back():
+def test_every_spelling_names_its_dtype_and_training_takes_the_flags():
     for long, short, dtype in (("float32", "fp32", torch.float32),
-                               ("bfloat16", "bf16", torch.bfloat16), ("float16", "fp16", torch.float16)):
+                               ("bfloat16", "bf16", torch.bfloat16),
+                               ("float16", "fp16", torch.float16)):
         assert precision.SPELLINGS[long] == precision.SPELLINGS[short] == dtype
         assert precision.flag(dtype) == short and precision.NAMES[dtype] == long
     assert precision.flag(None) == "fp32"  # autocast's "none": float32
-
-
-def test_the_training_options_take_the_precisions_that_the_module_names():
-    for value in precision.PRECISIONS:
-        assert TrainConfig(precision=value).precision == value
-    refused = "precision='bfloat16' is not one of auto, gpu-half, fp32, bf16, fp16"
-    with pytest.raises(ConfigError, match=refused):
+    assert all(TrainConfig(precision=value).precision == value for value in precision.PRECISIONS)
+    with pytest.raises(ConfigError, match="precision='bfloat16' is not one of auto, gpu-half, "
+                                          "fp32, bf16, fp16"):
         TrainConfig(precision="bfloat16")
 
 
 def test_no_other_module_keeps_a_table_of_precision_names():
-    """A dict from names to torch's half dtypes anywhere but vitzoo/precision.py is a second owner of the
-    names, which drifts."""
+    """A dict from names to torch's half dtypes anywhere else would be a second owner that
+    drifts."""
     owners = []
     for path in [*(ROOT / "vitzoo").rglob("*.py"), *(ROOT / "benchmarks").rglob("*.py")]:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Dict) and any(isinstance(k, ast.Constant) and isinstance(k.value, str) for k in node.keys) \
-                    and any(isinstance(v, ast.Attribute) and v.attr in ("bfloat16", "float16") for v in node.values):
+            if (isinstance(node, ast.Dict)
+                    and any(isinstance(k, ast.Constant) and isinstance(k.value, str)
+                            for k in node.keys)
+                    and any(isinstance(v, ast.Attribute) and v.attr in ("bfloat16", "float16")
+                            for v in node.values)):
                 owners.append(f"{path.relative_to(ROOT)}:{node.lineno}")
-    source = (ROOT / "vitzoo" / "precision.py").read_text().splitlines()
-    fixed = next(i for i, line in enumerate(source, 1) if line.startswith("FIXED = {"))
+    lines = (ROOT / "vitzoo" / "precision.py").read_text().splitlines()
+    fixed = next(i for i, line in enumerate(lines, 1) if line.startswith("FIXED = {"))
     assert owners == [f"vitzoo/precision.py:{fixed}"], owners

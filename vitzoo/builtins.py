@@ -15,12 +15,8 @@ def vitzoo_stems():
 
 @hookimpl
 def vitzoo_pos_embeds():
-    return {
-        "none": pos_embed.NoPosEmbed,
-        "learned_1d": pos_embed.LearnedPosEmbed1d,
-        "learned_2d": pos_embed.LearnedPosEmbed2d,
-        "relative": pos_embed.RelativePositionBias,
-    }
+    return {"none": pos_embed.NoPosEmbed, "learned_1d": pos_embed.LearnedPosEmbed1d,
+            "learned_2d": pos_embed.LearnedPosEmbed2d, "relative": pos_embed.RelativePositionBias}
 
 
 @hookimpl

@@ -1,5 +1,4 @@
-"""Every error vitzoo raises on purpose, in one leaf module (it imports nothing of vitzoo): each
-names the problem and what to do about it. Catch them from here, or from `vitzoo` itself."""
+"""Every error vitzoo raises on purpose, in one leaf module: each names the problem and the fix."""
 
 from __future__ import annotations
 
@@ -13,7 +12,7 @@ class PluginError(RuntimeError):
 
 
 class InputError(ValueError):
-    """An input tensor that the model cannot take, with what to do about it."""
+    """An input tensor the model cannot take."""
 
 
 class CheckpointError(ValueError):
@@ -25,8 +24,7 @@ class DataError(ValueError):
 
 
 class HubError(RuntimeError):
-    """Talking to the Hub failed; the message names the cause and what to do. `not_cached`: a
-    download failed with no copy in the cache to fall back on (offline, unreachable, timed out)."""
+    """Talking to the Hub failed. `not_cached`: a download failed with no copy in the cache."""
 
     def __init__(self, message: str, not_cached: bool = False) -> None:
         super().__init__(message)
@@ -34,25 +32,21 @@ class HubError(RuntimeError):
 
 
 class ExportError(RuntimeError):
-    """A model that a graph format cannot hold (TorchScript, an ONNX export that failed or disagrees
-    with PyTorch), or an export that cannot be written: the message says why and what works."""
+    """A model a graph format cannot hold, or an export that failed or disagrees with PyTorch."""
 
 
 class DiskFull(OSError):
-    """A write found its disk (or quota) full. The message names the file, the space it needs and
-    what is kept; errno is ENOSPC, so it is caught as any OSError is."""
+    """A write found its disk (or quota) full; errno is ENOSPC, so it is caught as any OSError."""
 
 
 class TrainingDiverged(RuntimeError):
-    """The loss (or gradient norm) became NaN or infinite. `inputs` is True when the normalised
-    images themselves were not finite: the data or its mean/std, not the optimisation, is at fault.
-    `step`: the step it happened at, numbered as the metrics number steps."""
+    """The loss (or gradient norm) became NaN or infinite at `step`; `inputs`: the normalised images
+    themselves were not finite (the data or its mean/std is at fault, not the optimisation)."""
 
     def __init__(self, message: str, inputs: bool = False, step: int | None = None) -> None:
         super().__init__(message)
-        self.inputs = inputs
-        self.step = step
+        self.inputs, self.step = inputs, step
 
 
 __all__ = ["ConfigError", "PluginError", "InputError", "CheckpointError", "DataError", "DiskFull",
-           "HubError", "TrainingDiverged"]
+           "ExportError", "HubError", "TrainingDiverged"]

@@ -123,8 +123,10 @@ def _resolve(name: str | None, weights, options: dict[str, Any], strict: bool) -
         try:
             src = open_source(weights, weight_formats())
         except HubError as exc:
-            if tag is None or not exc.not_cached:
-                raise HubError(f"{tag.name}: {exc}" if tag else str(exc)) from exc
+            if tag is None:
+                raise
+            if not exc.not_cached:  # a wrong revision, token, ...: the Hub's answer says it
+                raise HubError(f"{tag.name}: {exc}") from exc
             raise HubError(f"{tag.name}: {exc}\nTo work offline: HF_HUB_OFFLINE=1 with a cache "
                            f"that holds {tag.hub_id} (`vitzoo pull {tag.hub_id}` once online), "
                            f"or vitzoo.create({tag.name!r}, pretrained=PATH) on a local copy of "

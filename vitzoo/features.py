@@ -1,7 +1,6 @@
 """Feature maps of chosen blocks, as timm's `features_only=True` gives them: `create(name,
 features_only=True, out_indices=...)` returns a `FeatureExtractor`, whose forward is the list of the
-chosen blocks' outputs as (B, D, h, w) maps (a dense-prediction neck reads them as a CNN's), and
-whose `feature_info` answers what timm's FeatureInfo answers (channels, reduction, module per map).
+chosen blocks' outputs as (B, D, h, w) maps, and whose `feature_info` answers as timm's FeatureInfo.
 """
 
 from __future__ import annotations
@@ -13,45 +12,34 @@ from torch import nn
 
 from vitzoo.timm_surface import check_output_format
 
-DEFAULT_OUT_INDICES = 3  # timm's default for a ViT's features_only: the last three blocks
+DEFAULT_OUT_INDICES = 3  # timm's default for a ViT: the last three blocks
 
 
 class FeatureInfo:
-    """Per block (the model's `feature_info`: module, num_chs, reduction), read at the chosen
-    `out_indices` as timm's FeatureInfo reads it: `idx=None` one value per returned map, an int that
-    block's, a list those blocks'. It lists the blocks the pruned model still has."""
+    """The model's `feature_info` (module, num_chs, reduction per block) read as timm's FeatureInfo
+    reads it: `idx=None` one value per returned map, an int that block's, a list those blocks'."""
 
     def __init__(self, info: list[dict[str, Any]], out_indices: Sequence[int]) -> None:
         self.info = [dict(entry, index=i) for i, entry in enumerate(info)]
         self.out_indices = tuple(out_indices)
 
-    def get(self, key: str, idx: int | Sequence[int] | None = None):
-        if idx is None:
-            return [self.info[i][key] for i in self.out_indices]
-        if isinstance(idx, (list, tuple)):
-            return [self.info[i][key] for i in idx]
-        return self.info[idx][key]
-
     def get_dicts(self, keys: Sequence[str] | None = None, idx: int | Sequence[int] | None = None):
         chosen = self.out_indices if idx is None else idx
+        picked = [self.info[i] if keys is None else {k: self.info[i][k] for k in keys}
+                  for i in (chosen if isinstance(chosen, (list, tuple)) else [chosen])]
+        return picked if isinstance(chosen, (list, tuple)) else picked[0]
 
-        def pick(entry: dict[str, Any]) -> dict[str, Any]:
-            return entry if keys is None else {k: entry[k] for k in keys}
-
-        if isinstance(chosen, (list, tuple)):
-            return [pick(self.info[i]) for i in chosen]
-        return pick(self.info[chosen])
+    def get(self, key: str, idx: int | Sequence[int] | None = None):
+        found = self.get_dicts([key], idx)
+        return [d[key] for d in found] if isinstance(found, list) else found[key]
 
     def channels(self, idx: int | Sequence[int] | None = None):
-        """The channels (D) of each map."""
         return self.get("num_chs", idx)
 
     def reduction(self, idx: int | Sequence[int] | None = None):
-        """Input pixels per map cell (the stem's stride)."""
         return self.get("reduction", idx)
 
     def module_name(self, idx: int | Sequence[int] | None = None):
-        """The module whose output each map is (`encoder.blocks.N`)."""
         return self.get("module", idx)
 
     def __getitem__(self, item: int) -> dict[str, Any]:
@@ -64,21 +52,16 @@ class FeatureInfo:
 class FeatureExtractor(nn.Module):
     """A model cut after its last chosen block, returning the chosen blocks' tokens as maps.
 
-    `out_indices` as timm's (an int n: the last n blocks, a list: those, negative from the end);
-    `norm` applies the final LayerNorm to each map (without it the norm is pruned, as timm's);
-    `output_fmt` "NCHW" (B, D, h, w) or "NLC" (B, h * w, D); the class token is dropped. The blocks
-    after the last chosen one and the head are pruned, so `self.model` no longer classifies. The
-    maps follow the input's size (h, w = its size / `feature_info.reduction()`).
-    """
+    `out_indices` as timm's (an int n: the last n blocks, a list: those); `norm` applies the final
+    LayerNorm to each map (without it the norm is pruned, as timm's); `output_fmt` "NCHW" or "NLC";
+    the class token is dropped. The maps follow the input's size."""
 
     def __init__(self, model: nn.Module, out_indices: int | Sequence[int] = DEFAULT_OUT_INDICES,
                  norm: bool = False, output_fmt: str = "NCHW") -> None:
         super().__init__()
         check_output_format(output_fmt)
         self.out_indices = tuple(model.prune_intermediate_layers(out_indices, prune_norm=not norm))
-        self.model = model
-        self.norm = norm
-        self.output_fmt = output_fmt
+        self.model, self.norm, self.output_fmt = model, norm, output_fmt
         self.feature_info = FeatureInfo(model.feature_info, self.out_indices)
 
     def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
@@ -90,6 +73,4 @@ class FeatureExtractor(nn.Module):
         """The preprocessing the weights expect (timm's data helpers read it here too)."""
         return self.model.pretrained_cfg
 
-    @property
-    def default_cfg(self) -> dict[str, Any]:
-        return self.pretrained_cfg
+    default_cfg = pretrained_cfg

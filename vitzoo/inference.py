@@ -1,8 +1,7 @@
 """Inference in the precision a device computes fastest: `for_inference(model)` casts the weights
-once (under autocast every matrix product casts its float32 weight again at every call) and, where
-asked, compiles the model with frozen weights (Inductor folds them into the graph as constants,
-pre-packed for the matrix kernels, and fuses the element-wise work around them).
-`compile_for_inference` and `compile_for_training` are the compiled paths the speed benchmarks time.
+once (autocast would cast them at every call), chooses the attention kernel of that precision and,
+if asked, compiles the model with frozen weights (Inductor folds them into the graph).
+`compile_for_inference` and `compile_for_training` are the compiled paths the benchmarks time.
 """
 
 from __future__ import annotations
@@ -10,11 +9,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from vitzoo.model import choose_attention
 from vitzoo.precision import NAMES, SPELLINGS, Choice, autocast, fastest
 
 
 def _frozen_call(model: nn.Module, x: torch.Tensor, mixed: torch.dtype | None = None):
-    """A call of a compiled model, Inductor's weight freezing on (read when a graph compiles)."""
     import torch._inductor.config as inductor_config
 
     with inductor_config.patch(freezing=True), torch.inference_mode(), autocast(x.device, mixed):
@@ -23,8 +22,8 @@ def _frozen_call(model: nn.Module, x: torch.Tensor, mixed: torch.dtype | None = 
 
 def compile_for_inference(model: nn.Module, example: torch.Tensor,
                           autocast: torch.dtype | None = None, mode: str | None = None):
-    """The model compiled for inference with frozen weights, warmed up on `example`. Call it under
-    `torch.inference_mode()` (and the same autocast dtype); other input shapes compile again."""
+    """The model compiled for inference with frozen weights, warmed up on `example`; call it under
+    `torch.inference_mode()` (and the same autocast dtype). Other input shapes compile again."""
     compiled = torch.compile(model.eval(), mode=mode, dynamic=False)
     _frozen_call(compiled, example, autocast)
     return compiled
@@ -36,9 +35,7 @@ def compile_for_training(model: nn.Module, mode: str | None = None) -> nn.Module
 
 
 class Inference(nn.Module):
-    """A model whose weights were cast to `choice.dtype` once: floating images are cast to it
-    (others go to the model, whose input check refuses them), every call runs without autograd,
-    outputs are in that dtype."""
+    """A model cast to `choice.dtype` once: images are cast to it, calls run without autograd."""
 
     def __init__(self, model: nn.Module, choice: Choice, compiled: bool) -> None:
         super().__init__()
@@ -59,17 +56,10 @@ class Inference(nn.Module):
 
 def for_inference(model: nn.Module, precision: torch.dtype | str = "auto",
                   compile: bool = False) -> Inference:
-    """`model` for inference, converted in place (eval mode, parameters frozen and cast:
-    `copy.deepcopy` it first to keep the float32 model).
-
-    `precision`: "auto" (the default) is what the model's device computes fastest
-    (`vitzoo.precision.fastest`); or a dtype or its name (float32/fp32, bfloat16/bf16,
-    float16/fp16).
-    Every tensor runs in it, the residual stream included (under autocast it would stay in float32).
-    `compile=True` compiles the model with frozen weights at the first call (tens of seconds on a
-    small CPU; each new input shape compiles again); off by default: eager needs no compiler and no
-    wait.
-    """
+    """`model` for inference, converted in place (eval mode, parameters frozen and cast: deepcopy
+    it first to keep it). `precision`: "auto", what its device computes fastest, or a dtype or
+    its name (float32/fp32, bfloat16/bf16, float16/fp16). `compile=True` compiles it with frozen
+    weights at the first call (each new input shape again)."""
     if not isinstance(compile, bool):
         raise ValueError(f"compile={compile!r}: use True or False")
     device = next(model.parameters(), torch.empty(0)).device
@@ -78,10 +68,11 @@ def for_inference(model: nn.Module, precision: torch.dtype | str = "auto",
     else:
         dtype = SPELLINGS.get(precision) if isinstance(precision, str) else precision
         if not isinstance(dtype, torch.dtype) or dtype not in NAMES:
-            choices = ", ".join(SPELLINGS)
-            raise ValueError(f"precision={precision!r}: use 'auto' or one of {choices}")
+            raise ValueError(f"precision={precision!r}: use 'auto' or one of "
+                             + ", ".join(SPELLINGS))
         choice = Choice(dtype, "asked for")
     model = model.eval().requires_grad_(False).to(choice.dtype)
+    choose_attention(model, device, choice.dtype)
     if compile:
         model.compile(dynamic=False)  # in place: the state dict keeps its keys
     return Inference(model, choice, compile)

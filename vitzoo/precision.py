@@ -1,12 +1,11 @@
 """Numeric precision in one place: the names `--precision` and `for_inference` take, and the rule of
-which precision a device computes fastest in, read from what the device reports (nothing is timed).
+which precision a device computes fastest in, read from what it reports (nothing is timed):
 
-- A CUDA GPU: bf16 where it computes bf16 natively (A100, H100 and later), fp16 where bf16 is only
-  emulated (T4, V100: several times slower than their fp16).
-- A CPU: bf16 where it has bf16 matrix instructions (amx_bf16 or avx512_bf16), float32 otherwise.
+- a CUDA GPU: bf16 where native (A100, H100 and later), fp16 where bf16 is emulated (T4, V100);
+- a CPU: bf16 where it has bf16 matrix instructions (amx_bf16 or avx512_bf16), else float32;
 - MPS: bf16.
-- Training (`training_dtype`): `auto` is the GPU's half precision on CUDA and float32 elsewhere,
-  so that a run on a CPU computes the same numbers on every CPU; `--precision bf16` asks for bf16.
+Training's `auto` is the GPU's half precision on CUDA and float32 elsewhere, so that a run on a CPU
+computes the same numbers on every CPU; `--precision bf16` asks for bf16.
 """
 
 from __future__ import annotations
@@ -25,41 +24,43 @@ PRECISIONS = (*RULES, *FIXED)
 NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 SPELLINGS = {**{long: dtype for dtype, long in NAMES.items()},  # a dtype's names: long and short
              **{short: dtype or torch.float32 for short, dtype in FIXED.items()}}
-CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")  # a CPU with either computes bf16 products natively
+CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 
 
 def flag(dtype: torch.dtype | None) -> str:
-    """The fixed --precision value that computes in `dtype` (None or float32: "fp32")."""
+    """The --precision value of `dtype` (None or float32: "fp32")."""
     dtype = None if dtype == torch.float32 else dtype
     return next(short for short, autocast_dtype in FIXED.items() if autocast_dtype == dtype)
 
 
 def autocast(device: torch.device | str, dtype: torch.dtype | None) -> torch.autocast:
-    """Mixed precision in `dtype` on `device` (a device or its type); none for `dtype` None:
-    float32, even inside an outer autocast."""
+    """Mixed precision in `dtype` on `device` (or its type); float32 for None, even inside an outer
+    autocast."""
     device_type = device if isinstance(device, str) else device.type
     return torch.autocast(device_type, dtype=dtype or torch.float32, enabled=dtype is not None)
 
 
-def sum_dtype(device: torch.device) -> torch.dtype:
-    """The dtype of sums kept on `device`: float64, except on MPS, which has no float64."""
+def sum_dtype(device: torch.device) -> torch.dtype:  # of sums kept on a device (MPS: no f64)
     return torch.float32 if device.type == "mps" else torch.float64
 
 
-def native_bf16(device: torch.device) -> bool:
-    """Whether the CUDA `device` computes bf16 natively (T4s and V100s only emulate it)."""
+def native_bf16(device: torch.device) -> bool:  # T4s and V100s only emulate it
     with torch.cuda.device(device):
         return torch.cuda.is_bf16_supported(including_emulation=False)
 
 
-def gpu_half(device: torch.device) -> torch.dtype:
-    """The half precision of a CUDA `device`: bf16 where native, fp16 where bf16 is emulated."""
+def gpu_half(device: torch.device) -> torch.dtype:  # of a CUDA device
     return torch.bfloat16 if native_bf16(device) else torch.float16
 
 
+def half_of(device: torch.device | str) -> torch.dtype:
+    """The half precision the benchmarks time on `device`: a CUDA GPU's `gpu_half`, else bf16."""
+    device = torch.device(device)
+    return gpu_half(device) if device.type == "cuda" else torch.bfloat16
+
+
 def cpu_flags() -> frozenset[str]:
-    """The CPU's instruction-set flags (Linux: /proc/cpuinfo's flags, or Features on ARM); none
-    elsewhere."""
+    """The CPU's instruction-set flags (Linux: /proc/cpuinfo's flags, or Features on ARM)."""
     try:
         info = Path("/proc/cpuinfo").read_text()
     except OSError:
@@ -70,9 +71,7 @@ def cpu_flags() -> frozenset[str]:
 
 
 @dataclasses.dataclass(frozen=True)
-class Choice:
-    """A precision and what the device reported that picked it."""
-
+class Choice:  # a precision, and what the device reported that picked it
     dtype: torch.dtype
     reason: str
 
@@ -81,31 +80,24 @@ class Choice:
 
 
 def fastest(device: torch.device | str, flags: frozenset[str] | None = None) -> Choice:
-    """The precision `device` computes fastest in, by the rule above (`flags`: the CPU's, read from
-    this machine where None)."""
+    """The precision `device` computes fastest in, by the rule above (`flags`: the CPU's, this
+    machine's where None)."""
     device = torch.device(device)
     if device.type == "cuda":
-        native = gpu_half(device) == torch.bfloat16
-        return Choice(torch.bfloat16 if native else torch.float16,
-                      "the GPU computes bf16 natively" if native else "the GPU only emulates bf16")
-    if device.type == "cpu":
-        have = sorted(set(CPU_BF16_FLAGS) & (cpu_flags() if flags is None else flags))
-        if have:
-            return Choice(torch.bfloat16, f"the CPU has {' and '.join(have)}")
-        return Choice(torch.float32, f"the CPU has neither {' nor '.join(CPU_BF16_FLAGS)}")
-    return Choice(torch.bfloat16, f"{device.type} computes bf16")
-
-
-def half_of(device: torch.device | str) -> torch.dtype:
-    """The half precision the benchmarks time on `device`: a CUDA GPU's `gpu_half`, else bf16."""
-    device = torch.device(device)
-    return gpu_half(device) if device.type == "cuda" else torch.bfloat16
+        if gpu_half(device) == torch.bfloat16:
+            return Choice(torch.bfloat16, "the GPU computes bf16 natively")
+        return Choice(torch.float16, "the GPU only emulates bf16")
+    if device.type != "cpu":
+        return Choice(torch.bfloat16, f"{device.type} computes bf16")
+    have = sorted(set(CPU_BF16_FLAGS) & (cpu_flags() if flags is None else flags))
+    if have:
+        return Choice(torch.bfloat16, f"the CPU has {' and '.join(have)}")
+    return Choice(torch.float32, f"the CPU has neither {' nor '.join(CPU_BF16_FLAGS)}")
 
 
 def training_dtype(precision: str, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype (None: float32) that `--precision` `precision` trains in on `device`: a
-    rule (`auto`, `gpu-half`) is the GPU's half precision on CUDA and float32 elsewhere; a fixed
-    value is itself, fp16 only on CUDA (the CPU's autocast has none)."""
+    """The autocast dtype (None: float32) `--precision` trains in on `device`: a rule is the GPU's
+    half precision on CUDA and float32 elsewhere; a fixed value is itself (fp16 on CUDA only)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision={precision!r} is not one of {', '.join(PRECISIONS)}")
     if precision in RULES:
@@ -113,7 +105,3 @@ def training_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     if precision == "fp16" and device.type != "cuda":
         raise ConfigError("--precision fp16 needs CUDA (use bf16 or fp32)")
     return FIXED[precision]
-
-
-__all__ = ["FIXED", "NAMES", "PRECISIONS", "RULES", "SPELLINGS", "Choice", "autocast", "cpu_flags",
-           "fastest", "flag", "gpu_half", "half_of", "native_bf16", "sum_dtype", "training_dtype"]

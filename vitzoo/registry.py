@@ -43,15 +43,18 @@ class Registry:
         self._tables: dict[str, dict[str, Any]] | None = None
         self.pm.register(builtins, name="vitzoo.builtins")
         if autoload if autoload is not None else not env_flag(DISABLE_AUTOLOAD_ENV):
-            for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-                try:  # one at a time: a broken plugin hides no other
-                    self.pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP, name=ep.name)
-                except Exception as exc:  # noqa: BLE001 - any failure of foreign code
-                    self.failed_plugins[ep.name] = f"{type(exc).__name__}: {exc}"
-                    warnings.warn(f"vitzoo plugin {ep.name!r} ({ep.value}) failed to load and is "
-                                  f"skipped: {self.failed_plugins[ep.name]}", RuntimeWarning,
-                                  stacklevel=2)
+            self._load_entry_points()
         self._check_hook_names()
+
+    def _load_entry_points(self) -> None:
+        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            try:  # one at a time: a broken plugin hides no other
+                self.pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP, name=ep.name)
+            except Exception as exc:  # noqa: BLE001 - any failure of foreign code
+                self.failed_plugins[ep.name] = f"{type(exc).__name__}: {exc}"
+                warnings.warn(f"vitzoo plugin {ep.name!r} ({ep.value}) failed to load and is "
+                              f"skipped: {self.failed_plugins[ep.name]}", RuntimeWarning,
+                              stacklevel=3)
 
     def register(self, plugin: object, name: str | None = None) -> str:
         """A module or object with hookimpls registered (or refused whole); returns its name."""

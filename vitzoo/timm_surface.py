@@ -1,8 +1,6 @@
-"""What a timm user reaches for on a model, with timm's names and meaning: intermediate features for
-dense tasks (`forward_intermediates`), the preprocessing config that `timm.data.resolve_data_config`
-reads (`pretrained_cfg`), the classifier, and the parameter groups of layer-wise learning-rate decay
-(`group_matcher`). `VisionTransformer` takes it as a base; it reads the model's own parts only.
-"""
+"""What a timm user reaches for on a ViT, with timm's names and meaning: intermediate features
+(`forward_intermediates`), the preprocessing timm's data helpers read (`pretrained_cfg`), the
+classifier, and the groups of layer-wise learning-rate decay (`group_matcher`)."""
 
 from __future__ import annotations
 
@@ -17,15 +15,12 @@ OUTPUT_FORMATS = ("NCHW", "NLC")
 
 
 def take_indices(blocks: int, indices: int | Sequence[int] | None) -> list[int]:
-    """The blocks to take, as timm counts them: None every block, an int n the last n, a sequence
-    those (negative from the end)."""
-    if indices is None:
-        indices = blocks
-    if isinstance(indices, int):
-        if not 0 < indices <= blocks:
-            raise ValueError(f"indices={indices}: take the last 1 to {blocks} blocks, or name them "
-                             "in a list")
-        return list(range(blocks - indices, blocks))
+    """The blocks to take, as timm counts them: None all, an int n the last n, a sequence those
+    (negative from the end)."""
+    if isinstance(indices, int) and not 0 < indices <= blocks:
+        raise ValueError(f"indices={indices}: take the last 1 to {blocks} blocks, or list them")
+    if indices is None or isinstance(indices, int):
+        return list(range(blocks - (indices or blocks), blocks))
     taken = [i + blocks if i < 0 else i for i in indices]
     if any(not 0 <= i < blocks for i in taken):
         raise ValueError(f"indices={list(indices)}: the model has blocks 0 to {blocks - 1} "
@@ -45,11 +40,10 @@ class TimmSurface:
                               return_prefix_tokens: bool = False, norm: bool = False,
                               stop_early: bool = False, output_fmt: str = "NCHW",
                               intermediates_only: bool = False):
-        """The tokens after the encoder blocks `indices` (None all, n the last n, a list those), as
-        (B, D, h, w) maps ("NCHW") or (B, h * w, D) tokens ("NLC"), the class token apart
-        (`return_prefix_tokens`: pairs of (features, prefix tokens)); `norm` applies the final
-        LayerNorm to each. Returns (the final normed tokens, the intermediates), or the
-        intermediates alone; `stop_early` runs no block after the last one taken."""
+        """The tokens after the blocks `indices`, as (B, D, h, w) maps ("NCHW") or (B, h * w, D)
+        ("NLC"), the class token apart (`return_prefix_tokens`: (features, prefix) pairs); `norm`
+        applies the final LayerNorm to each. Returns (the final normed tokens, the intermediates),
+        or the intermediates alone; `stop_early` runs no block after the last one taken."""
         check_output_format(output_fmt)
         taken = take_indices(len(self.encoder.blocks), indices)
         tokens, (h, w) = self.embed(x)
@@ -68,20 +62,18 @@ class TimmSurface:
 
     @property
     def feature_info(self) -> list[dict[str, Any]]:
-        """Per encoder block, as timm's ViT lists them: the module, its channels (D) and its
-        reduction (input pixels per token: an int, or (height, width) when they differ)."""
+        """Per block, as timm's ViT: the module, its channels (D), its pixels per token."""
         sh, sw = self.stride
-        reduction = sh if sh == sw else (sh, sw)
         return [{"module": f"encoder.blocks.{i}", "num_chs": self.config.embed_dim,
-                 "reduction": reduction} for i in range(len(self.encoder.blocks))]
+                 "reduction": sh if sh == sw else (sh, sw)}
+                for i in range(len(self.encoder.blocks))]
 
     def prune_intermediate_layers(self, indices: int | Sequence[int] = 1, prune_norm: bool = False,
                                   prune_head: bool = True) -> list[int]:
-        """Drop what the blocks `indices` do not need, in place, as timm's ViT does: the blocks
-        after the last one taken; the final LayerNorm (`prune_norm`); fc_norm and the head
-        (`prune_head`: no classes, a linear head). Returns the indices from the first block. The
-        config follows (depth, num_classes, head); a model whose final norm or fc_norm was pruned
-        holds less than any config describes, and `save_pretrained` refuses it."""
+        """Drop what the blocks `indices` do not need, in place, as timm's ViT does: the later
+        blocks, the final LayerNorm (`prune_norm`), fc_norm and the head (`prune_head`). Returns
+        the indices from the first block. Without its norms a model is not saved (no config
+        describes it)."""
         taken = take_indices(len(self.encoder.blocks), indices)
         kept = max(taken) + 1
         self.encoder.blocks = self.encoder.blocks[:kept]
@@ -101,30 +93,21 @@ class TimmSurface:
         return taken
 
     def check_describable(self, action: str) -> None:
-        """An ExportError for `action` when pruning left the model holding less than its config."""
-        pruned = getattr(self, "pruned_parts", None)
-        if pruned:
+        if getattr(self, "pruned_parts", None):  # pruning left less than the config describes
             raise ExportError(f"cannot {action} this model: prune_intermediate_layers removed "
-                              f"{' and '.join(pruned)}, which no config can describe; save the "
-                              "model before pruning it, or prune without them")
+                              f"{' and '.join(self.pruned_parts)}, which no config describes; "
+                              "save the model before pruning it, or prune without them")
 
-    def __prepare_scriptable__(self):
-        """torch.jit.script's first call on a module: refused with the reason."""
-        raise ExportError(
-            "torch.jit.script cannot compile a vitzoo model: its parts are looked up by name at "
-            "run time and their forward methods take Python options (token grids, optional "
-            "outputs) TorchScript does not type. Use torch.jit.trace(model, example) for a fixed "
-            "input size, torch.export.export or torch.compile, or "
-            "vitzoo.export_onnx(model, 'model.onnx')")
+    def __prepare_scriptable__(self):  # torch.jit.script's first call on a module
+        raise ExportError("torch.jit.script cannot compile a vitzoo model (its parts take Python "
+                          "options TorchScript does not type): use torch.jit.trace, "
+                          "torch.export.export, torch.compile or vitzoo.export_onnx")
 
     @property
     def num_features(self) -> int:
-        """The width of the features the head reads (timm's name)."""
         return self.config.embed_dim
 
-    @property
-    def embed_dim(self) -> int:
-        return self.config.embed_dim
+    embed_dim = num_features
 
     @property
     def num_classes(self) -> int:
@@ -132,8 +115,7 @@ class TimmSurface:
 
     @property
     def pretrained_cfg(self) -> dict[str, Any]:
-        """The preprocessing the weights expect, as the `pretrained_cfg` that
-        `timm.data.resolve_data_config({}, model=model)` reads."""
+        """The preprocessing the weights expect, as `timm.data.resolve_data_config` reads it."""
         config, tag = self.config, self.pretrained_tag
         return {"input_size": (config.in_chans, *config.img_size),
                 "interpolation": config.interpolation, "crop_pct": config.crop_pct,
@@ -143,13 +125,9 @@ class TimmSurface:
                 "classifier": "head.fc",
                 **({"tag": tag.tag, "hf_hub_id": tag.hub_id} if tag is not None else {})}
 
-    @property
-    def default_cfg(self) -> dict[str, Any]:
-        """timm's other name of `pretrained_cfg`."""
-        return self.pretrained_cfg
+    default_cfg = pretrained_cfg  # timm's other name
 
-    def get_classifier(self) -> nn.Module:
-        """The final classifier layer (nn.Identity with no classes)."""
+    def get_classifier(self) -> nn.Module:  # nn.Identity with no classes
         return getattr(self.head, "fc", self.head)
 
     def group_matcher(self, coarse: bool = False) -> dict[str, Any]:

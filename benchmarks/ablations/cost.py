@@ -1,55 +1,50 @@
-"""Computational cost (paper Figure 12, Appendix D.5): inference speed and the largest batch that
-fits, against input size, for the named models on the current device.
-
-On CUDA the largest batch is found by trying (doubling, then bisecting on out-of-memory). On a CPU
-nothing runs out of memory gracefully, so each point runs in a child process that reports its peak
-resident memory for two batch sizes; the largest batch is extrapolated from the per-image slope
-within a memory budget (stated in the table). The children fork from a server that imported torch
-and vitzoo once (an interpreter and its imports per child: 3 CPU seconds each, 28 in the rehearsal).
-"""
+"""Computational cost (Appendix D.5, Figure 12): inference speed and the largest batch that fits,
+against input size, for the named models on this device. On CUDA the largest batch is found by
+trying; on a CPU it is extrapolated from the peak resident memory of two batch sizes, each
+measured in a fresh process, within a memory budget."""
 
 from __future__ import annotations
 
-import json
 import multiprocessing
-import sys
 import time
-from pathlib import Path
+from concurrent.futures import ProcessPoolExecutor
 
 import torch
 
 import vitzoo
 from benchmarks.figures import plt
-from benchmarks.spec import Ablation, Cell, Scale
-from benchmarks.suite import Run, markdown_image, markdown_table, peak_memory_growth_gb, save_figure
+from benchmarks.spec import Ablation, Cell
+from benchmarks.suite import markdown_image, markdown_table, peak_memory_growth_gb, save_figure
 from vitzoo.train.distributed import pick_device
 
-MODELS = {
-    "cpu": ["vit_b32", "vit_b16", "vit_l32", "vit_b16_hybrid", "vit_l16"],
-    "paper": ["vit_b32", "vit_l32", "vit_b16", "vit_l16", "vit_h14", "vit_b16_hybrid", "vit_l32_hybrid"],
-}
-# the rehearsal's two sizes are every model's at 224 and 448, shrunk with the model (32 and 64 px)
+MODELS = {"cpu": ["vit_b32", "vit_b16", "vit_l32", "vit_b16_hybrid", "vit_l16"],
+          "paper": ["vit_b32", "vit_l32", "vit_b16", "vit_l16", "vit_h14", "vit_b16_hybrid",
+                    "vit_l32_hybrid"]}
+# the rehearsal's sizes are 224 and 448 px, shrunk with the model
 SIZES = {"cpu": [64, 128, 224, 384], "paper": [64, 128, 224, 384, 512], "rehearsal": [224, 448]}
 CPU_MEMORY_BUDGET_GB = 16.0
+BATCH_CAP = 4096  # the largest batch tried on a GPU: one that fits is "at least" this
+# peak resident memory moves by up to ~20 MB between runs of one forward: a smaller growth is noise
+MEMORY_RESOLUTION_GB = 32 / 1024
 
 
-def sizes_for(name: str, sizes: list[int]) -> list[int]:
-    stride = vitzoo.create(name, device="meta").stride[0]
-    return [s for s in sizes if s % stride == 0 and s >= 2 * stride]
-
-
-def cells(scale: Scale) -> list[Cell]:
-    """Each named model at each input size its stride divides; inference at batch 8 in float32."""
+def cells(scale) -> list[Cell]:
+    """Each named model at each input size its stride divides; inference in float32."""
     kind = "paper" if scale.cells == "paper" else "cpu"
-    models, sizes = (["vit_s32"], [64]) if scale.name == "quick" else (MODELS[kind], SIZES.get(scale.name, SIZES[kind]))
-    batch = 2 if scale.name == "quick" else 8
-    return [Cell(name, {"model": name, "img_size": size}, {"img_size": size}, {"batch": batch, "dtype": "float32"},
-                 model=name, inherit=False)
-            for name in models for size in sizes_for(name, sizes)]
+    quick = scale.name == "quick"
+    models = ["vit_s32"] if quick else MODELS[kind]
+    sizes = [64] if quick else SIZES.get(scale.name, SIZES[kind])
+    train = {"batch": 2 if quick else 8, "dtype": "float32"}
+    out = []
+    for name in models:
+        stride = vitzoo.create(name, device="meta").stride[0]
+        out += [Cell(name, {"model": name, "img_size": size}, {"img_size": size}, train, model=name,
+                     inherit=False) for size in sizes if size % stride == 0 and size >= 2 * stride]
+    return out
 
 
 def synchronize(device: torch.device) -> None:
-    """Wait for `device`'s queued work (CUDA runs asynchronously), on that device, not the current one."""
+    """Wait for `device`'s queued work (on that device, not the current one)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
@@ -67,11 +62,9 @@ def images_per_second(model: torch.nn.Module, x: torch.Tensor, reps: int) -> lis
     return rates
 
 
-BATCH_CAP = 4096  # the largest batch tried on a GPU: a model that fits it is reported as "at least" this
-
-
 def largest_cuda_batch(model: torch.nn.Module, size: int, limit: int = BATCH_CAP) -> int:
-    """The largest inference batch that fits on the model's GPU, up to `limit`."""
+    """The largest inference batch that fits on the model's GPU, up to `limit`: doubling, then
+    bisection."""
     device = next(model.parameters()).device
 
     def fits(batch: int) -> bool:
@@ -86,8 +79,7 @@ def largest_cuda_batch(model: torch.nn.Module, size: int, limit: int = BATCH_CAP
             if device.type == "cuda":
                 torch.cuda.empty_cache()
 
-    good, bad = 0, None
-    batch = 1
+    good, batch = 0, 1
     while batch <= limit and fits(batch):
         good, batch = batch, batch * 2
     bad = min(batch, limit + 1)
@@ -98,7 +90,7 @@ def largest_cuda_batch(model: torch.nn.Module, size: int, limit: int = BATCH_CAP
 
 
 def probe(name: str, options: dict, batch: int) -> dict:
-    """In a fresh process: resident memory of the model, and the peak a forward at `batch` adds."""
+    """The model's weights, and the peak resident memory a forward at `batch` adds."""
     model = vitzoo.create(name, **options).eval()
     x = torch.randn(batch, 3, *model.config.img_size)
 
@@ -110,94 +102,61 @@ def probe(name: str, options: dict, batch: int) -> dict:
             "peak_gb": peak_memory_growth_gb(forward)}
 
 
-# Peak resident memory moves by up to ~20 MB between runs of the same forward (pages, the allocator's
-# caches): a growth between the two batches below this is not told from noise
-MEMORY_RESOLUTION_GB = 32 / 1024
-
-
-def _probe_into(connection, name: str, options: dict, batch: int) -> None:  # the child of `probed`
-    connection.send(probe(name, options, batch))
-    connection.close()
-
-
-def probed(name: str, options: dict, batch: int) -> dict:
-    """`probe` in a process of its own, forked from a fork server (the one the launcher uses, or one
-    started here with the same imports): a fresh process for the memory it measures, without a fresh
-    interpreter importing torch."""
-    from benchmarks.runner import PRELOAD
-
-    if "forkserver" in multiprocessing.get_all_start_methods():
-        multiprocessing.set_forkserver_preload([*PRELOAD, __name__])  # read only if no server runs yet
-        context = multiprocessing.get_context("forkserver")
-    else:
-        context = multiprocessing.get_context("spawn")
-    receive, send = context.Pipe(duplex=False)
-    child = context.Process(target=_probe_into, args=(send, name, options, batch))
-    child.start()
-    send.close()
-    try:
-        return receive.recv()
-    except EOFError:
-        child.join()
-        raise RuntimeError(f"the memory probe of {name} at batch {batch} ended without a result (exit code "
-                           f"{child.exitcode}; its error is above)") from None
-    finally:
-        child.join()
-
-
 def cpu_largest_batch(name: str, options: dict, batch: int) -> dict:
-    return extrapolated(*[(b, probed(name, options, b)) for b in (max(1, batch // 4), batch)])
+    points = []
+    for b in (max(1, batch // 4), batch):  # each in a fresh process: its peak is its own
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            points.append((b, pool.submit(probe, name, options, b).result()))
+    return extrapolated(*points)
 
 
-def extrapolated(small: tuple[int, dict], large: tuple[int, dict], budget_gb: float = CPU_MEMORY_BUDGET_GB) -> dict:
-    """The largest batch within `budget_gb`, from the peak memory of a forward at two batch sizes. A growth
-    under the resolution gives a lower bound ("resolved": False): a per-image cost at most the resolution's."""
+def extrapolated(small: tuple[int, dict], large: tuple[int, dict],
+                 budget_gb: float = CPU_MEMORY_BUDGET_GB) -> dict:
+    """The largest batch within `budget_gb` from the peak memory at two batch sizes; a growth
+    under the resolution gives a lower bound ("resolved": False)."""
     (b1, p1), (b2, p2) = small, large
     growth = p2["peak_gb"] - p1["peak_gb"]
-    resolved = growth >= MEMORY_RESOLUTION_GB
     per_image = max(growth, MEMORY_RESOLUTION_GB) / max(b2 - b1, 1)
     fixed = p2["weights_gb"] + max(p2["peak_gb"] - per_image * b2, 0.0)
-    return {"largest_batch": int((budget_gb - fixed) // per_image), "resolved": resolved, "growth_gb": growth,
+    return {"largest_batch": int((budget_gb - fixed) // per_image),
+            "resolved": growth >= MEMORY_RESOLUTION_GB, "growth_gb": growth,
             "per_image_gb": per_image, "fixed_gb": fixed, "memory_budget_gb": budget_gb}
 
 
-def measure(run: Run, device: str, out: Path | None = None) -> dict:
-    """Inference speed and the largest batch of the run's model (`out`: nothing is trained or written)."""
+def measure(run, device: str, out=None) -> dict:
+    """Inference speed and the largest batch of the run's model; nothing is trained."""
     name, options, batch = run.config["model"], run.config["options"], run.config["train"]["batch"]
-    where = pick_device(device)  # `auto` becomes a real device; cuda:1 stays cuda:1
-    model = vitzoo.create(name, **options).eval().to(where)  # the named model at a size (shrunk at the rehearsal)
+    where = pick_device(device)
+    model = vitzoo.create(name, **options).eval().to(where)
     size = model.config.img_size[0]
     rates = images_per_second(model, torch.randn(batch, 3, size, size, device=where), reps=3)
-    median = sorted(rates)[len(rates) // 2]
-    memory = (
-        {"largest_batch": largest_cuda_batch(model, size), "batch_cap": BATCH_CAP} if where.type == "cuda"
-        else cpu_largest_batch(name, options, batch)
-    )
-    info = vitzoo.count_params(model)
-    return {"metrics": {"images_per_s": median, "images_per_s_all": rates, "measured_on": str(where), **memory},
-            "params": info}
+    memory = ({"largest_batch": largest_cuda_batch(model, size), "batch_cap": BATCH_CAP}
+              if where.type == "cuda" else cpu_largest_batch(name, options, batch))
+    return {"metrics": {"images_per_s": sorted(rates)[len(rates) // 2], "images_per_s_all": rates,
+                        "measured_on": str(where), **memory}, "params": vitzoo.count_params(model)}
 
 
 def largest_batch(metrics: dict) -> str | int:
-    """The largest batch as measured: one that reached the cap that was tried is "at least" the cap, and
-    one whose memory growth the CPU's probe did not resolve is "at least" its lower bound."""
+    """As measured: "at least" the cap where it fitted, or the CPU's unresolved lower bound."""
     cap = metrics.get("batch_cap")
     if cap is not None and metrics["largest_batch"] >= cap:
         return f"at least {cap}"
-    return f"at least {metrics['largest_batch']}" if metrics.get("resolved") is False else metrics["largest_batch"]
+    unresolved = metrics.get("resolved") is False
+    return f"at least {metrics['largest_batch']}" if unresolved else metrics["largest_batch"]
 
 
-def report(records: list[dict], out: Path) -> str:
+def report(records: list[dict], out) -> str:
     pyplot = plt()
-    models = list(dict.fromkeys(r["config"]["model"] for r in records))
     fig, (left, right) = pyplot.subplots(1, 2, figsize=(10, 4))
     rows = []
-    for name in models:
-        mine = sorted((r for r in records if r["config"]["model"] == name), key=lambda r: r["group"]["img_size"])
+    for name in dict.fromkeys(r["config"]["model"] for r in records):
+        mine = sorted((r for r in records if r["config"]["model"] == name),
+                      key=lambda r: r["group"]["img_size"])
         sizes = [r["group"]["img_size"] for r in mine]
         left.plot(sizes, [r["metrics"]["images_per_s"] for r in mine], "o-", label=name)
         right.plot(sizes, [r["metrics"]["largest_batch"] for r in mine], "o-", label=name)
-        rows += [[name, r["group"]["img_size"], r["metrics"]["images_per_s"], largest_batch(r["metrics"])] for r in mine]
+        rows += [[name, r["group"]["img_size"], r["metrics"]["images_per_s"],
+                  largest_batch(r["metrics"])] for r in mine]
     for ax, title in ((left, "inference speed (images/s)"), (right, "largest batch")):
         ax.set_xscale("log")
         ax.set_yscale("log")
@@ -207,29 +166,27 @@ def report(records: list[dict], out: Path) -> str:
     save_figure(fig, out / "cost.png")
     pyplot.close(fig)
     device = records[0]["metrics"].get("measured_on", records[0]["device"]) if records else "?"
-    budget = (f" On the GPU the largest batch is found by trying batches up to {BATCH_CAP}: \"at least {BATCH_CAP}\" is "
-              "a model that fitted every batch tried." if device.startswith("cuda") else (
-        f" On the CPU the largest batch is extrapolated from the measured peak resident memory at two batch "
-        f"sizes, within a {CPU_MEMORY_BUDGET_GB:.0f} GB budget; where the peak grew by less than "
-        f"{MEMORY_RESOLUTION_GB * 1024:.0f} MB between them (run-to-run noise) it is a lower bound, \"at least\"."))
-    return (
-        f"Inference at batch {records[0]['config']['train']['batch'] if records else '?'}, float32, on `{device}`."
-        + budget + "\n\n" + markdown_table(["model", "input px", "images/s", "largest batch"], rows)
-        + "\n\n" + markdown_image("cost.png")
-    )
+    if device.startswith("cuda"):
+        how = (f" On the GPU the largest batch is found by trying batches up to {BATCH_CAP}: \"at "
+               f"least {BATCH_CAP}\" is a model that fitted every batch tried.")
+    else:
+        how = (" On the CPU the largest batch is extrapolated from the measured peak resident "
+               f"memory at two batch sizes, within a {CPU_MEMORY_BUDGET_GB:.0f} GB budget; where "
+               f"the peak grew by less than {MEMORY_RESOLUTION_GB * 1024:.0f} MB between them "
+               "(run-to-run noise) it is a lower bound, \"at least\".")
+    batch = records[0]["config"]["train"]["batch"] if records else "?"
+    return (f"Inference at batch {batch}, float32, on `{device}`.{how}\n\n"
+            + markdown_table(["model", "input px", "images/s", "largest batch"], rows)
+            + "\n\n" + markdown_image("cost.png"))
 
 
 SPEC = Ablation(
     name="cost",
     title="Computational cost (Appendix D.5, Figure 12)",
     cells=cells,
-    seeds=lambda scale: 1,  # a timing, not a training: its spread is in images_per_s_all
+    seeds=1,  # a timing, not a training: its spread is in images_per_s_all
     measure=measure,
     report=report,
-    parallel=False,  # a speed measurement must have the machine to itself
+    parallel=False,  # a timing must have the machine to itself
     trains=False,
 )
-
-
-if __name__ == "__main__":  # one probe by hand: python -m benchmarks.ablations.cost MODEL OPTIONS_JSON BATCH
-    print(json.dumps(probe(sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]))))

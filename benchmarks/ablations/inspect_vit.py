@@ -1,203 +1,189 @@
-"""Inspecting trained models (paper section 4.5): mean attention distance per head against depth
-(Figure 11), cosine similarity of position embeddings (Figure 7 centre), principal components of the
-patch-embedding filters (Figure 7 left), and attention rollout on test images (Figure 6).
-
-The ablation `inspect` (`python -m benchmarks inspect`, results in `benchmarks/results/inspect/`); the
-analyses it draws are `vitzoo.analysis`'s."""
+"""Inspecting trained models (section 4.5): mean attention distance per head against depth
+(Figure 11), position-embedding similarity and the patch filters' principal components (Figure 7),
+attention rollout (Figure 6), drawn with `vitzoo.analysis`. The ablation `inspect`."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import torch
 
 from benchmarks.figures import plt, save_figure
-from benchmarks.spec import Ablation, Cell, Finding, Scale
-from benchmarks.suite import Run
+from benchmarks.spec import Ablation, Cell, Finding
 from benchmarks.training import evaluate_per_epoch, train
 from benchmarks.verdict import POSITIVE
-from vitzoo.analysis import attention_rollout, mean_attention_distance, patch_embedding_components, position_embedding_similarity
+from vitzoo.analysis import (attention_rollout, mean_attention_distance, patch_embedding_components,
+                             position_embedding_similarity)
 from vitzoo.data import build_transform, load_split
 
-TRAINED_LONGER = 2  # times the scale's epochs: the analyses are of trained models, not of a model still learning
+TRAINED_LONGER = 2  # times the scale's epochs: the analyses are of trained models
+GRID = 8  # the token grid Figure 11's local and global heads need: half of ViT-L/16's 14 x 14
 
 
-def cells(scale: Scale) -> list[Cell]:
+def cells(scale) -> list[Cell]:
     if scale.cells == "paper":
         return [Cell("ViT", {"family": "ViT"}, model="vit_b16"),
                 Cell("hybrid", {"family": "hybrid"}, model="vit_b16_hybrid")]
-    train = {} if scale.name == "quick" else {"epochs": scale.train["epochs"] * TRAINED_LONGER}
-    train = evaluate_per_epoch({**scale.train, **train})  # the test accuracy per epoch shows where it levels off
+    longer = {} if scale.name == "quick" else {"epochs": scale.train["epochs"] * TRAINED_LONGER}
+    train = evaluate_per_epoch({**scale.train, **longer})  # where the test accuracy levels off
+    hybrid = {"stem": "resnet", "stem_options": {"layers": ()}, "patch_size": 1}  # the ResNet root
     return [Cell("ViT", {"family": "ViT"}, train=train),
-            # the hybrid: the ResNet root (a 7x7 map at 28 px) under the same transformer
-            Cell("hybrid", {"family": "hybrid"}, {"stem": "resnet", "stem_options": {"layers": ()}, "patch_size": 1}, train)]
+            Cell("hybrid", {"family": "hybrid"}, hybrid, train)]
 
 
 def uniform_attention_distance(img_size: list[int], stride: list[int]) -> float:
-    """Mean pixel distance between patch centres: the attention distance of a head that attends to
-    every patch alike (the yardstick for "local" and "global" heads)."""
+    """Mean pixel distance between patch centres: a head attending to every patch alike."""
     rows, cols = img_size[0] // stride[0], img_size[1] // stride[1]
-    ys, xs = torch.meshgrid(torch.arange(rows) * stride[0], torch.arange(cols) * stride[1], indexing="ij")
+    ys, xs = torch.meshgrid(torch.arange(rows) * stride[0], torch.arange(cols) * stride[1],
+                            indexing="ij")
     centres = torch.stack([ys.flatten(), xs.flatten()], dim=1).double()
     return float(torch.cdist(centres, centres).mean())
 
 
-def measure(run: Run, device: str, out: Path) -> dict:
-    """Train, then measure the trained model; the analyses' arrays are stored in the result."""
+def measure(run, device: str, out) -> dict:
+    """Train, then analyse the trained model on test images; the arrays go into the result."""
     model, result = train(run, device, out)
-    model = model.eval().cpu()
-    cfg = model.config
+    model, cfg = model.eval().cpu(), model.config
     test = load_split(run.config["train"]["data"], "test", run.config["train"].get("data_dir"),
                       img_size=cfg.img_size, in_chans=cfg.in_chans)
-    resize = build_transform(cfg.img_size, None)  # the evaluation transform: image folders hold any size
+    resize = build_transform(cfg.img_size, None)  # image folders hold any size
     images = torch.stack([resize(test[i][0]) for i in range(min(64, len(test)))]).float() / 255
     mean, std = torch.tensor(cfg.mean).view(1, -1, 1, 1), torch.tensor(cfg.std).view(1, -1, 1, 1)
     x = (images - mean) / std
     analyses = {"attention_distance": mean_attention_distance(model, x).tolist(),
-                "rollout": attention_rollout(model, x[:4]).tolist(), "rollout_images": images[:4].tolist(),
-                "stride": list(model.stride), "img_size": list(cfg.img_size)}
+                "rollout": attention_rollout(model, x[:4]).tolist(),
+                "rollout_images": images[:4].tolist(), "stride": list(model.stride),
+                "img_size": list(cfg.img_size)}
     if cfg.stem == "patch":
         components, explained = patch_embedding_components(model, k=28)
         analyses.update(pos_similarity=position_embedding_similarity(model).tolist(),
                         filter_components=components.tolist(), filter_explained=explained.tolist())
-    result["metrics"]["analyses"] = analyses
-    result["metrics"].update(distance_summary(torch.tensor(analyses["attention_distance"])))
-    result["metrics"]["uniform_px"] = uniform_attention_distance(analyses["img_size"], analyses["stride"])
-    curve = result["metrics"]["curve"]  # test accuracy after each epoch: how far from levelling off it ended
+    metrics = result["metrics"]
+    metrics["analyses"] = analyses
+    metrics.update(distance_summary(torch.tensor(analyses["attention_distance"])))
+    metrics["uniform_px"] = uniform_attention_distance(analyses["img_size"], analyses["stride"])
+    curve = metrics["curve"]  # test accuracy after each epoch: how far from levelling off
     if len(curve) >= 2:
-        result["metrics"]["last_epoch_gain"] = curve[-1]["test_acc"] - curve[-2]["test_acc"]
+        metrics["last_epoch_gain"] = curve[-1]["test_acc"] - curve[-2]["test_acc"]
     return result
 
 
 def distance_summary(distance: torch.Tensor) -> dict[str, float]:
-    """Per-run numbers of Figure 11 (distance: layers x heads, in pixels): the mean and the spread over
-    heads (max - min) of the first and the last layer, and the two contrasts the findings judge."""
+    """Figure 11's numbers of a run (layers x heads, pixels): the first and last layer's mean and
+    spread over heads, and the two contrasts the findings judge."""
     first, last = distance[0], distance[-1]
-    out = {"first_mean_px": first.mean(), "last_mean_px": last.mean(), "first_spread_px": first.max() - first.min(),
-           "last_spread_px": last.max() - last.min()}
+    out = {"first_mean_px": first.mean(), "last_mean_px": last.mean(),
+           "first_spread_px": first.max() - first.min(), "last_spread_px": last.max() - last.min()}
     out = {k: round(float(v), 2) for k, v in out.items()}
     out["growth_px"] = round(out["last_mean_px"] - out["first_mean_px"], 2)
     out["spread_drop_px"] = round(out["first_spread_px"] - out["last_spread_px"], 2)
     return out
 
 
-def figure(rows: list[dict], records: list[dict], out: Path) -> list[str]:
-    """Figures of the first seed's models (all seeds' attention distances in Figure 11)."""
-    pyplot = plt()
-    fig, ax = pyplot.subplots(figsize=(5, 3.5))
-    for i, row in enumerate(rows):
-        for j, r in enumerate(x for x in records if x["label"] == row["label"]):
-            distance = torch.tensor(r["metrics"]["analyses"]["attention_distance"])  # layers x heads
-            for head in range(distance.shape[1]):
-                ax.scatter(range(1, distance.shape[0] + 1), distance[:, head].numpy(), color=f"C{i}", s=10, alpha=0.6,
-                           label=row["label"] if head == 0 and j == 0 else None)
-    uniform = records[0]["metrics"]["uniform_px"]
-    ax.axhline(uniform, color="gray", linestyle=":", label="uniform attention")
-    ax.set_xlabel("network depth (layer)")
-    ax.set_ylabel("mean attention distance (pixels)")
-    ax.set_title("Mean attention distance (Figure 11), every seed")
-    ax.legend(fontsize=7)
-    save_figure(fig, out / "attention_distance.png")
-    pyplot.close(fig)
-    files = ["attention_distance.png"]
-    first_seed = [r for r in records if r["seed"] == min(x["seed"] for x in records)]
-    vit = next((r for r in first_seed if "pos_similarity" in r["metrics"]["analyses"]), None)
-    if vit is not None:
-        figure_position_similarity(vit, out / "pos_embed_similarity.png")
-        figure_filters(vit, out / "patch_filters.png")
-        files += ["pos_embed_similarity.png", "patch_filters.png"]
-    figure_rollout(first_seed, out / "attention_rollout.png")
-    return files + ["attention_rollout.png"]
-
-
-# The token grid Figure 11's distances need (a judgement): at least 8 x 8 tokens, half of ViT-L/16's 14 x 14 at
-# 224 px, where heads range from local (~10 px, under a patch) to global (~120 px, half the image). On a coarser
-# grid a head attending to its neighbours and one attending everywhere differ by a patch or two.
-GRID = 8
-
-
 def grid_too_coarse(t) -> str:
-    """Why the ViT's attention distances cannot show Figure 11 at this scale ('' where they can): its token
-    grid, and how far its heads lie from uniform attention (for the reader; the rule is the grid)."""
-    analyses = [r["metrics"]["analyses"] for r in t.records.get("ViT", []) if "analyses" in r["metrics"]]
+    """Why the ViT's distances cannot show Figure 11 here: its token grid (with how far its heads
+    lie from uniform attention, for the reader)."""
+    analyses = [r["metrics"]["analyses"] for r in t.records.get("ViT", [])
+                if "analyses" in r["metrics"]]
     if not analyses:
         return ""
     side = min(a["img_size"][0] // a["stride"][0] for a in analyses)
     if side >= GRID:
         return ""
     uniform = uniform_attention_distance(analyses[0]["img_size"], analyses[0]["stride"])
-    off = max(abs(d - uniform) for a in analyses for layer in a["attention_distance"] for d in layer)
-    return (f"the ViT sees a {side} x {side} grid of tokens, under the {GRID} x {GRID} that Figure 11's local and "
-            f"global heads need (its 14 x 14); every head of every seed lies within {off:.2f} px of uniform attention's "
-            f"{uniform:.2f} px, so no head is local or global here")
+    off = max(abs(d - uniform) for a in analyses for layer in a["attention_distance"]
+              for d in layer)
+    return (f"the ViT sees a {side} x {side} grid of tokens, under the {GRID} x {GRID} that Figure "
+            f"11's local and global heads need (its 14 x 14); every head of every seed lies within "
+            f"{off:.2f} px of uniform attention's {uniform:.2f} px, so no head is local or global "
+            "here")
 
 
-FINDINGS = (
-    Finding("ViT: heads in the lowest layer attend at widely different distances, deeper ones alike",
-            "Figure 11: layer 1 spans ~10-120 px, the last layers ~120 px", POSITIVE,
-            lambda t: [("spread over heads, layer 1 - last layer (px)", {"ViT": 1.0})] if "ViT" in t.by_label else [],
-            metric="spread_drop_px", untestable=grid_too_coarse),
-    Finding("ViT: the attention distance grows with depth", "Figure 11", POSITIVE,
-            lambda t: [("mean distance, last layer - layer 1 (px)", {"ViT": 1.0})] if "ViT" in t.by_label else [],
-            metric="growth_px", untestable=grid_too_coarse),
-)
-
-SPEC = Ablation(
-    name="inspect",
-    title="Inside trained models (section 4.5, Figures 6, 7, 11)",
-    cells=cells,
-    findings=FINDINGS,
-    columns=(("family", "model"), ("first_mean_px", "layer 1 mean (px)"), ("first_spread_px", "layer 1 spread (px)"),
-             ("last_mean_px", "last layer mean (px)"), ("last_spread_px", "last layer spread (px)"),
-             ("uniform_px", "uniform attention (px)"), ("last_epoch_gain", "test accuracy gained in the last epoch")),
-    figure=figure,
-    measure=measure,
-)
-
-
-def figure_position_similarity(record: dict, path: Path) -> None:
+def figure(rows, records, out) -> list[str]:
+    """Figure 11 of every seed; the other figures of the first seed's models."""
     pyplot = plt()
-    sim = torch.tensor(record["metrics"]["analyses"]["pos_similarity"])  # h, w, h, w
-    h, w = sim.shape[:2]
-    fig, axes = pyplot.subplots(h, w, figsize=(w * 0.8, h * 0.8))
-    for i in range(h):
-        for j in range(w):
-            axes[i][j].imshow(sim[i, j].numpy(), vmin=-1, vmax=1, cmap="viridis")
-            axes[i][j].axis("off")
-    fig.suptitle("Position embedding similarity (Figure 7, centre)", fontsize=9)
-    save_figure(fig, path)
-    pyplot.close(fig)
-
-
-def figure_filters(record: dict, path: Path) -> None:
-    pyplot = plt()
-    comps = torch.tensor(record["metrics"]["analyses"]["filter_components"])  # k, C, P, P
-    fig, axes = pyplot.subplots(4, 7, figsize=(7, 4))
-    for ax, comp in zip(axes.flat, comps):
-        image = comp.mean(0) if comp.shape[0] != 3 else comp.permute(1, 2, 0)
-        image = (image - image.min()) / (image.max() - image.min() + 1e-8)
-        ax.imshow(image.numpy(), cmap="gray")
-    for ax in axes.flat:
-        ax.axis("off")
-    fig.suptitle("Principal components of the patch-embedding filters (Figure 7, left)", fontsize=9)
-    save_figure(fig, path)
-    pyplot.close(fig)
-
-
-def figure_rollout(records: list[dict], path: Path) -> None:
-    pyplot = plt()
-    fig, axes = pyplot.subplots(len(records), 8, figsize=(12, 1.8 * len(records)), squeeze=False)
-    for row, r in zip(axes, records):
+    fig, ax = pyplot.subplots(figsize=(5, 3.5))
+    for i, row in enumerate(rows):
+        for j, r in enumerate(x for x in records if x["label"] == row["label"]):
+            distance = torch.tensor(r["metrics"]["analyses"]["attention_distance"])  # layers, heads
+            for head in range(distance.shape[1]):
+                ax.scatter(range(1, distance.shape[0] + 1), distance[:, head].numpy(),
+                           color=f"C{i}", s=10, alpha=0.6,
+                           label=row["label"] if head == 0 and j == 0 else None)
+    ax.axhline(records[0]["metrics"]["uniform_px"], color="gray", linestyle=":",
+               label="uniform attention")
+    ax.set_xlabel("network depth (layer)")
+    ax.set_ylabel("mean attention distance (pixels)")
+    ax.set_title("Mean attention distance (Figure 11), every seed")
+    ax.legend(fontsize=7)
+    save(pyplot, fig, out / "attention_distance.png")
+    files = ["attention_distance.png"]
+    first_seed = [r for r in records if r["seed"] == min(x["seed"] for x in records)]
+    vit = next((a for r in first_seed if "pos_similarity" in (a := r["metrics"]["analyses"])), None)
+    if vit is not None:
+        sim = torch.tensor(vit["pos_similarity"])  # h, w, h, w
+        h, w = sim.shape[:2]
+        fig, axes = pyplot.subplots(h, w, figsize=(w * 0.8, h * 0.8))
+        for i in range(h):
+            for j in range(w):
+                axes[i][j].imshow(sim[i, j].numpy(), vmin=-1, vmax=1, cmap="viridis")
+                axes[i][j].axis("off")
+        fig.suptitle("Position embedding similarity (Figure 7, centre)", fontsize=9)
+        save(pyplot, fig, out / "pos_embed_similarity.png")
+        fig, axes = pyplot.subplots(4, 7, figsize=(7, 4))
+        for ax, comp in zip(axes.flat, torch.tensor(vit["filter_components"])):  # k, C, P, P
+            image = comp.mean(0) if comp.shape[0] != 3 else comp.permute(1, 2, 0)
+            image = (image - image.min()) / (image.max() - image.min() + 1e-8)
+            ax.imshow(image.numpy(), cmap="gray")
+        for ax in axes.flat:
+            ax.axis("off")
+        fig.suptitle("Principal components of the patch-embedding filters (Figure 7, left)",
+                     fontsize=9)
+        save(pyplot, fig, out / "patch_filters.png")
+        files += ["pos_embed_similarity.png", "patch_filters.png"]
+    fig, axes = pyplot.subplots(len(first_seed), 8, figsize=(12, 1.8 * len(first_seed)),
+                                squeeze=False)
+    for row, r in zip(axes, first_seed):
         a = r["metrics"]["analyses"]
         images, maps = torch.tensor(a["rollout_images"]), torch.tensor(a["rollout"])
         for k in range(4):
             image = images[k].mean(0)
-            up = torch.nn.functional.interpolate(maps[k][None, None], size=image.shape, mode="bilinear")[0, 0]
+            up = torch.nn.functional.interpolate(maps[k][None, None], size=image.shape,
+                                                 mode="bilinear")[0, 0]
             row[2 * k].imshow(image.numpy(), cmap="gray")
             row[2 * k + 1].imshow((image * up).numpy(), cmap="gray")
             row[2 * k].set_title(r["label"] if k == 0 else "", fontsize=8)
         for ax in row:
             ax.axis("off")
     fig.suptitle("Attention rollout: input and attended (Figure 6)", fontsize=9)
+    save(pyplot, fig, out / "attention_rollout.png")
+    return files + ["attention_rollout.png"]
+
+
+def save(pyplot, fig, path) -> None:
     save_figure(fig, path)
     pyplot.close(fig)
+
+
+def vit_contrast(name: str):
+    return lambda t: [(name, {"ViT": 1.0})] if "ViT" in t.by_label else []
+
+
+SPEC = Ablation(
+    name="inspect",
+    title="Inside trained models (section 4.5, Figures 6, 7, 11)",
+    cells=cells,
+    findings=(
+        Finding("ViT: heads in the lowest layer attend at widely different distances, deeper "
+                "ones alike", "Figure 11: layer 1 spans ~10-120 px, the last layers ~120 px",
+                POSITIVE, vit_contrast("spread over heads, layer 1 - last layer (px)"),
+                metric="spread_drop_px", untestable=grid_too_coarse),
+        Finding("ViT: the attention distance grows with depth", "Figure 11", POSITIVE,
+                vit_contrast("mean distance, last layer - layer 1 (px)"), metric="growth_px",
+                untestable=grid_too_coarse),
+    ),
+    columns=(("family", "model"), ("first_mean_px", "layer 1 mean (px)"),
+             ("first_spread_px", "layer 1 spread (px)"), ("last_mean_px", "last layer mean (px)"),
+             ("last_spread_px", "last layer spread (px)"), ("uniform_px", "uniform attention (px)"),
+             ("last_epoch_gain", "test accuracy gained in the last epoch")),
+    figure=figure,
+    measure=measure,
+)

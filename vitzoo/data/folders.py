@@ -1,11 +1,9 @@
-"""Where images come from, read through torchvision, and the splits cut from them.
+"""Where images come from, and the splits cut from them.
 
-Each dataset yields `(uint8 image (C, H, W), label)` at its own resolution. The names:
-`fashion-mnist` (the Debian package dataset-fashion-mnist, else `--data-dir`, else the cache,
-$VITZOO_CACHE/datasets, where `--download` puts it); `cifar10`, `cifar100`, `oxford-pets`,
-`flowers102` (torchvision's classes on `--data-dir` or the cache: vitzoo.data.named); a directory in
-ImageFolder layout (`DIR/train/<class>/*.jpg`, `DIR/val/...` or `test/`); its WebDataset shards
-(vitzoo.data.shards); `synthetic`: random images with a learnable class pattern, from the seed.
+Every dataset yields `(uint8 image (C, H, W), label)` at its own size and has `targets`: the named
+ones (`fashion-mnist` read from its idx files, the Debian package's first; the others through
+torchvision, vitzoo.data.named), an ImageFolder directory (`DIR/train/<class>/*.jpg`, `DIR/val/`
+or `test/`) or its shards (vitzoo.data.shards), and `synthetic` images made from the seed.
 """
 
 from __future__ import annotations
@@ -14,7 +12,7 @@ import dataclasses
 import functools
 import gzip
 import os
-from dataclasses import dataclass
+import zlib
 from pathlib import Path
 
 import torch
@@ -26,27 +24,20 @@ from vitzoo.errors import DataError
 from vitzoo.options import closest
 
 SYSTEM_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
-FASHION_FILES = {  # file -> the idx magic number it must start with
-    "train-images-idx3-ubyte": 2051,
-    "train-labels-idx1-ubyte": 2049,
-    "t10k-images-idx3-ubyte": 2051,
-    "t10k-labels-idx1-ubyte": 2049,
-}
+FASHION_FILES = {f"{split}-{kind}-ubyte": magic for split in ("train", "t10k")  # -> idx magic
+                 for kind, magic in (("images-idx3", 2051), ("labels-idx1", 2049))}
 NAMED = ("fashion-mnist", "cifar10", "cifar100", "oxford-pets", "flowers102", "synthetic")
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
-# Per-channel statistics of the training sets (pixels in [0, 1]); recorded in the model config.
-STATS = {
+STATS = {  # per-channel mean and std of the training sets (pixels in [0, 1])
     "fashion-mnist": ((0.2860,), (0.3530,)),
     "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
     "cifar100": ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
 }
 SYNTHETIC_SIZES = {"train": 10_000, "test": 2_000}
-# The validation split's own seed, the same for every run: the held-out images never depend on
-# --seed or --train-limit, so runs that differ only in those are validated on the same images.
-VALIDATION_SEED = 20_210_503
+VALIDATION_SEED = 20_210_503  # held-out images never depend on --seed or --train-limit
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class DataInfo:
     """What the model needs to know about a dataset."""
 
@@ -59,100 +50,85 @@ class DataInfo:
 
 
 # ---------------------------------------------------------------------------- checks
-def _fashion_file(folder: Path, name: str) -> Path | None:
-    candidates = [folder / f"{name}.gz", folder / name, folder / "FashionMNIST" / "raw" / name]
-    return next((p for p in candidates if p.is_file()), None)
+def _idx_path(folder: Path, name: str) -> Path | None:
+    candidates = (folder / f"{name}.gz", folder / name, folder / "FashionMNIST" / "raw" / name)
+    return next((path for path in candidates if path.is_file()), None)
 
 
-def _read_idx(path: Path, size: int = -1) -> bytes:
-    with (gzip.open if path.suffix == ".gz" else open)(path, "rb") as f:
-        return f.read(size)
+def _read_idx(path: Path, whole: bool = True) -> bytes:
+    """An idx file's bytes (or, not `whole`, its header), its magic number and size checked."""
+    name = path.name.removesuffix(".gz")
+    try:
+        with (gzip.open if path.suffix == ".gz" else open)(path, "rb") as f:
+            data = f.read(-1 if whole else 8)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise DataError(f"{path} is unreadable or not gzip ({exc}); delete it and run with "
+                        "--download") from None
+    header, item = (16, 784) if "images" in name else (8, 1)
+    size = header + int.from_bytes(data[4:8], "big") * item
+    if int.from_bytes(data[:4], "big") != FASHION_FILES[name] or whole and len(data) != size:
+        raise DataError(f"{path} is truncated or not an idx file; delete it and run with "
+                        "--download")
+    return data
 
 
-def _fashion_source(data_dir: str | os.PathLike | None, download: bool = False) -> Path:
-    """The folder holding the four Fashion-MNIST files (.gz or not), downloaded if asked."""
-    if data_dir is None and SYSTEM_FASHION_MNIST.is_dir():
-        folder = SYSTEM_FASHION_MNIST
-    else:
-        folder = named.root_of(data_dir)
-        if download and not all(_fashion_file(folder, name) for name in FASHION_FILES):
-            named.download("fashion-mnist", data_dir)
-    if not folder.is_dir():
-        hint = ("install it with `sudo apt-get install dataset-fashion-mnist`, pass --data-dir "
-                "DIR, or " if data_dir is None else "pass a folder holding the four *-ubyte.gz "
-                "files, or ")
-        raise DataError(f"Fashion-MNIST not found: {folder} is not a directory; {hint}"
+def _fashion_folder(data_dir, download: bool = False) -> Path:
+    """The folder of the four Fashion-MNIST files (.gz or not), downloaded if asked, checked."""
+    system = data_dir is None and SYSTEM_FASHION_MNIST.is_dir()
+    folder = SYSTEM_FASHION_MNIST if system else named.root_of(data_dir)
+    if download and not system and not all(_idx_path(folder, n) for n in FASHION_FILES):
+        named.download("fashion-mnist", data_dir)
+    absent = [name for name in FASHION_FILES if not _idx_path(folder, name)]
+    if absent:
+        what = f"lacks {absent[0]}.gz" if folder.is_dir() else "is not a directory"
+        hint = "apt-get install dataset-fashion-mnist, or " if data_dir is None else ""
+        raise DataError(f"Fashion-MNIST not found: {folder} {what}; {hint}"
                         f"{named.how_to_get('fashion-mnist', folder)}")
-    for name, magic in FASHION_FILES.items():
-        path = _fashion_file(folder, name)
-        if path is None:
-            raise DataError(f"Fashion-MNIST in {folder} is incomplete: no {name}.gz (expected the "
-                            f"four files {', '.join(f + '.gz' for f in FASHION_FILES)} there or in "
-                            f"FashionMNIST/raw/); {named.how_to_get('fashion-mnist', folder)}")
-        try:
-            head = _read_idx(path, 4)
-        except (OSError, EOFError, gzip.BadGzipFile) as exc:
-            raise DataError(f"Fashion-MNIST file {path} is unreadable or not gzip: {exc}") from None
-        if len(head) < 4:
-            raise DataError(f"{path} is truncated (no idx header)")
-        if int.from_bytes(head, "big") != magic:
-            raise DataError(f"Fashion-MNIST file {path} is malformed: idx magic "
-                            f"{int.from_bytes(head, 'big')}, expected {magic}")
+    for name in FASHION_FILES:
+        _read_idx(_idx_path(folder, name), whole=False)
     return folder
 
 
 def _folder_split(root: Path, split: str) -> Path:
     names = ("train",) if split == "train" else ("val", "test", "validation")
-    for name in names:
-        if (root / name).is_dir():
-            return root / name
-    raise DataError(f"image folder {root} has no {' or '.join(n + '/' for n in names)} "
-                    f"subdirectory; expected {root}/train/<class>/<images> and "
-                    f"{root}/val/<class>/<images>")
+    found = next((root / name for name in names if (root / name).is_dir()), None)
+    if found is None:
+        raise DataError(f"image folder {root} has no {' or '.join(n + '/' for n in names)} "
+                        f"subdirectory; expected {root}/train/<class>/<images> and val/")
+    return found
 
 
-def _check_image_folder(split_dir: Path) -> None:
-    classes = sorted(d for d in split_dir.iterdir() if d.is_dir())
-    if not classes:
-        raise DataError(f"{split_dir} has no class subdirectories (expected "
-                        f"{split_dir}/<class>/<images>)")
-    for d in classes:
-        if not any(f.suffix.lower() in IMAGE_EXTENSIONS for f in d.iterdir()):
-            raise DataError(f"class folder {d} holds no images ({', '.join(IMAGE_EXTENSIONS)}): "
-                            "add its images, or remove the folder")
-
-
-def check_data(name: str, data_dir: str | os.PathLike | None = None,
-               download: bool = False) -> None:
-    """A clear `DataError` if the dataset cannot be read; cheap (reads headers only). `download`:
-    fetch a named dataset that is not there through torchvision first (vitzoo.data.named)."""
+def check_data(name: str, data_dir=None, download: bool = False) -> None:
+    """A DataError unless the dataset can be read; cheap (no image is decoded). `download`: fetch a
+    named dataset that is not there through torchvision first."""
     if name == "synthetic":
         return
     if name == "fashion-mnist":
-        _fashion_source(data_dir, download)
+        _fashion_folder(data_dir, download)
     elif name in named.TORCHVISION:
         named.require(name, data_dir, download)
     elif shards.is_shards(name):
         shards.locate(name)
-    elif not Path(name).is_dir():
-        raise DataError(f"unknown dataset {name!r}: not one of {', '.join(NAMED)} and not a "
-                        "directory (an ImageFolder tree DIR/train/<class>/..., "
-                        f"DIR/val/<class>/..., or its shards).{closest(name, NAMED)}")
+    elif Path(name).is_dir():
+        for split_dir in (_folder_split(Path(name), split) for split in ("train", "test")):
+            classes = [d for d in sorted(split_dir.iterdir()) if d.is_dir()]
+            if not classes:
+                raise DataError(f"{split_dir} has no class folders (<class>/<images>)")
+            for d in classes:
+                if not any(f.name.lower().endswith(IMAGE_EXTENSIONS) for f in d.iterdir()):
+                    raise DataError(f"class folder {d} holds no images: add its images, or "
+                                    "remove the folder")
     else:
-        for split in ("train", "test"):
-            _check_image_folder(_folder_split(Path(name), split))
+        raise DataError(f"unknown dataset {name!r}: not one of {', '.join(NAMED)} and not a "
+                        f"directory (DIR/train/<class>/..., or its shards).{closest(name, NAMED)}")
 
 
-# ---------------------------------------------------------------------------- raw datasets
+# ---------------------------------------------------------------------------- datasets
 class TensorImages(Dataset):
-    """Images held in memory as one uint8 tensor (N, C, H, W); `classes`: their names in label
-    order, where known (a model trained on it saves them, and `vitzoo predict` names by them)."""
+    """Images held in memory as one uint8 tensor (N, C, H, W), with their class names if known."""
 
-    def __init__(self, images: torch.Tensor, targets: torch.Tensor,
-                 classes: tuple[str, ...] | None = None) -> None:
-        self.images = images
-        self.targets = targets.long()
-        self.classes = classes
+    def __init__(self, images: torch.Tensor, targets: torch.Tensor, classes=None) -> None:
+        self.images, self.targets, self.classes = images, targets.long(), classes
 
     def __len__(self) -> int:
         return len(self.targets)
@@ -162,13 +138,12 @@ class TensorImages(Dataset):
 
 
 class FileImages(Dataset):
-    """Images stored one per file, with their labels: `dataset[i]` is (uint8 (3, H, W), label),
-    `encoded(i)` (the file's bytes, label), for a decoder elsewhere (a GPU)."""
+    """Images stored one per file: `dataset[i]` is (uint8 (3, H, W), label), `encoded(i)` (the
+    file's bytes, label) for a decoder elsewhere (the device)."""
 
     def __init__(self, paths: list[str], targets: list[int], classes: list[str]) -> None:
-        self.paths = list(paths)
+        self.paths, self.classes = list(paths), list(classes)
         self.targets = torch.tensor(targets, dtype=torch.long)
-        self.classes = list(classes)
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -181,48 +156,59 @@ class FileImages(Dataset):
         return decode_rgb(data), label
 
 
+def _real(path: str) -> str:
+    return os.path.realpath(path) + os.sep
+
+
 class FolderImages(FileImages):
-    """An ImageFolder tree (`ROOT/<class>/<image>`), listed by torchvision's `ImageFolder` (its
-    class order and extensions)."""
+    """An ImageFolder tree (`ROOT/<class>/<images>`) in torchvision's ImageFolder order (classes
+    sorted, each class's folders walked in sorted order), never following a link to a folder
+    above it (a loop)."""
 
     def __init__(self, root: Path) -> None:
-        from torchvision.datasets import ImageFolder
-
-        folder = ImageFolder(str(root), loader=lambda path: path)  # a listing: nothing is opened
-        super().__init__([path for path, _ in folder.samples], folder.targets, folder.classes)
+        classes = sorted(entry.name for entry in os.scandir(root) if entry.is_dir())
+        paths, targets = [], []
+        for label, name in enumerate(classes):
+            walked = []
+            for folder, dirs, files in os.walk(os.path.join(root, name), followlinks=True):
+                here = _real(folder)  # a subfolder that is this one or above it: a loop
+                dirs[:] = [d for d in dirs if not here.startswith(_real(os.path.join(folder, d)))]
+                walked.append((folder, files))
+            for folder, files in sorted(walked):
+                paths += [os.path.join(folder, f) for f in sorted(files)
+                          if f.lower().endswith(IMAGE_EXTENSIONS)]
+            targets += [label] * (len(paths) - len(targets))
+        super().__init__(paths, targets, classes)
 
 
 class TorchvisionImages(Dataset):
-    """The splits of a torchvision dataset of image files (Pets, Flowers), one after the other,
-    decoded to uint8 tensors (C, H, W) at their own sizes."""
+    """Splits of a torchvision dataset of image files (Pets, Flowers), one after the other."""
 
     def __init__(self, parts: list) -> None:
-        self.parts = ConcatDataset(parts)
-        # the labels without decoding an image: torchvision keeps them in `_labels`
+        self.parts, self.classes = ConcatDataset(parts), list(parts[0].classes)
         self.targets = torch.tensor([label for part in parts for label in part._labels])
-        self.classes = list(parts[0].classes)
 
     def __len__(self) -> int:
         return len(self.parts)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
-        from torchvision.transforms.v2 import functional as TF
+        from torchvision.transforms.v2.functional import pil_to_tensor
 
         image, label = self.parts[index]
-        return TF.pil_to_tensor(image.convert("RGB")), label
+        return pil_to_tensor(image.convert("RGB")), label
 
 
 class SyntheticImages(Dataset):
     """Random images whose class is visible: a smooth class template plus per-image noise. Image i
     of a split is a function of (seed, split, i); its label is i mod num_classes."""
 
-    def __init__(self, size: int, num_classes: int, in_chans: int, img_size: tuple[int, int],
-                 seed: int, split: str) -> None:
+    def __init__(self, size: int, num_classes: int, in_chans: int, img_size, seed: int,
+                 split: str) -> None:
         self.size, self.num_classes, self.in_chans = size, num_classes, in_chans
         self.img_size = tuple(img_size)
         self.offset = (seed * 1_000_003 + (0 if split == "train" else 500_000_000)) % (2**62)
-        g = torch.Generator().manual_seed(seed)
-        coarse = torch.rand(num_classes, in_chans, 4, 4, generator=g)
+        coarse = torch.rand(num_classes, in_chans, 4, 4,
+                            generator=torch.Generator().manual_seed(seed))
         smooth = torch.nn.functional.interpolate(coarse, size=self.img_size, mode="bilinear",
                                                  align_corners=False)
         self.templates = (smooth * 152).to(torch.uint8)  # 60% template + 40% noise, in uint8
@@ -232,63 +218,50 @@ class SyntheticImages(Dataset):
         return self.size
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
-        label = index % self.num_classes
         g = torch.Generator().manual_seed(self.offset + index)
         noise = torch.randint(0, 103, (self.in_chans, *self.img_size), generator=g,
                               dtype=torch.uint8)
-        return self.templates[label] + noise, label
+        return self.templates[index % self.num_classes] + noise, index % self.num_classes
 
 
 def load_split(name: str, split: str, data_dir=None, *, img_size=(28, 28), in_chans: int = 3,
                seed: int = 0, download: bool = False) -> Dataset:
-    """The raw `split` ("train" or "test") of a dataset, as uint8 tensors with a `.targets` tensor;
-    `download`: fetch a named dataset that is not there first (checksums verified)."""
+    """The raw `split` ("train" or "test") of a dataset; `download`: fetch a named dataset that is
+    not there first (checksums verified)."""
     check_data(name, data_dir, download)
     if name == "synthetic":
         return SyntheticImages(SYNTHETIC_SIZES[split], 10, in_chans, img_size, seed, split)
-    if name in ("fashion-mnist", "cifar10", "cifar100"):
+    if name in STATS:
         folder = str(data_dir) if data_dir else None
         return TensorImages(*_tensor_split(name, split == "train", folder))
     if name in named.TORCHVISION:
-        root = named.root_of(data_dir)
-        return TorchvisionImages([named.open_split(name, root, kwargs)
+        return TorchvisionImages([named.open_split(name, named.root_of(data_dir), kwargs)
                                   for kwargs in named.splits(name, split)])
     if shards.is_shards(name):
         return shards.load_shards(name, split)
     return FolderImages(_folder_split(Path(name), split))
 
 
-@functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=8)  # read once per process: the benchmarks train many models in one
 def _tensor_split(name: str, train: bool, data_dir: str | None):
-    """uint8 images (N, C, H, W), labels and class names of an in-memory dataset, read once per
-    process (callers that train many small models in one process do not re-read the files)."""
+    """uint8 images (N, C, H, W), labels and class names of an in-memory dataset."""
     if name == "fashion-mnist":
         from torchvision.datasets import FashionMNIST
 
-        folder, prefix = _fashion_source(data_dir), "train" if train else "t10k"
-        parts = []
-        for kind, header, shape in (("images-idx3", 16, (1, 28, 28)), ("labels-idx1", 8, ())):
-            path = _fashion_file(folder, f"{prefix}-{kind}-ubyte")
-            data = _read_idx(path)
-            count = int.from_bytes(data[4:8], "big")
-            if len(data) != header + count * (784 if shape else 1):
-                raise DataError(f"Fashion-MNIST file {path} is truncated or altered: its header "
-                                f"counts {count} items, its size does not; delete it and run with "
-                                "--download")
-            parts.append(torch.frombuffer(bytearray(data[header:]), dtype=torch.uint8)
-                         .view(count, *shape))
-        return parts[0], parts[1].long(), tuple(FashionMNIST.classes)
-    # torchvision checks every batch file's MD5 here; a failure names the corrupt one
-    ds = named.open_split(name, named.root_of(data_dir), {"train": train})
+        folder, prefix = _fashion_folder(data_dir), "train" if train else "t10k"
+        images, labels = (torch.frombuffer(bytearray(_read_idx(_idx_path(
+            folder, f"{prefix}-{kind}-ubyte"))[header:]), dtype=torch.uint8)
+            for kind, header in (("images-idx3", 16), ("labels-idx1", 8)))
+        return images.view(-1, 1, 28, 28), labels.long(), tuple(FashionMNIST.classes)
+    ds = named.open_split(name, named.root_of(data_dir), {"train": train})  # MD5s checked here
     images = torch.from_numpy(ds.data).permute(0, 3, 1, 2).contiguous()
     return images, torch.tensor(ds.targets), tuple(ds.classes)
 
 
 def data_info(name: str, train_set: Dataset, in_chans: int = 3) -> DataInfo:
-    half = (0.5, 0.5, 0.5)  # the paper's models' normalisation, where no statistics are recorded
+    half = (0.5,) * (in_chans if name == "synthetic" else 3)  # the paper's inputs in [-1, 1]
     if name == "synthetic":
-        return DataInfo(name, train_set.num_classes, train_set.in_chans, (0.5,) * in_chans,
-                        (0.5,) * in_chans)
+        return DataInfo(name, train_set.num_classes, train_set.in_chans, half, half)
     if name in STATS:  # the class names too: a model trained on them can `vitzoo predict`
         mean, std = STATS[name]
         return DataInfo(name, named.TORCHVISION[name][2], len(mean), mean, std,
@@ -298,25 +271,34 @@ def data_info(name: str, train_set: Dataset, in_chans: int = 3) -> DataInfo:
 
 
 # ---------------------------------------------------------------------------- splits
-def _subset(dataset: Dataset, indices: torch.Tensor) -> Subset:
-    part = Subset(dataset, indices.tolist())
-    part.targets = dataset.targets[indices]
-    return part
+class Picked(Subset):
+    """The samples `indices` of `dataset`, labelled `targets` (a subset, or classes renumbered)."""
+
+    def __init__(self, dataset: Dataset, indices: torch.Tensor, targets: torch.Tensor) -> None:
+        super().__init__(dataset, indices.tolist())
+        self.targets = targets
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        return self.dataset[self.indices[index]][0], int(self.targets[index])
+
+    def __getitems__(self, indices: list[int]) -> list:
+        return [self[i] for i in indices]
+
+
+def _picked(dataset: Dataset, indices: torch.Tensor) -> Picked:
+    return Picked(dataset, indices, torch.as_tensor(dataset.targets)[indices])
 
 
 def split_validation(dataset: Dataset, val_size: int) -> tuple[Dataset, Dataset | None]:
-    """`(rest, validation)`: the first `val_size` samples of a random order seeded by the constant
-    `VALIDATION_SEED` held out, the same whatever the run's seed. Subset the rest afterwards
-    (`subset(rest, limit, seed)`): the training subsets of one seed are then nested and never touch
-    the validation set. `val_size=0` returns `(dataset, None)`."""
+    """`(rest, validation)`: the first `val_size` samples of a random order seeded by
+    `VALIDATION_SEED`, whatever the run's seed; `val_size=0` returns `(dataset, None)`."""
     if not val_size:
         return dataset, None
     if not 0 < val_size < len(dataset):
-        raise ValueError(f"val_size={val_size} must be between 1 and {len(dataset) - 1} (the "
-                         f"training split has {len(dataset)} images)")
+        raise ValueError(f"val_size={val_size} must be between 1 and {len(dataset) - 1}")
     order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(VALIDATION_SEED))
-    return (_subset(dataset, order[val_size:].sort().values),
-            _subset(dataset, order[:val_size].sort().values))
+    return (_picked(dataset, order[val_size:].sort().values),
+            _picked(dataset, order[:val_size].sort().values))
 
 
 def subset(dataset: Dataset, limit: int | None, seed: int = 0) -> Dataset:
@@ -324,39 +306,22 @@ def subset(dataset: Dataset, limit: int | None, seed: int = 0) -> Dataset:
     if not limit or limit >= len(dataset):
         return dataset
     order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(seed))
-    return _subset(dataset, order[:limit].sort().values)
-
-
-class KeptClasses(Dataset):
-    """The samples of `dataset` whose class is one of `classes`, relabelled by their place in
-    `classes` ((5, 6, 7, 8, 9) become 0-4), as the transfer benchmark pre-trains on one half of a
-    dataset's classes and transfers to the other."""
-
-    def __init__(self, dataset: Dataset, classes: tuple[int, ...]) -> None:
-        targets = torch.as_tensor(dataset.targets).long()
-        relabel = torch.full((int(targets.max()) + 1,), -1, dtype=torch.long)
-        for new, old in enumerate(classes):
-            if old < len(relabel):
-                relabel[old] = new
-        kept = relabel[targets] >= 0
-        self.dataset, self.indices = dataset, kept.nonzero().flatten().tolist()
-        self.targets = relabel[targets[kept]]
-
-    def __len__(self) -> int:
-        return len(self.indices)
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
-        return self.dataset[self.indices[index]][0], int(self.targets[index])
+    return _picked(dataset, order[:limit].sort().values)
 
 
 def keep_classes(dataset: Dataset, classes: tuple[int, ...], name: str) -> Dataset:
-    """`dataset` restricted to `classes`; a DataError names a class it does not have."""
-    count = int(torch.as_tensor(dataset.targets).max()) + 1 if len(dataset) else 0
+    """The samples of `classes`, relabelled by their place in it ((5, 6, 7) become 0-2)."""
+    targets = torch.as_tensor(dataset.targets).long()
+    count = int(targets.max()) + 1 if len(targets) else 0
     absent = [c for c in classes if not 0 <= c < count]
     if absent:
         raise DataError(f"classes={tuple(classes)}: {name} has classes 0-{count - 1}, not "
                         f"{', '.join(map(str, absent))}")
-    return KeptClasses(dataset, tuple(classes))
+    relabel = torch.full((count,), -1, dtype=torch.long)
+    for new, old in enumerate(classes):
+        relabel[old] = new
+    kept = (relabel[targets] >= 0).nonzero().flatten()
+    return Picked(dataset, kept, relabel[targets[kept]])
 
 
 def classes_kept(info: DataInfo, classes: tuple[int, ...]) -> DataInfo:

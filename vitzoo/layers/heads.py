@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -10,36 +10,35 @@ from torch import nn
 from vitzoo.config import ViTConfig
 from vitzoo.errors import ConfigError
 from vitzoo.layers.init import lecun_normal_
-from vitzoo.options import Options, check_fields
+from vitzoo.options import Options, option
 
 
-class ClassTokenPool(nn.Module):
-    """y = z_L^0: the representation is the (normed) class token."""
-
-    num_prefix_tokens = 1
-    tokens_read = 1  # the model's last block need not compute the patch tokens' outputs
+class Pool(nn.Module):
+    num_prefix_tokens = 0  # the class tokens the model prepends
 
     def __init__(self, config: ViTConfig) -> None:
         super().__init__()
+
+
+class ClassTokenPool(Pool):
+    """y = z_L^0: the representation is the (normed) class token."""
+
+    num_prefix_tokens = 1
+    tokens_read = 1  # the last block need not compute the patch tokens' outputs
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x[:, 0]
 
 
-class GlobalAveragePool(nn.Module):
-    """No class token; the mean of all tokens after the final LayerNorm (the official `gap`)."""
-
-    num_prefix_tokens = 0
-
-    def __init__(self, config: ViTConfig) -> None:
-        super().__init__()
+class GlobalAveragePool(Pool):
+    """No class token: the mean of all tokens after the final LayerNorm (the official `gap`)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x.mean(dim=1)
 
 
 def classifier(in_features: int, num_classes: int) -> nn.Module:
-    """A zero-initialised linear classifier (official `head`), or nothing for num_classes=0."""
+    """A zero-initialised linear classifier (the official `head`), or none for num_classes=0."""
     if num_classes == 0:
         return nn.Identity()
     fc = nn.Linear(in_features, num_classes)
@@ -66,15 +65,14 @@ class MLPHeadOptions(Options):
 
     KIND = "head 'mlp'"
 
-    representation_size: int | None = field(default=None, metadata={
-        "help": "the width of the pre-logits Dense + tanh layer (required)"})
+    representation_size: int | None = option(None, range="> 0",
+                                             help="the width of the pre-logits layer (required)")
 
     def __post_init__(self) -> None:
-        check_fields(self, {"representation_size": "> 0"})
+        super().__post_init__()
         if self.representation_size is None:
-            raise ConfigError("head='mlp' needs head_options={'representation_size': N} (the "
-                              "width of its pre-logits layer; --head.representation-size N on the "
-                              "command line)")
+            raise ConfigError("head='mlp' needs head_options={'representation_size': N} "
+                              "(--head.representation-size N)")
 
 
 class MLPHead(nn.Module):

@@ -1,16 +1,13 @@
-"""Position embeddings of the paper's Appendix D.4 (Table 8).
+"""Position embeddings of Appendix D.4 (Table 8).
 
 - `none`: the tokens are a bag of patches.
 - `learned_1d`: E_pos of eq. (1), one learned vector per position of the raster-ordered sequence.
-- `learned_2d`: a learned row embedding and a learned column embedding of D/2 each, concatenated by
-  the patch's (y, x) coordinates.
-- `relative`: 1-D relative attention. Every offset p_q - p_k between two patches of the sequence has
-  a learned embedding; the content query scores these embeddings (an extra attention whose keys are
-  the offsets) and the logits are added as a bias to the attention logits before the softmax.
+- `learned_2d`: a learned row and a learned column embedding of D/2 each, concatenated.
+- `relative`: 1-D relative attention: a learned key per offset p_q - p_k between two patches, scored
+  by the content query; the logits are added to the attention logits before the softmax.
 
-Additive embeddings (`in_attention = False`) give the class token an embedding of its own, with no
-grid position. Resampling to a new grid is linear interpolation with aligned corners, as the
-official `interpolate_posembed` (a linear zoom) does.
+Additive embeddings give the class token an embedding of its own, with no grid position. Resampling
+to a new grid is linear with aligned corners, as the official `interpolate_posembed`.
 """
 
 from __future__ import annotations
@@ -70,23 +67,21 @@ class LearnedPosEmbed1d(nn.Module):
 
     def __init__(self, config: ViTConfig, grid: tuple[int, int], num_prefix_tokens: int) -> None:
         super().__init__()
-        self.grid = grid
-        self.num_prefix_tokens = num_prefix_tokens
+        self.grid, self.num_prefix_tokens = grid, num_prefix_tokens
         length = num_prefix_tokens + grid[0] * grid[1]
         self.weight = nn.Parameter(torch.randn(1, length, config.embed_dim) * POS_STD)
 
-    def _embedding(self, grid: tuple[int, int]) -> torch.Tensor:
-        prefixes = self.num_prefix_tokens
-        prefix, patches = self.weight[0, :prefixes], self.weight[0, prefixes:]
-        return torch.cat([prefix, resample_grid(patches, self.grid, grid)]).unsqueeze(0)
+    def embedding(self, grid: tuple[int, int]) -> torch.Tensor:
+        p = self.num_prefix_tokens
+        return torch.cat([self.weight[0, :p], resample_grid(self.weight[0, p:], self.grid, grid)]
+                         ).unsqueeze(0)
 
     def forward(self, x: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
-        return x + (self.weight if grid == self.grid else self._embedding(grid))
+        return x + (self.weight if grid == self.grid else self.embedding(grid))
 
     @torch.no_grad()
     def resample(self, grid: tuple[int, int]) -> None:
-        self.weight = nn.Parameter(self._embedding(grid))
-        self.grid = grid
+        self.weight, self.grid = nn.Parameter(self.embedding(grid)), grid
 
 
 class LearnedPosEmbed2d(nn.Module):
@@ -98,31 +93,26 @@ class LearnedPosEmbed2d(nn.Module):
     @classmethod
     def check(cls, config: ViTConfig) -> None:
         if config.embed_dim % 2:
-            raise ConfigError("pos_embed='learned_2d' splits embed_dim in two halves; "
+            raise ConfigError(f"pos_embed='learned_2d' splits embed_dim in two halves; "
                               f"embed_dim={config.embed_dim} is odd")
 
     def __init__(self, config: ViTConfig, grid: tuple[int, int], num_prefix_tokens: int) -> None:
         super().__init__()
-        half = config.embed_dim // 2
-        self.grid = grid
+        self.grid, half = grid, config.embed_dim // 2
         self.row = nn.Parameter(torch.randn(grid[0], half) * POS_STD)
         self.col = nn.Parameter(torch.randn(grid[1], half) * POS_STD)
-        self.prefix = None
-        if num_prefix_tokens:
-            prefix = torch.randn(1, num_prefix_tokens, config.embed_dim) * POS_STD
-            self.prefix = nn.Parameter(prefix)
+        prefix = (1, num_prefix_tokens, config.embed_dim)
+        self.prefix = nn.Parameter(torch.randn(prefix) * POS_STD) if num_prefix_tokens else None
 
     def forward(self, x: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
-        h, w = grid
-        # resampled only for another grid: the grid decides, not the shapes (torch.fx reads none)
+        h, w = grid  # resampled for another grid only (the grid decides: torch.fx has no shapes)
         row = self.row if h == self.grid[0] else resample_line(self.row, h)
         col = self.col if w == self.grid[1] else resample_line(self.col, w)
-        rows, cols = row[:, None, :].expand(h, w, -1), col[None, :, :].expand(h, w, -1)
-        patches = torch.cat([rows, cols], dim=-1)
-        embedding = patches.reshape(1, h * w, -1)
+        patches = torch.cat([row[:, None, :].expand(h, w, -1), col[None, :, :].expand(h, w, -1)],
+                            dim=-1).reshape(1, h * w, -1)
         if self.prefix is not None:
-            embedding = torch.cat([self.prefix, embedding], dim=1)
-        return x + embedding
+            patches = torch.cat([self.prefix, patches], dim=1)
+        return x + patches
 
     @torch.no_grad()
     def resample(self, grid: tuple[int, int]) -> None:
@@ -132,52 +122,44 @@ class LearnedPosEmbed2d(nn.Module):
 
 
 class RelativePositionBias(nn.Module):
-    """1-D relative attention: a learned key per offset, scored by the content query.
-
-    The table holds 2N - 1 patch-to-patch offsets, plus one embedding shared by every pair that
-    involves the class token (which has no position). One instance lives in each encoder block.
-    """
+    """A learned key per offset between patches (2N - 1 of them, then one for every pair with the
+    class token, which has no position), scored by the query; one instance in each block."""
 
     modes = ("input",)
     in_attention = True
 
     def __init__(self, config: ViTConfig, grid: tuple[int, int], num_prefix_tokens: int) -> None:
         super().__init__()
-        self.grid = grid
-        self.num_prefix_tokens = num_prefix_tokens
+        self.grid, self.num_prefix_tokens = grid, num_prefix_tokens
         self.scale = config.head_dim**-0.5
-        num_patches = grid[0] * grid[1]
-        rows = 2 * num_patches - 1 + (1 if num_prefix_tokens else 0)
+        rows = 2 * grid[0] * grid[1] - 1 + (1 if num_prefix_tokens else 0)
         self.table = nn.Parameter(torch.randn(rows, config.num_heads, config.head_dim) * POS_STD)
-        self.register_buffer("index", self._offset_index(grid), persistent=False)
+        self.register_buffer("index", self.offset_index(grid), persistent=False)
 
-    def _offset_index(self, grid: tuple[int, int]) -> torch.Tensor:
+    def offset_index(self, grid: tuple[int, int]) -> torch.Tensor:
         n, p = grid[0] * grid[1], self.num_prefix_tokens
         positions = torch.arange(n)
         index = torch.full((p + n, p + n), 2 * n - 1, dtype=torch.long)  # class-token pairs
         index[p:, p:] = positions[:, None] - positions[None, :] + (n - 1)
         return index
 
-    def _table(self, grid: tuple[int, int]) -> torch.Tensor:
-        n = grid[0] * grid[1]
-        old_n = self.grid[0] * self.grid[1]
+    def resampled_table(self, grid: tuple[int, int]) -> torch.Tensor:
+        n, old_n = grid[0] * grid[1], self.grid[0] * self.grid[1]
         patches = resample_line(self.table[: 2 * old_n - 1], 2 * n - 1)
         return torch.cat([patches, self.table[2 * old_n - 1 :]])
 
     def forward(self, q: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
+        """(B, heads, queries, tokens), for the queries of the first tokens (or all)."""
         if grid == self.grid:
             table, index = self.table, self.index
         else:
-            table, index = self._table(grid), self._offset_index(grid).to(q.device)
-        # (B, heads, queries, offsets)
+            table, index = self.resampled_table(grid), self.offset_index(grid).to(q.device)
         logits = torch.einsum("bhtd,rhd->bhtr", q, table.to(q.dtype)) * self.scale
-        # the queries may be those of the first tokens only (the class token's, in the last block)
-        # (torch.narrow rather than a slice: torch.fx records it with a traced query count)
-        rows = torch.narrow(index, 0, 0, q.shape[2])
+        rows = torch.narrow(index, 0, 0, q.shape[2])  # (torch.fx records a narrow, not a slice)
         return logits.gather(-1, rows.expand(q.shape[0], q.shape[1], q.shape[2], -1))
 
     @torch.no_grad()
     def resample(self, grid: tuple[int, int]) -> None:
-        self.table = nn.Parameter(self._table(grid))
-        self.index = self._offset_index(grid).to(self.table.device)
+        self.table = nn.Parameter(self.resampled_table(grid))
+        self.index = self.offset_index(grid).to(self.table.device)
         self.grid = grid

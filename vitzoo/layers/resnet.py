@@ -1,49 +1,33 @@
-"""The BiT-style ResNet of the hybrid models (paper section 3.1, "Hybrid Architecture").
-
-As in the official `models_resnet.py`: every convolution is weight-standardized, normalisation is
-GroupNorm with 32 groups, units are post-activation bottlenecks with the stride on the 3x3 conv, and
-all padding is TensorFlow "SAME" (asymmetric for even inputs; a symmetric padding gives other
-numbers). Module names follow the official parameter names (conv_root, gn_root, conv1, gn1, ...).
+"""The BiT ResNet of the hybrid models (section 3.1), as the official `models_resnet.py`: every
+convolution weight-standardized, GroupNorm of 32 groups, post-activation bottlenecks with the stride
+on the 3x3 conv, and TensorFlow "SAME" padding (asymmetric for even inputs: a symmetric one gives
+other numbers). Module names follow the official parameter names (conv_root, gn_root, conv1, ...).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 
 from vitzoo.layers.init import lecun_normal_
-from vitzoo.tracing import fx_tracing
 
 GROUPS = 32
-GN_EPS = 1e-6
-WS_EPS = 1e-5
 
 
-@dataclass(frozen=True)
-class Numerics:
-    """How weight standardisation and GroupNorm are computed: w' = (w - mean) / (std + ws_eps), or
-    (w - mean) / sqrt(var + ws_eps) with `ws_eps_in_sqrt`; GroupNorm with eps `gn_eps`."""
-
-    ws_eps: float
-    ws_eps_in_sqrt: bool
-    gn_eps: float
-
-
-# the ResNet stem's `numerics` option: the official model's, or timm's ResNetV2 of its hybrids
-# (StdConv2dSame eps 1e-8, GroupNormAct eps 1e-5), which its converted weights need
-NUMERICS = {
-    "official": Numerics(ws_eps=WS_EPS, ws_eps_in_sqrt=False, gn_eps=GN_EPS),
-    "timm": Numerics(ws_eps=1e-8, ws_eps_in_sqrt=True, gn_eps=1e-5),
-}
+# w' = (w - mean) / (std + ws_eps), or / sqrt(var + ws_eps) with ws_eps_in_sqrt; GroupNorm's eps
+Numerics = NamedTuple("Numerics", [("ws_eps", float), ("ws_eps_in_sqrt", bool), ("gn_eps", float)])
+# the ResNet stem's `numerics` option: the official model's, or timm's ResNetV2 (StdConv2dSame eps
+# 1e-8, GroupNormAct eps 1e-5), which timm's converted hybrid weights need
+NUMERICS = {"official": Numerics(1e-5, False, 1e-6), "timm": Numerics(1e-8, True, 1e-5)}
 
 
 def same_pads(x: torch.Tensor, kernel: int, stride: int) -> list[int]:
-    """TensorFlow "SAME" padding as F.pad wants it (last dimension first): output size
-    ceil(in / stride), the odd pixel padded after."""
+    """TensorFlow "SAME" padding for F.pad: output size ceil(in / stride), the odd pixel after."""
     pads = []
     for size in (x.shape[-1], x.shape[-2]):
         total = max((math.ceil(size / stride) - 1) * stride + kernel - size, 0)
@@ -57,74 +41,61 @@ def pad_same(x: torch.Tensor, kernel: int, stride: int, value: float = 0.0) -> t
 
 
 def conv2d_same(x: torch.Tensor, weight: torch.Tensor, stride: int) -> torch.Tensor:
-    """A convolution with TensorFlow "SAME" padding, which depends on the input's size: torch.fx
-    records it as one call (`torch.fx.wrap` below), as a traced input has no size."""
     left, right, top, bottom = same_pads(x, weight.shape[-1], stride)
     if left == right and top == bottom:  # symmetric: the convolution pads by itself, no copy
         return F.conv2d(x, weight, None, stride, padding=(top, left))
     return F.conv2d(F.pad(x, [left, right, top, bottom]), weight, None, stride)
 
 
-# size-dependent padding: one node each in a torch.fx graph (torchvision's create_feature_extractor)
+# padding that depends on the input's size: one node each in a torch.fx graph, whose input has none
 torch.fx.wrap("conv2d_same")
 torch.fx.wrap("pad_same")
 
 
 class StdConv2d(nn.Conv2d):
-    """Weight-standardized convolution: w = (w - mean(w)) / (std(w) + 1e-5) per output filter (the
-    official numbers; `numerics` may say otherwise, see NUMERICS)."""
+    """Weight-standardized convolution with "SAME" padding, no bias."""
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int = 1,
                  numerics: Numerics = NUMERICS["official"]) -> None:
         super().__init__(in_channels, out_channels, kernel_size, stride, padding=0, bias=False)
         self.numerics = numerics
         lecun_normal_(self.weight)
-        # ((storage, version, dtype), the standardized weight), kept in eval mode
-        self._standardized: tuple[tuple, torch.Tensor] | None = None
+        self._standardized: tuple[tuple, torch.Tensor] | None = None  # (key, weight) in eval
 
     def standardize(self, w: torch.Tensor) -> torch.Tensor:
-        # in float32 whatever the weight's dtype: bf16 weights round the result once, not the mean,
-        # the scale and each step in between
-        w, dtype = w.float(), w.dtype
-        eps = self.numerics.ws_eps
+        # in float32 whatever the weight's dtype: bf16 weights round the result once
+        w, dtype, eps = w.float(), w.dtype, self.numerics.ws_eps
         if self.numerics.ws_eps_in_sqrt:
-            # (w - mean) / sqrt(var + eps) per filter is batch normalisation with the filters as
-            # channels: one fused kernel each way, keeping two numbers per filter for the backward
-            # pass instead of a centred copy of the weight
+            # batch normalisation with the filters as channels: one fused kernel each way
             flat = F.batch_norm(w.reshape(1, w.shape[0], -1), None, None, training=True,
                                 momentum=0.0, eps=eps)
             return flat.reshape(w.shape).to(dtype)
-        std, mean = torch.std_mean(w, dim=(1, 2, 3), keepdim=True, correction=0)  # one pass
+        std, mean = torch.std_mean(w, dim=(1, 2, 3), keepdim=True, correction=0)
         return ((w - mean) / (std + eps)).to(dtype)
 
     def standardized_weight(self) -> torch.Tensor:
         w = self.weight
+        # compiled: a formula Inductor folds into a constant with frozen weights (a cache mutated
+        # in the graph would recompile at every call); a traced weight has no storage to key on
         if torch.compiler.is_compiling():
-            # traced as a formula: with frozen weights Inductor folds it into a constant (a cache
-            # mutated inside the graph would instead force a recompilation at every call)
             return self.standardize(w)
-        # (a weight traced by torch.fx has no storage to key on)
-        if torch.is_grad_enabled() or self.training or fx_tracing():
+        if torch.is_grad_enabled() or self.training or is_fx_symbolic_tracing():
             self._standardized = None
             return self.standardize(w)
-        # In eval mode without autograd the weight does not change between calls: computed once, in
-        # the dtype the convolution runs in (autocast's cast of it at every call is then a no-op)
-        # (the meta device, where FLOPs are counted, has no autocast: asking about it raises)
+        # in eval without autograd the weight does not change between calls: computed once, in the
+        # dtype the convolution runs in (the meta device has no autocast to ask about)
         autocast = w.device.type != "meta" and torch.is_autocast_enabled(w.device.type)
         dtype = torch.get_autocast_dtype(w.device.type) if autocast else w.dtype
-        key = (w.data_ptr(), w._version, dtype)  # a new tensor, or one changed in place
-        if self._standardized is not None and self._standardized[0] == key:
-            cached = self._standardized[1]
-            if cached.device == w.device:
-                return cached
-        self._standardized = (key, self.standardize(w).to(dtype))
+        key = (w.data_ptr(), w._version, dtype, w.device)  # a new tensor, or one changed in place
+        if self._standardized is None or self._standardized[0] != key:
+            self._standardized = (key, self.standardize(w).to(dtype))
         return self._standardized[1]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return conv2d_same(x, self.standardized_weight(), self.stride[0])
 
 
-def group_norm(channels: int, numerics: Numerics = NUMERICS["official"]) -> nn.GroupNorm:
+def group_norm(channels: int, numerics: Numerics) -> nn.GroupNorm:
     return nn.GroupNorm(GROUPS, channels, eps=numerics.gn_eps)
 
 
@@ -149,37 +120,30 @@ class Bottleneck(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         residual = self.gn_proj(self.conv_proj(x)) if self.needs_projection else x
-        # in place on GroupNorm's output, which its backward pass does not need (it keeps its
-        # input): no fresh feature map per ReLU and per residual sum
+        # in place on GroupNorm's outputs, which its backward pass does not need
         y = F.relu(self.gn1(self.conv1(x)), inplace=True)
         y = F.relu(self.gn2(self.conv2(y)), inplace=True)
-        y = self.gn3(self.conv3(y))
-        return F.relu(y.add_(residual), inplace=True)
+        return F.relu(self.gn3(self.conv3(y)).add_(residual), inplace=True)
 
 
 class ResNet(nn.Module):
-    """Root (7x7/2 conv, GroupNorm, ReLU, 3x3/2 max-pool) and stages of bottlenecks.
-
-    Stage i has inner width 64 * width_factor * 2**i; the first stage keeps the resolution, each
-    later one halves it. `layers=()` is the root alone (stride 4).
-    """
+    """Root (7x7/2 conv, GroupNorm, ReLU, 3x3/2 max-pool), then stages of bottlenecks, stage i of
+    inner width 64 * width_factor * 2**i, each but the first halving the resolution."""
 
     def __init__(self, in_chans: int, layers: tuple[int, ...], width_factor: int = 1,
                  numerics: str = "official") -> None:
         super().__init__()
         numerics = NUMERICS[numerics]
-        width = 64 * width_factor
+        width = channels = 64 * width_factor
         self.conv_root = StdConv2d(in_chans, width, 7, stride=2, numerics=numerics)
         self.gn_root = group_norm(width, numerics)
         self.stages = nn.ModuleList()
-        channels = width
         for i, num_units in enumerate(layers):
-            features = width * 2**i
             units = []
             for u in range(num_units):
-                stride = 2 if (i > 0 and u == 0) else 1
-                units.append(Bottleneck(channels, features, stride, numerics))
-                channels = 4 * features
+                units.append(Bottleneck(channels, width * 2**i, 2 if i > 0 and u == 0 else 1,
+                                        numerics))
+                channels = 4 * width * 2**i
             self.stages.append(nn.Sequential(*units))
         self.out_channels = channels
         self.stride = 4 * 2 ** max(len(layers) - 1, 0)

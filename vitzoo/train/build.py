@@ -98,8 +98,6 @@ def build_model(cfg: TrainConfig, resolved: vitzoo.Resolved, config: vitzoo.ViTC
         model.reset_classifier(config.num_classes, head="linear")  # zero-initialised
     if cfg.grad_checkpointing:
         model.set_grad_checkpointing(True)
-    if cfg.store_attention_probabilities:
-        model.set_attention_probabilities_stored(True)
     if labels is not None:
         model.labels = list(labels)
     return model

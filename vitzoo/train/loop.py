@@ -28,6 +28,7 @@ import vitzoo
 from vitzoo import data as datasets
 from vitzoo.errors import TrainingDiverged
 from vitzoo.io import write_text
+from vitzoo.model import choose_attention
 from vitzoo.precision import autocast, flag, sum_dtype, training_dtype
 from vitzoo.train import build, checkpoint, distributed, summary
 from vitzoo.train.build import Evaluation, Inputs
@@ -97,6 +98,9 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(self.device.type,
                                            enabled=self.amp_dtype == torch.float16)
         self._resume(resume_points)
+        choose_attention(self.model, self.device, self.amp_dtype)  # the kernel of its precision
+        if self.ema is not None:
+            choose_attention(self.ema.module, self.device, self.amp_dtype)
         if self.run_dir is not None and env.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             write_text(self.run_dir / "train_config.json", cfg.to_json())

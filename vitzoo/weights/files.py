@@ -185,8 +185,9 @@ def open_source(source, formats: dict[str, WeightFormat]) -> Source:
         try:
             opened = open_directory(directory, formats)
         except CheckpointError as exc:  # the files match the Hub's hashes: the repo is so
-            raise CheckpointError(f"{exc}\n(the repo {text} holds these files: pass a revision "
-                                  "(@REVISION) that holds a working model)") from exc
+            raise CheckpointError(f"{exc}\n(they match the Hub's hashes: the repo itself holds "
+                                  "them so; pass a revision (@REVISION) that holds a working "
+                                  "model)") from exc
         opened.location = f"{text} (cached at {directory})"
         return opened
     if not os.path.exists(text):
