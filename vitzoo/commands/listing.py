@@ -47,26 +47,26 @@ def run_list(args) -> int:
 
 
 def pretrained_lines(names: list[str]) -> str:
-    tags, width = pretrained_tags(), max(map(len, names))
-    lines = [f"{n:{width}}  {'*' if tags[n].default else ' '} hf-hub:{tags[n].hub_id} "
-             f"({tags[n].format}, {tags[n].img_size} px, {tags[n].num_classes or 'no'} classes)"
-             + (f"  top-1 {tags[n].accuracy:.2f} ({tags[n].accuracy_source})"
-                if tags[n].accuracy is not None else "") for n in names]
+    tags, width, lines = pretrained_tags(), max(map(len, names)), []
+    for tag in map(tags.__getitem__, names):
+        top1 = f"  top-1 {accuracy(tag)}" if tag.accuracy is not None else ""
+        lines.append(f"{tag.name:{width}}  {'*' if tag.default else ' '} hf-hub:{tag.hub_id} "
+                     f"({tag.format}, {tag.img_size} px, {tag.num_classes or 'no'} classes){top1}")
     return "\n".join([*lines, "# * the model's default: vitzoo.create(MODEL, pretrained=True)\n"])
+
+
+def accuracy(tag) -> str:
+    return f"{tag.accuracy:.2f} ({tag.accuracy_source})" if tag.accuracy is not None else "-"
 
 
 def markdown_table(names: list[str]) -> str:
     """The tags as docs/pretrained.md's table."""
-    tags = pretrained_tags()
-    lines = ["| model | tag | Hub repo | format | resolution | classes | ImageNet top-1 (source) |",
-             "|---|---|---|---|---|---|---|"]
-    for tag in (tags[name] for name in names):
-        accuracy = (f"{tag.accuracy:.2f} ({tag.accuracy_source})" if tag.accuracy is not None
-                    else "-")
-        lines.append(f"| {tag.model} | `{tag.tag}`{' (default)' if tag.default else ''} | "
-                     f"[{tag.hub_id}](https://huggingface.co/{tag.hub_id}) | {tag.format} | "
-                     f"{tag.img_size} | {tag.num_classes or 'none (features)'} | {accuracy} |")
-    return "\n".join(lines) + "\n"
+    rows = [f"| {t.model} | `{t.tag}`{' (default)' * t.default} | [{t.hub_id}](https://"
+            f"huggingface.co/{t.hub_id}) | {t.format} | {t.img_size} | "
+            f"{t.num_classes or 'none (features)'} | {accuracy(t)} |"
+            for t in map(pretrained_tags().__getitem__, names)]
+    return "\n".join(["| model | tag | Hub repo | format | resolution | classes | ImageNet top-1 "
+                      "(source) |", "|---|---|---|---|---|---|---|", *rows]) + "\n"
 
 
 def run_info(args) -> int:
