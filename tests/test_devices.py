@@ -630,7 +630,7 @@ def test_the_host_copy_of_the_weights_is_a_copy_that_training_does_not_change():
 def test_a_checkpoint_and_the_final_model_hand_the_writer_host_copies(tmp_path, monkeypatch):
     """What the safetensors writer gets, for every checkpoint and for the final model, is host copies:
     its own copy (made to unshare tensors) is then made on the host, not on the GPU."""
-    from vitzoo.checkpoints import native
+    from vitzoo.weights import native
 
     handed = []
     real = native.save_state_dict

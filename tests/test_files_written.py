@@ -50,7 +50,7 @@ def test_a_failed_save_over_an_earlier_save_leaves_it_whole(tmp_path):
 def test_a_failed_write_during_a_save_leaves_the_earlier_save_whole(tmp_path, monkeypatch):
     """A failure while the files are written (a full disk, a kill) leaves the earlier save whole:
     the new files are written beside the directory and only then put in place together."""
-    from vitzoo.checkpoints import native
+    from vitzoo.weights import native
 
     first = tiny(0)
     first.save_pretrained(tmp_path / "saved")

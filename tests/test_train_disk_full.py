@@ -43,7 +43,7 @@ class FullDisk:
     """Makes the chosen write fail as a full disk does, once, then lets everything through."""
 
     def __init__(self, monkeypatch, which: str) -> None:
-        from vitzoo.checkpoints import native
+        from vitzoo.weights import native
 
         self.failed = False
         save_file, torch_save = native.save_file, torch.save

@@ -70,7 +70,7 @@ def read_weights(path: Path) -> dict:
     """A safetensors file's tensors; a damaged one is a CheckpointError naming it."""
     from safetensors.torch import load_file
 
-    from vitzoo.weights.converted import read_failed
+    from vitzoo.weights.files import read_failed
 
     try:
         return load_file(str(path))

@@ -125,7 +125,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 
 
 def vitzoo_tags() -> list[str]:
-    from vitzoo.catalog import list_pretrained
+    from vitzoo.registry import list_pretrained
 
     return list_pretrained()
 

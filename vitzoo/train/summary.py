@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 import vitzoo
-from vitzoo.checkpoints.native import save_pretrained
+from vitzoo.weights.native import save_pretrained
 from vitzoo.errors import TrainingDiverged
 from vitzoo.io import out_of_space, write_text
 from vitzoo.train import checkpoint, distributed
