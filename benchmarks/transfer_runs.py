@@ -139,9 +139,9 @@ def rehearsal_weights(tag: str, seed: int = 0) -> vitzoo.VisionTransformer:
     import torch
 
     from benchmarks.scales import rehearsal_model
-    from vitzoo.catalog import get_tag
+    from vitzoo.registry import get_registry
 
-    pretrained = get_tag(*tag.split(".", 1))
+    pretrained = get_registry().get("pretrained_tag", tag)
     options = rehearsal_model(pretrained.model, {"img_size": PRETRAINING_SIDE})
     torch.manual_seed(seed)
     return vitzoo.create(pretrained.model, **options, num_classes=pretrained.num_classes)

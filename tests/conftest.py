@@ -74,3 +74,14 @@ def data_cache(tmp_path, monkeypatch):
     """vitzoo's cache (VITZOO_CACHE) in tmp_path/cache: downloaded datasets, shard indexes."""
     monkeypatch.setenv("VITZOO_CACHE", str(tmp_path / "cache"))
     return tmp_path / "cache"
+
+
+@pytest.fixture
+def plugin():
+    """Registers plugin objects in-process for one test, as installed ones would be."""
+    from vitzoo.registry import get_registry
+
+    names = []
+    yield lambda obj: names.append(get_registry().register(obj, name=f"test-plugin-{len(names)}"))
+    for name in names:
+        get_registry().unregister(name)

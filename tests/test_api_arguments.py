@@ -24,8 +24,14 @@ def test_transforms_for_a_tag_name_are_the_tag_s_preprocessing():
     by_name = vitzoo.transforms_for("vit_s16.augreg_in21k_ft_in1k")
     image = torch.randint(0, 256, (3, 300, 260), dtype=torch.uint8)
     assert torch.equal(by_name(image), vitzoo.transforms_for(tag)(image))
-    # 224 / 0.9, as timm resizes
-    assert tag.config.crop_pct == 0.9 and "Resize(size=[248]" in repr(by_name)
+    assert tag.config.crop_pct == 0.9 and "Resize(size=[248]" in repr(by_name)  # 224 / 0.9
+    white = torch.full((3, 300, 400), 255, dtype=torch.uint8)
+    torch.testing.assert_close(by_name(white), torch.ones(3, 224, 224))  # (1 - 0.5) / 0.5
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    config = vitzoo.get_config("vit_b16", mean=mean, std=std, img_size=(64, 96))
+    out = vitzoo.transforms_for(config)(torch.zeros(3, 50, 70, dtype=torch.uint8))
+    assert out.shape == (3, 64, 96)
+    torch.testing.assert_close(out[:, 0, 0], -torch.tensor(mean) / torch.tensor(std))
 
 
 def test_training_transforms_crop_at_random_and_give_the_input_size():

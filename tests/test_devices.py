@@ -217,7 +217,7 @@ def test_every_rank_checks_the_run_directory_before_rank_0_writes_to_it(tmp_path
 
 
 def test_checkpoints_and_the_best_weights_are_host_copies_not_views(tmp_path, monkeypatch):
-    from vitzoo.checkpoints import native
+    from vitzoo.weights import native
 
     handed, real = [], native.save_state_dict
     monkeypatch.setattr(native, "save_state_dict", lambda sd, path, metadata=None: (

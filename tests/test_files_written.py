@@ -39,7 +39,7 @@ def test_a_save_refused_for_its_card_writes_nothing_and_keeps_an_earlier_save(tm
 
 
 def test_a_failed_write_during_a_save_leaves_the_earlier_save_whole(tmp_path, monkeypatch):
-    from vitzoo.checkpoints import native
+    from vitzoo.weights import native
 
     first = tiny(0)
     first.save_pretrained(tmp_path / "saved")

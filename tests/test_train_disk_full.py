@@ -35,7 +35,7 @@ def uninterrupted(tmp_path_factory) -> str:
 
 def fill_the_disk(monkeypatch, which: str) -> None:
     """The chosen write of step 4 (or of the final model) fails once as on a full disk."""
-    from vitzoo.checkpoints import native
+    from vitzoo.weights import native
 
     save_file, torch_save, failed = native.save_file, torch.save, []
 

@@ -78,7 +78,7 @@ def test_paper_cells_carry_the_recipe_and_table_5():
     assert transfer.PAPER["vit_b16.orig_in21k cifar10"] == 0.9895
     # ImageNet's numbers are the ones the zoo gives the released ImageNet fine-tunes
     for model in ("vit_b16", "vit_l16"):
-        tag = vitzoo.catalog.get_tag(model, "orig_in21k_ft_in1k")
+        tag = vitzoo.get_registry().get("pretrained_tag", f"{model}.orig_in21k_ft_in1k")
         assert transfer.PAPER[f"{model}.orig_in21k imagenet"] == pytest.approx(tag.accuracy / 100)
 
 

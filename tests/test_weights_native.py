@@ -1,53 +1,50 @@
-"""save_pretrained: the files, the model card, atomic writes; loading vitzoo's own files."""
+"""vitzoo's own format: save_pretrained writes config.json, the weights and a model card, all at
+once, and reads them back exactly; a config.json is read as strictly as options in code, checked
+against its weights and the machine's memory before anything is built."""
 
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import torch
+import transformers
+from hub_testing import tiny  # tests/hub_testing.py
 from safetensors.torch import save_file
 
 import vitzoo
-from vitzoo.errors import CheckpointError
-from vitzoo.checkpoints import native
-from vitzoo.checkpoints.sources import read_checkpoint
+from vitzoo.cli import main
+from vitzoo.errors import CheckpointError, ConfigError
+from vitzoo.weights import native
 
 
-@pytest.fixture
-def model(tiny):
-    torch.manual_seed(0)
-    m = vitzoo.create("vit_b16", **tiny)
-    with torch.no_grad():
-        for p in m.parameters():
-            p.normal_(0, 0.05)
-    return m.eval()
-
-
-def test_save_pretrained_writes_config_weights_and_model_card(model, tmp_path):
-    model.save_pretrained(tmp_path / "out", card={"dataset": "cifar10", "metrics": {"accuracy": 0.9876},
-                                                  "repo_id": "alice/tiny", "license": "mit", "tags": ["cifar"]})
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["README.md", "config.json", "model.safetensors"]
-    document = json.loads((tmp_path / "out" / "config.json").read_text())
-    assert document["format"] == "vitzoo" and document["format_version"] == 1  # vitzoo's own names: every vitzoo reads them (2 marks timm's or transformers')
-    assert document["vitzoo_version"] == vitzoo.__version__ and document["model"] == model.config.to_dict()
-    card = (tmp_path / "out" / "README.md").read_text()
-    front, body = card.split("---\n")[1], card.split("---\n", 2)[2]
-    for needle in ("library_name: vitzoo", "license: mit", "- cifar", "- cifar10", "model-index", "value: 0.9876"):
+def test_save_pretrained_writes_config_weights_and_a_model_card(tmp_path):
+    model = tiny()
+    model.save_pretrained(tmp_path, card={"dataset": "cifar10", "metrics": {"accuracy": 0.9876},
+                                          "repo_id": "alice/tiny", "license": "mit",
+                                          "tags": ["cifar"]})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["README.md", "config.json",
+                                                          "model.safetensors"]
+    document = json.loads((tmp_path / "config.json").read_text())
+    assert (document["format"], document["format_version"]) == ("vitzoo", 1)
+    assert document["model"] == model.config.to_dict()
+    _, front, body = (tmp_path / "README.md").read_text().split("---\n", 2)
+    for needle in ("library_name: vitzoo", "license: mit", "- cifar10", "value: 0.9876"):
         assert needle in front
-    assert "| width (D) | 32 |" in body and 'vitzoo.from_pretrained("hf-hub:alice/tiny")' in body
-    assert "| cifar10 | accuracy | 0.9876 |" in body
-    loaded = vitzoo.from_pretrained(tmp_path / "out")
-    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), loaded.state_dict().values()))
+    assert "| width (D) | 32 |" in body and "| cifar10 | accuracy | 0.9876 |" in body
+    assert 'vitzoo.from_pretrained("hf-hub:alice/tiny")' in body
+    loaded = vitzoo.from_pretrained(tmp_path)
+    assert loaded.config == model.config
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(),
+                                                 loaded.state_dict().values()))
+    tiny().save_pretrained(tmp_path / "plain")
+    card = (tmp_path / "plain" / "README.md").read_text()
+    assert "model-index" not in card and "license: apache-2.0" in card
 
 
-def test_model_card_without_metrics_has_no_model_index(model, tmp_path):
-    model.save_pretrained(tmp_path)
-    card = (tmp_path / "README.md").read_text()
-    assert "library_name: vitzoo" in card and "model-index" not in card and "license: apache-2.0" in card
-
-
-def test_a_crash_mid_save_leaves_no_half_written_file(model, tmp_path, monkeypatch):
+def test_a_crash_mid_save_leaves_no_half_written_file(tmp_path, monkeypatch):
+    model = tiny()
     model.save_pretrained(tmp_path)
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
 
@@ -57,75 +54,124 @@ def test_a_crash_mid_save_leaves_no_half_written_file(model, tmp_path, monkeypat
         raise KeyboardInterrupt
 
     monkeypatch.setattr(native, "save_file", crash)
-    with torch.no_grad():
-        model.head.fc.bias.add_(1)
     with pytest.raises(KeyboardInterrupt):
         model.save_pretrained(tmp_path)
-    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # no temporary file left either
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
     with pytest.raises(KeyboardInterrupt):
         model.save_pretrained(tmp_path / "fresh")
-    assert not (tmp_path / "fresh" / "model.safetensors").exists() and not (tmp_path / "fresh" / "config.json").exists()
+    assert not (tmp_path / "fresh" / "config.json").exists()
 
 
-def test_a_bare_vitzoo_safetensors_file_infers_its_model(model, tmp_path):
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp_path / "w.safetensors"))
+def test_a_bare_vitzoo_file_infers_its_model_and_a_wrong_path_says_so(tmp_path):
+    model = tiny()
+    save_file(model.state_dict(), str(tmp_path / "w.safetensors"))
     loaded = vitzoo.from_pretrained(tmp_path / "w.safetensors", num_heads=2)
-    assert loaded.config.embed_dim == 32 and loaded.config.img_size == (32, 32) and loaded.config.num_classes == 5
-    x = torch.randn(2, 3, 32, 32)
-    with torch.no_grad():
-        torch.testing.assert_close(loaded(x), model(x))
-    assert read_checkpoint(tmp_path / "w.safetensors").format == "vitzoo"
-
-
-def test_unknown_file_type_and_missing_path(tmp_path):
+    assert loaded.config.img_size == (32, 32) and loaded.config.num_classes == 5
+    torch.testing.assert_close(loaded(torch.ones(1, 3, 32, 32)), model(torch.ones(1, 3, 32, 32)))
     (tmp_path / "w.txt").write_text("hello")
-    with pytest.raises(CheckpointError, match="unknown file type"):
-        vitzoo.from_pretrained(tmp_path / "w.txt")
-    with pytest.raises(FileNotFoundError, match="no checkpoint at"):
-        vitzoo.from_pretrained(tmp_path / "nothing.safetensors")
-    (tmp_path / "d").mkdir()
-    with pytest.raises(CheckpointError, match="no weights file"):
-        vitzoo.from_pretrained(tmp_path / "d")
+    (tmp_path / "empty").mkdir()
+    for path, error, said in (("w.txt", CheckpointError, "unknown file type"),
+                              ("none.safetensors", FileNotFoundError, "no checkpoint at"),
+                              ("empty", CheckpointError, "no weights file")):
+        with pytest.raises(error, match=said):
+            vitzoo.from_pretrained(tmp_path / path)
 
 
-def _is_module(name: str) -> bool:
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec(name) is not None
-    except ModuleNotFoundError:  # a name inside a module, not a module
-        return False
+def edited(directory, **model_options) -> None:
+    path = directory / "config.json"
+    document = json.loads(path.read_text())
+    document["model"].update(model_options)
+    path.write_text(json.dumps(document))
 
 
-def _vitzoo_imports(module: str) -> set[str]:
-    """The vitzoo modules `module` imports, anywhere in its code, and the packages they are in (whose
-    __init__ runs first); vitzoo's own __init__ left out, since importing any part runs it anyway."""
-    import ast
-    import importlib.util
-
-    tree = ast.parse(open(importlib.util.find_spec(module).origin).read())
-    found = set()
-    for node in ast.walk(tree):
-        names = []
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
-        for name in names:
-            parts = name.split(".")
-            found |= {".".join(parts[:i]) for i in range(2, len(parts) + 1)
-                      if parts[0] == "vitzoo" and _is_module(".".join(parts[:i]))}
-    return found
+@pytest.mark.parametrize("option, value, said", [
+    ("act", None, "act must be a str, got None"),
+    ("stem", "bogus_stem", "unknown stem 'bogus_stem'"),
+    ("fc_norm", "yes", "fc_norm must be True or False, got 'yes'"),
+    ("depth", "2", "depth must be an int"),
+    ("num_classes", True, "num_classes must be an int"),
+])
+def test_a_saved_option_of_the_wrong_type_names_the_file_and_the_option(tmp_path, option, value,
+                                                                        said):
+    tiny().save_pretrained(tmp_path)
+    edited(tmp_path, **{option: value})
+    with pytest.raises(ConfigError, match=said) as err:
+        vitzoo.from_pretrained(tmp_path)
+    assert tmp_path.name in str(err.value)
 
 
-def test_saving_and_pushing_never_import_the_model():
-    """model.save_pretrained / push_to_hub use vitzoo.checkpoints.native and vitzoo.checkpoints.publish, which import no
-    module that imports vitzoo.model (directly or through others): there is no import circle to dodge."""
-    seen, todo = set(), ["vitzoo.checkpoints.native", "vitzoo.checkpoints.publish"]
-    while todo:
-        module = todo.pop()
-        if module not in seen:
-            seen.add(module)
-            todo += sorted(_vitzoo_imports(module) - seen)
-    assert "vitzoo.model" not in seen and "vitzoo.pretrained" not in seen
-    assert {"vitzoo.checkpoints.native", "vitzoo.weights.layout", "vitzoo.weights.hub"} <= seen  # the walk did walk
+@pytest.mark.parametrize("text, error, said", [
+    ('{"format": "vitzoo", "format_version": 1, "model": {"resnet_layers": 5}}', ConfigError,
+     "saved model config is not valid"),
+    ('{"format": "vitzoo", "format_version": 1, "model": []}', CheckpointError,
+     "is not a vitzoo config.json"),
+    ('{"format": "vitzoo", "format_version": "1", "model": {}}', CheckpointError,
+     "format_version '1' is not an int"),
+    ('{"format": "vitzoo", "format_version": 3, "model": {}}', CheckpointError,
+     "upgrade vitzoo if it is newer"),
+    ('["format", "vitzoo"]', CheckpointError, "is not a JSON object"),
+    ('{"format": "vitzoo", "model": {"act": "\xff"', CheckpointError, "not valid JSON"),
+])
+def test_a_config_json_of_another_layout_names_the_file_and_the_problem(tmp_path, text, error,
+                                                                        said):
+    tiny().save_pretrained(tmp_path)
+    (tmp_path / "config.json").write_bytes(text.encode("latin-1"))
+    with pytest.raises(error, match=said) as err:
+        vitzoo.from_pretrained(tmp_path)
+    assert "config.json" in str(err.value)
+
+
+def test_saved_class_names_must_be_names_and_left_out_options_are_said(tmp_path):
+    model = tiny(num_classes=2)
+    model.labels = ["left", "right"]
+    model.save_pretrained(tmp_path)
+    assert vitzoo.from_pretrained(tmp_path).labels == ["left", "right"]
+    document = json.loads((tmp_path / "config.json").read_text())
+    del document["model"]["norm_eps"], document["model"]["pool"]
+    (tmp_path / "config.json").write_text(json.dumps(document))
+    with pytest.warns(UserWarning, match=r"does not give the model options pool, norm_eps; their "
+                                         r"defaults are used: pool='token', norm_eps=1e-06"):
+        vitzoo.from_pretrained(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({**document, "labels": [1, 2]}))
+    with pytest.raises(CheckpointError, match="list of class names"):
+        vitzoo.from_pretrained(tmp_path)
+
+
+def test_a_saved_model_under_another_model_name_is_loaded_saying_so(tmp_path):
+    tiny().save_pretrained(tmp_path)
+    with pytest.warns(UserWarning, match=r"holds another model than the one requested: "
+                                         r"embed_dim=32 \(not 768\)"):
+        assert vitzoo.create("vit_b16", pretrained=tmp_path).config.embed_dim == 32
+
+
+@pytest.mark.parametrize("changes", [dict(depth=1_000_000), dict(embed_dim=10**9),
+                                     dict(mlp_dim=10**12)])
+def test_a_config_that_does_not_describe_its_weights_is_refused_before_building(
+        tmp_path, changes, capsys):
+    tiny().save_pretrained(tmp_path)
+    edited(tmp_path, **changes)
+    start = time.perf_counter()
+    with pytest.raises(CheckpointError, match=rf"config\.json does not describe its weights: "
+                                              rf"it says {next(iter(changes))}="):
+        vitzoo.from_pretrained(tmp_path)
+    assert time.perf_counter() - start < 5
+    assert main(["eval", str(tmp_path), "--data", "synthetic"]) == 2
+    assert main(["push", str(tmp_path), "alice/tiny"]) == 2
+    assert capsys.readouterr().err.count("config.json") >= 2
+
+
+def test_a_model_beyond_memory_is_refused_from_its_options_alone(tmp_path):
+    """transformers' config.json gives the image size: 1e6 px would be 2 TB of position
+    embeddings, refused before any is allocated, as any model too large is."""
+    config = transformers.ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                    intermediate_size=64, image_size=32, patch_size=8)
+    transformers.ViTForImageClassification(config).save_pretrained(tmp_path)
+    document = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**document, "image_size": 10**6}))
+    with pytest.raises(ConfigError, match=r"img_size=\(1000000, 1000000\)\) is more than this "
+                                          r"machine's .* GiB of memory"):
+        vitzoo.from_pretrained(tmp_path)
+    wide = dict(embed_dim=2**20, num_heads=1, depth=2)  # 35 TB in float32
+    with pytest.raises(ConfigError, match="at least 8.8e\\+12 parameters"):
+        vitzoo.create("vit_ti16", **wide)
+    assert vitzoo.create("vit_ti16", **wide, device="meta").config.embed_dim == 2**20

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from vitzoo.hookspecs import hookimpl
 from vitzoo.layers import heads, pos_embed, stems
-from vitzoo.weights import official, timm, torchvision, transformers, vitzoo_format
+from vitzoo.weights import native, official, timm, torchvision, transformers
 from vitzoo.zoo import MODELS, PRETRAINED
 
 
@@ -41,6 +41,6 @@ def vitzoo_pretrained_tags():
 
 @hookimpl
 def vitzoo_weight_formats():
-    formats = (vitzoo_format.VitzooFormat(), timm.TimmFormat(), torchvision.TorchvisionFormat(),
+    formats = (native.VitzooFormat(), timm.TimmFormat(), torchvision.TorchvisionFormat(),
                transformers.TransformersFormat(), official.OfficialFormat())
     return {fmt.name: fmt for fmt in formats}

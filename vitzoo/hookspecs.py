@@ -19,8 +19,8 @@ if TYPE_CHECKING:
     from torch import nn
 
     from vitzoo.config import ViTConfig
-    from vitzoo.tags import PretrainedTag
-    from vitzoo.weights.formats import WeightFormat
+    from vitzoo.weights import WeightFormat
+    from vitzoo.zoo import PretrainedTag
 
 hookspec = pluggy.HookspecMarker("vitzoo")
 hookimpl = pluggy.HookimplMarker("vitzoo")
@@ -64,7 +64,7 @@ def vitzoo_models() -> dict[str, ViTConfig]:
 
 @hookspec
 def vitzoo_pretrained_tags() -> dict[str, PretrainedTag]:
-    """Released weights: "MODEL.TAG" -> a `vitzoo.tags.PretrainedTag` of that ``name``, its
+    """Released weights: "MODEL.TAG" -> a `vitzoo.zoo.PretrainedTag` of that ``name``, its
     ``model`` registered, its ``format`` registered and that of the files in ``hub_id``, which fit
     the model with the tag's options; ``accuracy`` only with its ``accuracy_source``; at most one
     ``default=True`` per model."""
@@ -72,7 +72,7 @@ def vitzoo_pretrained_tags() -> dict[str, PretrainedTag]:
 
 @hookspec
 def vitzoo_weight_formats() -> dict[str, WeightFormat]:
-    """Weight formats: name -> a `vitzoo.weights.formats.WeightFormat` of that ``name``, with
+    """Weight formats: name -> a `vitzoo.weights.WeightFormat` of that ``name``, with
     ``recognises(keys, metadata)`` (no two formats recognise the same weights), ``convert(
     state_dict, metadata) -> ConvertedWeights`` (vitzoo's names, the options the weights decide,
     the token grid), ``hints(metadata)`` (options the weights cannot decide) and

@@ -20,11 +20,11 @@ from torch import nn
 from torch.fx._symbolic_trace import is_fx_symbolic_tracing as fx_tracing
 from torch.utils.checkpoint import checkpoint
 
-from vitzoo.checkpoints import native, publish
+from vitzoo.weights import native, publish
 from vitzoo.config import POOLS_OF_TIMM, ViTConfig
 from vitzoo.errors import ConfigError, InputError, PluginError
 from vitzoo.layers.init import xavier_uniform_blocks_
-from vitzoo.registry import COMPONENT_KINDS, get_registry, resolve_config
+from vitzoo.registry import get_registry, resolve_config
 from vitzoo.timm_surface import TimmSurface
 
 # the MLP's nonlinearity by `ViTConfig.act`: exact GELU, or the official Flax code's tanh form
@@ -221,8 +221,7 @@ class Encoder(nn.Module):
 class VisionTransformer(TimmSurface, nn.Module):
     def __init__(self, config: ViTConfig) -> None:
         super().__init__()
-        config = resolve_config(config)  # every part known, its options checked and complete
-        parts = {kind: get_registry().get(kind, getattr(config, kind)) for kind in COMPONENT_KINDS}
+        parts = get_registry().parts(config)  # each part by name, each checking the config
         self.config = config
         self.stem = parts["stem"](config)  # x_p E of eq. (1)
         self.pool = parts["pool"](config)
@@ -237,7 +236,7 @@ class VisionTransformer(TimmSurface, nn.Module):
         self.fc_norm = nn.LayerNorm(dim, eps=config.norm_eps) if config.fc_norm else None
         self.head = parts["head"](config)
         self.labels: list[str] | None = None  # the head's class names, when the weights name them
-        self.pretrained_tag = None  # the vitzoo.tags.PretrainedTag the weights came from, if any
+        self.pretrained_tag = None  # the vitzoo.zoo.PretrainedTag the weights came from, if any
 
     @property
     def stride(self) -> tuple[int, int]:  # pixels per token along (height, width)

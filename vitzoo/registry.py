@@ -1,84 +1,68 @@
-"""The component registry: a pluggy PluginManager and name -> component lookup.
+"""The registry, as timm's: a name becomes a component, a model's config, a tag or a format.
 
-The built-ins (`vitzoo/builtins.py`) are one plugin like any other, registered first; they know
-only the hookspecs, as a third-party plugin does. Third-party plugins come from the entry-point
-group ``vitzoo`` (``VITZOO_DISABLE_PLUGIN_AUTOLOAD=1`` loads none). A plugin that fails to import
-is reported in a warning and skipped; one that implements a hook vitzoo does not have (a
-misspelling such as ``vitzoo_stem``) is a `PluginError` when loaded, as pluggy would never call it.
-
-Hooks are called one plugin at a time, so that every component name is known to come from one
-plugin: duplicates and broken return values are reported naming it.
-"""
+Plugins are pluggy's: the built-ins first, then the entry-point group ``vitzoo`` (none with
+VITZOO_DISABLE_PLUGIN_AUTOLOAD=1); one that fails to import is warned about and skipped; a hook
+vitzoo does not have and a name two plugins give are PluginErrors. A hook is called one plugin at
+a time, so that every name's plugin is known."""
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import fnmatch
 import importlib.metadata
+import os
+import re
 import warnings
 from typing import Any
 
 import pluggy
+import torch
 
 from vitzoo import builtins, hookspecs
 from vitzoo.config import PART_OPTIONS, ViTConfig
 from vitzoo.envvars import env_flag
 from vitzoo.errors import ConfigError, PluginError
 from vitzoo.options import Options, closest
+from vitzoo.weights import WeightFormat
+from vitzoo.zoo import TIMM_ARCHITECTURES, PretrainedTag
 
-PROJECT = "vitzoo"
 ENTRY_POINT_GROUP = "vitzoo"
 DISABLE_AUTOLOAD_ENV = "VITZOO_DISABLE_PLUGIN_AUTOLOAD"
-
-# kind of component -> the hook that provides it
-KINDS = {
-    "stem": "vitzoo_stems",
-    "pos_embed": "vitzoo_pos_embeds",
-    "pool": "vitzoo_pools",
-    "head": "vitzoo_heads",
-    "model": "vitzoo_models",
-    "weight_format": "vitzoo_weight_formats",
-    "pretrained_tag": "vitzoo_pretrained_tags",
-}
-# the parts a model is built from (models, weight formats and pretrained tags are not parts)
-COMPONENT_KINDS = tuple(k for k in KINDS if k not in ("model", "weight_format", "pretrained_tag"))
+KINDS = {"stem": "vitzoo_stems", "pos_embed": "vitzoo_pos_embeds", "pool": "vitzoo_pools",
+         "head": "vitzoo_heads", "model": "vitzoo_models", "weight_format": "vitzoo_weight_formats",
+         "pretrained_tag": "vitzoo_pretrained_tags"}  # kind of name -> the hook that provides it
+COMPONENT_KINDS = ("stem", "pos_embed", "pool", "head")  # the parts a model is built from
 
 
 class Registry:
     def __init__(self, autoload: bool | None = None) -> None:
-        self.pm = pluggy.PluginManager(PROJECT)
+        self.pm = pluggy.PluginManager("vitzoo")
         self.pm.add_hookspecs(hookspecs)
-        self.failed_plugins: dict[str, str] = {}  # entry-point name -> error message
+        self.failed_plugins: dict[str, str] = {}  # entry-point name -> its error
         self._tables: dict[str, dict[str, Any]] | None = None
         self.pm.register(builtins, name="vitzoo.builtins")
-        if autoload is None:
-            autoload = not env_flag(DISABLE_AUTOLOAD_ENV)  # "0" had disabled them too
-        if autoload:
+        if autoload if autoload is not None else not env_flag(DISABLE_AUTOLOAD_ENV):
             self._load_entry_points()
         self._check_hook_names()
 
     def _load_entry_points(self) -> None:
-        # One entry point at a time, so that one broken plugin cannot hide the others.
         for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-            try:
+            try:  # one at a time: a broken plugin hides no other
                 self.pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP, name=ep.name)
-            except Exception as exc:  # noqa: BLE001 - any import-time failure of foreign code
-                message = f"{type(exc).__name__}: {exc}"
-                self.failed_plugins[ep.name] = message
-                warnings.warn(
-                    f"vitzoo plugin {ep.name!r} ({ep.value}) failed to load and is skipped: "
-                    f"{message}",
-                    RuntimeWarning,
-                    stacklevel=2,
-                )
+            except Exception as exc:  # noqa: BLE001 - any failure of foreign code
+                self.failed_plugins[ep.name] = f"{type(exc).__name__}: {exc}"
+                warnings.warn(f"vitzoo plugin {ep.name!r} ({ep.value}) failed to load and is "
+                              f"skipped: {self.failed_plugins[ep.name]}", RuntimeWarning,
+                              stacklevel=3)
 
-    # ---------------------------------------------------------------- plugins
     def register(self, plugin: object, name: str | None = None) -> str:
-        """Register a plugin object (module or instance with hookimpls); returns its name."""
+        """A module or object with hookimpls registered (or refused whole); returns its name."""
         registered = self.pm.register(plugin, name=name)
         try:
             self._check_hook_names()
         except PluginError:
-            self.pm.unregister(name=registered)  # leave the registry as it was
+            self.pm.unregister(name=registered)
             raise
         self._tables = None
         return registered
@@ -88,56 +72,36 @@ class Registry:
         self._tables = None
 
     def _check_hook_names(self) -> None:
-        """pluggy's `check_pending`, as a `PluginError` naming the plugin and the hook it meant.
-
-        pluggy registers an implementation whose name matches no hookspec without complaint and
-        never calls it, so a misspelled hook would make a plugin silently do nothing."""
+        """A hookimpl named like no hook is never called by pluggy: a PluginError naming it."""
         try:
             self.pm.check_pending()
         except pluggy.PluginValidationError as exc:
-            plugin_name = self.pm.get_name(exc.plugin)
-            unknown = sorted(
-                caller.name
-                for caller in self.pm.get_hookcallers(exc.plugin) or []
-                if not caller.has_spec()
-                and any(impl.plugin is exc.plugin and not impl.optionalhook
-                        for impl in caller.get_hookimpls())
-            )
-            problems = "; ".join(f"{hook!r} is not a vitzoo hook." + closest(hook, KINDS.values())
-                                 for hook in unknown)
-            raise PluginError(
-                f"plugin {plugin_name!r} implements a hook that vitzoo does not have, so it would "
-                f"never be called: {problems} Rename the function to one of "
-                f"{', '.join(sorted(KINDS.values()))} (vitzoo/hookspecs.py), or uninstall the "
-                "plugin"
-            ) from exc
+            unknown = sorted(caller.name for caller in self.pm.get_hookcallers(exc.plugin) or []
+                             if not caller.has_spec() and any(
+                                 i.plugin is exc.plugin and not i.optionalhook
+                                 for i in caller.get_hookimpls()))
+            said = " ".join(f"{hook!r} is not a vitzoo hook." + closest(hook, KINDS.values())
+                            for hook in unknown)
+            raise PluginError(f"plugin {self.pm.get_name(exc.plugin)!r}: {said} Rename the "
+                              f"function to one of {', '.join(sorted(KINDS.values()))}") from exc
 
-    # ---------------------------------------------------------------- lookup
     def _collect(self, kind: str) -> dict[str, Any]:
-        hook_name = KINDS[kind]
-        # The plugins implementing the hook, in pluggy's order; wrappers (hookwrapper /
-        # wrapper=True) provide nothing themselves, they wrap the call of each plugin below.
-        providers: dict[object, str] = {}
-        for impl in getattr(self.pm.hook, hook_name).get_hookimpls():
-            if not (impl.wrapper or impl.hookwrapper):
-                providers.setdefault(impl.plugin, impl.plugin_name)
-        table: dict[str, Any] = {}
-        owner: dict[str, str] = {}
+        """Each plugin's names of `kind`, one plugin at a time (wrappers provide none)."""
+        hook, table, owner = KINDS[kind], {}, {}
+        providers = {impl.plugin: impl.plugin_name for impl in
+                     getattr(self.pm.hook, hook).get_hookimpls()
+                     if not (impl.wrapper or impl.hookwrapper)}
         for plugin, plugin_name in providers.items():
-            # pm.hook.<hook_name> restricted to this plugin: its results are known to be its own
             others = [other for other in providers if other is not plugin]
-            for provided in self.pm.subset_hook_caller(hook_name, remove_plugins=others)():
+            for provided in self.pm.subset_hook_caller(hook, remove_plugins=others)():
                 if not isinstance(provided, dict):
-                    raise PluginError(f"plugin {plugin_name!r}: {hook_name}() must return a dict, "
-                                      f"got {type(provided).__name__}")
-                for name, component in provided.items():
+                    raise PluginError(f"plugin {plugin_name!r}: {hook}() must return a dict, got "
+                                      f"{type(provided).__name__}")
+                for name, value in provided.items():
                     if name in owner:
-                        raise PluginError(
-                            f"{kind} {name!r} is registered twice: by plugin {owner[name]!r} and "
-                            f"by plugin {plugin_name!r}; uninstall or rename one of them"
-                        )
-                    owner[name] = plugin_name
-                    table[name] = component
+                        raise PluginError(f"{kind} {name!r} is registered twice: by plugin "
+                                          f"{owner[name]!r} and by plugin {plugin_name!r}")
+                    owner[name], table[name] = plugin_name, value
         return table
 
     def tables(self) -> dict[str, dict[str, Any]]:
@@ -151,12 +115,42 @@ class Registry:
     def get(self, kind: str, name: str) -> Any:
         table = self.tables()[kind]
         if name not in table:
-            option = "model name" if kind == "model" else f"{kind}"
-            raise ConfigError(
-                f"unknown {option} {name!r}." + closest(name, table)
-                + f" Available: {', '.join(sorted(table))}"
-            )
+            raise ConfigError(f"unknown {kind.replace('_', ' ')} {name!r}." + closest(name, table)
+                              + f" Available: {', '.join(sorted(table))}")
         return table[name]
+
+    def parts(self, config: ViTConfig) -> dict[str, type]:
+        """The components `config` names, each checking it, once a model of it is known to fit
+        this machine's memory (a meta build allocates nothing): cheap, the same every time."""
+        if torch.get_default_device().type != "meta":
+            check_size(config)
+        parts = {kind: self.get(kind, getattr(config, kind)) for kind in COMPONENT_KINDS}
+        modes, mode = tuple(getattr(parts["pos_embed"], "modes", ())), config.pos_embed_mode
+        if mode not in modes:
+            raise ConfigError(f"pos_embed={config.pos_embed!r} with pos_embed_mode={mode!r} is "
+                              f"undefined (the paper's Table 8 marks it n/a); it supports "
+                              f"{modes}." + closest(str(mode), modes))
+        for part in parts.values():
+            if hasattr(part, "check"):
+                part.check(config)
+        return parts
+
+
+def check_size(config: ViTConfig) -> None:
+    """Refuse a model that cannot fit this machine's memory in float32, counted from its options
+    (the blocks' matrices, a learned position table, the head) before anything is allocated."""
+    d, (h, w), p = config.embed_dim, config.img_size, config.patch_size
+    floor = config.depth * (4 * d * d + 2 * d * config.mlp_dim) + d * config.num_classes
+    floor += (h // p) * (w // p) * d if config.pos_embed.startswith("learned") else 0
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # a system that does not say
+        return
+    if 4 * floor > memory:
+        raise ConfigError(f"a model of at least {floor:.3g} parameters (embed_dim={d}, depth="
+                          f"{config.depth}, mlp_dim={config.mlp_dim}, img_size={config.img_size}) "
+                          f"is more than this machine's {memory / 2**30:.3g} GiB of memory: check "
+                          "its options, and the config.json beside its weights")
 
 
 _REGISTRY: Registry | None = None
@@ -164,90 +158,139 @@ _REGISTRY: Registry | None = None
 
 def get_registry() -> Registry:
     """The process-wide registry, built on first use."""
-    global _REGISTRY
-    if _REGISTRY is None:
-        _REGISTRY = Registry()
-    return _REGISTRY
+    return _REGISTRY or reset_registry()
 
 
 def reset_registry(autoload: bool | None = None) -> Registry:
-    """Rebuild the registry (after installing a plugin, or in tests)."""
+    """The registry built anew (after installing a plugin, or in tests)."""
     global _REGISTRY
     _REGISTRY = Registry(autoload=autoload)
     return _REGISTRY
 
 
-# ------------------------------------------------------------------------- a config, resolved
+# ---------------------------------------------------------------- a config, resolved
 def options_class(component: Any, kind: str, name: str) -> type[Options] | None:
-    """The dataclass of a component's own options (its ``Options`` attribute), or None."""
+    """The dataclass of a component's own options (its `Options`), or None."""
     declared = getattr(component, "Options", None)
     if declared is not None and not (isinstance(declared, type) and issubclass(declared, Options)):
-        raise PluginError(f"{kind} {name!r}: its Options must be a dataclass deriving "
-                          f"vitzoo.options.Options, got {declared!r}")
+        raise PluginError(f"{kind} {name!r}: its Options must derive vitzoo.options.Options")
     return declared
 
 
-def part_options(config: ViTConfig, kind: str, registry: Registry | None = None) -> Options | None:
-    """A part's options, typed and checked by its component's ``Options`` (defaults filled in); None
-    for a component that has none (then the config must give none)."""
-    name = getattr(config, kind)
-    component = (registry or get_registry()).get(kind, name)
-    given = config.part_options(kind)
-    declared = options_class(component, kind, name)
-    if declared is None:
-        if given:
-            raise ConfigError(f"{kind}={name!r} has no options of its own, got "
-                              f"{PART_OPTIONS[kind]}={given!r}; drop them (or choose a {kind} that "
-                              "has them)")
-        return None
-    return declared.from_dict(given)
-
-
-def resolve_config(config: ViTConfig) -> ViTConfig:
-    """The config with every part known and its options complete: each part's options checked by its
-    component and written out with their defaults, then each component's ``check`` of the config.
-
-    A model holds its config resolved, so that two configs of one model compare equal however they
-    were written (saved with every option, or given with a few)."""
-    registry = get_registry()
-    changes = {}
+def resolve_config(base: ViTConfig, *changes: dict[str, Any]) -> ViTConfig:
+    """`base` with each dict of `changes` applied in turn (a part's options merged), every part
+    known and its options checked and written out with their defaults: two configs of one model
+    compare equal however they were written."""
+    registry, declared = get_registry(), {}
+    for kind in PART_OPTIONS:  # a name that is no text is the config's to refuse
+        name = next((c[kind] for c in reversed(changes) if kind in c), getattr(base, kind))
+        part = registry.get(kind, name) if isinstance(name, str) else None
+        declared[kind] = options_class(part, kind, name)
+    config = base
+    for layer in changes:
+        config = config.replace(**layer)
+    written = {}
     for kind, key in PART_OPTIONS.items():
-        options = part_options(config, kind, registry)
-        changes[key] = options.to_dict() if options is not None else {}
-    # replaced whole (ViTConfig.replace would merge them into the options given)
-    same = all(changes[k] == getattr(config, k) for k in changes)
-    resolved = config if same else dataclasses.replace(config, **changes)
-    pos_embed = registry.get("pos_embed", resolved.pos_embed)
-    modes = tuple(getattr(pos_embed, "modes", ()))
-    if resolved.pos_embed_mode not in modes:  # the position embedding's modes (Table 8: n/a)
-        raise ConfigError(f"pos_embed={resolved.pos_embed!r} with "
-                          f"pos_embed_mode={resolved.pos_embed_mode!r} is undefined (the paper's "
-                          f"Table 8 marks it n/a); {resolved.pos_embed!r} supports pos_embed_mode "
-                          f"in {modes}." + closest(str(resolved.pos_embed_mode), modes))
-    for kind in COMPONENT_KINDS:
-        component = registry.get(kind, getattr(resolved, kind))
-        if hasattr(component, "check"):
-            component.check(resolved)
+        if declared[kind] is None and getattr(config, key):
+            raise ConfigError(f"{kind}={getattr(config, kind)!r} has no options of its own, got "
+                              f"{key}={getattr(config, key)!r}; drop them")
+        written[key] = (declared[kind].from_dict(getattr(config, key)).to_dict()
+                        if declared[kind] is not None else {})
+    resolved = dataclasses.replace(config, **written)  # whole: replace() would merge them
+    registry.parts(resolved)
     return resolved
 
 
-# the shared options that make a model another architecture; the parts' own options that do are
-# their Options' SHAPE
-SHAPE_OPTIONS = ("stem", "embed_dim", "depth", "num_heads", "mlp_dim")
+SHAPE_OPTIONS = ("stem", "embed_dim", "depth", "num_heads", "mlp_dim")  # make another model
 
 
-def shape_differences(saved: ViTConfig, requested: ViTConfig) -> list[str]:
-    """How the model a saved config describes differs in shape from the one requested, as
-    'option=saved (not requested)' items; [] when they are the same architecture."""
-    differ = [f"{k}={getattr(saved, k)!r} (not {getattr(requested, k)!r})" for k in SHAPE_OPTIONS
-              if getattr(saved, k) != getattr(requested, k)]
-    if differ:
-        return differ
+def shape_differences(saved: ViTConfig, requested: ViTConfig, *changes: dict) -> list[str]:
+    """How a saved model differs in shape from the one requested (with `changes`): its options
+    and its parts' SHAPE options, as 'option=saved (not requested)'; [] for one architecture."""
+    asked = {k: getattr(requested, k) for k in (*SHAPE_OPTIONS, *PART_OPTIONS,
+                                                *PART_OPTIONS.values())}
+    for layer in changes:
+        for k in asked.keys() & layer.keys():
+            asked[k] = {**asked[k], **layer[k]} if isinstance(asked[k], dict) else layer[k]
+    differ = [f"{k}={getattr(saved, k)!r} (not {asked[k]!r})" for k in SHAPE_OPTIONS
+              if getattr(saved, k) != asked[k]]
     for kind, key in PART_OPTIONS.items():
-        a, b = part_options(saved, kind), part_options(requested, kind)
-        if a is None or b is None:
-            continue
-        fields = a.SHAPE if a.SHAPE is not None else a.field_names()
-        differ += [f"{key}[{f!r}]={getattr(a, f)!r} (not {getattr(b, f)!r})" for f in fields
-                   if getattr(a, f) != getattr(b, f)]
+        declared = options_class(get_registry().get(kind, asked[kind]), kind, asked[kind])
+        if declared is not None and not differ and asked[kind] == getattr(saved, kind):
+            a, b = declared.from_dict(getattr(saved, key)), declared.from_dict(asked[key])
+            differ += [f"{key}[{f!r}]={getattr(a, f)!r} (not {getattr(b, f)!r})"
+                       for f in declared.SHAPE or declared.field_names()
+                       if getattr(a, f) != getattr(b, f)]
     return differ
+
+
+# ---------------------------------------------------------------- weights by name
+def weight_formats() -> dict[str, WeightFormat]:
+    formats = get_registry().tables()["weight_format"]
+    wrong = [name for name, fmt in formats.items()
+             if not isinstance(fmt, WeightFormat) or fmt.name != name]
+    if wrong:
+        raise PluginError(f"weight format {wrong[0]!r} must be a vitzoo.weights.WeightFormat "
+                          f"whose name is {wrong[0]!r}")
+    return formats
+
+
+def pretrained_tags() -> dict[str, PretrainedTag]:
+    """The registered tags, checked: each under its own name, of a registered model and format,
+    and at most one default per model."""
+    tables, defaults = get_registry().tables(), {}
+    for name, tag in tables["pretrained_tag"].items():
+        if not isinstance(tag, PretrainedTag) or tag.name != name:
+            raise PluginError(f"pretrained tag {name!r} must be a vitzoo.zoo.PretrainedTag named "
+                              f"{name!r}, got {tag!r}")
+        for kind, value in (("model", tag.model), ("weight_format", tag.format)):
+            if value not in tables[kind]:
+                raise PluginError(f"pretrained tag {name!r}: no {kind.replace('_', ' ')} {value!r} "
+                                  "is registered; install the plugin that provides it")
+        if tag.default and defaults.setdefault(tag.model, name) != name:
+            raise PluginError(f"model {tag.model!r} has two default tags: {defaults[tag.model]!r} "
+                              f"and {name!r}")
+    return tables["pretrained_tag"]
+
+
+def list_pretrained(pattern: str = "*") -> list[str]:
+    """Names (MODEL.TAG) of the registered tags, filtered with an fnmatch pattern."""
+    return sorted(name for name in pretrained_tags() if fnmatch.fnmatchcase(name, pattern))
+
+
+def lookup(name: str, pretrained: bool = False) -> tuple[ViTConfig, PretrainedTag | None,
+                                                         str | None, dict[str, Any]]:
+    """MODEL[.TAG][@REVISION], or timm's name of a paper model (vit_base_patch16_384): the model's
+    config, the tag (with `pretrained`, else none named: the model's default), the revision, and
+    the options the name implies (a tag's, a timm name's resolution)."""
+    models, tags = get_registry().tables()["model"], pretrained_tags()
+    text, at, revision = name.partition("@")
+    model, _, tag_name = text.partition(".")
+    timm, size = re.fullmatch(r"(.+?)(?:_(\d+))?", model or "_").groups()
+    implied: dict[str, Any] = {}
+    if model not in models and timm in TIMM_ARCHITECTURES:
+        model = TIMM_ARCHITECTURES[timm]
+        if size and not tag_name and not at and (int(size),) * 2 != models[model].img_size:
+            implied["img_size"] = int(size)
+    if model not in models:
+        near = difflib.get_close_matches(model, [f"{t}_224" for t in TIMM_ARCHITECTURES], 1, 0.75)
+        hint = (f" Did you mean {TIMM_ARCHITECTURES[near[0][:-4]]} (timm: {near[0]})?" if near
+                else closest(model, models))
+        raise ConfigError(f"unknown model name {model!r}.{hint} Available: "
+                          f"{', '.join(sorted(models))}")
+    if at and not (revision and pretrained):
+        raise ConfigError(f"{name!r}: MODEL.TAG@REVISION loads weights at a branch, tag or commit: "
+                          "give one, and pass pretrained=True")
+    own = sorted(n for n, t in tags.items() if t.model == model)
+    named = f"{model}.{tag_name}" if tag_name else next(
+        (n for n in own if tags[n].default), own[0] if len(own) == 1 else None)
+    if (tag_name or pretrained) and named not in tags:
+        with_weights = ", ".join(sorted({t.model for t in tags.values()}))
+        raise ConfigError(
+            f"unknown pretrained tag {named!r}.{closest(named, own)} Tags of {model}: "
+            f"{', '.join(own)}" if tag_name else f"model {model!r} has no default tag: name one "
+            f"of {', '.join(own)}" if own else f"model {model!r} has no pretrained weights. "
+            f"Models with weights: {with_weights}; or pass pretrained=PATH")
+    tag = tags[named] if tag_name or pretrained else None
+    return models[model], tag, revision or None, {**(tag.config_options() if tag else {}),
+                                                   **implied}

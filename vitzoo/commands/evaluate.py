@@ -60,7 +60,7 @@ def run_eval(args: argparse.Namespace) -> int:
     from vitzoo import evaluate
     from vitzoo.train.config import TrainConfig
     from vitzoo.train.distributed import pick_device
-    from vitzoo.weights.converted import read_failed
+    from vitzoo.weights.files import read_failed
 
     given = vars(args)
     opts = EvalOptions(**{k: given[k] for k in EvalOptions.field_names() if k in given})

@@ -1,4 +1,4 @@
-"""`vitzoo list [PATTERN] [--pretrained]` and `vitzoo info NAME`."""
+"""`vitzoo list [PATTERN] [--pretrained [--markdown]]` and `vitzoo info NAME`."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import argparse
 import json
 
 import vitzoo
+from vitzoo.registry import pretrained_tags
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -30,11 +31,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run_list(args) -> int:
     if args.markdown and not args.pretrained:
         raise ValueError("--markdown lists the pretrained tags: add --pretrained")
-    if args.pretrained:
-        return _list_pretrained(args.pattern, args.markdown)
-    names = vitzoo.list_models(args.pattern)
+    names = (vitzoo.list_pretrained if args.pretrained else vitzoo.list_models)(args.pattern)
     if not names:
-        raise ValueError(f"no model matches {args.pattern!r}; `vitzoo list` shows them all")
+        raise ValueError(f"nothing matches {args.pattern!r}; `vitzoo list"
+                         f"{' --pretrained' * args.pretrained}` shows them all")
+    if args.pretrained:
+        print(markdown_table(names) if args.markdown else pretrained_lines(names), end="")
+        return 0
     print("\n".join(names))
     if args.pattern == "*":
         for kind, components in vitzoo.list_components().items():
@@ -43,50 +46,42 @@ def run_list(args) -> int:
     return 0
 
 
-def _list_pretrained(pattern: str, markdown: bool = False) -> int:
-    from vitzoo.catalog import markdown_table, registered
-
-    names = vitzoo.list_pretrained(pattern)
-    if not names:
-        raise ValueError(f"no pretrained tag matches {pattern!r}; `vitzoo list --pretrained` shows "
-                         "them all")
-    if markdown:
-        print(markdown_table(pattern), end="")
-        return 0
-    width = max(map(len, names))
-    tags = registered()  # checked once, not once per tag
-    for name in names:
-        tag = tags[name]
-        accuracy = ("" if tag.accuracy is None
-                    else f"  top-1 {tag.accuracy:.2f} ({tag.accuracy_source})")
-        print(f"{name:{width}}  {'*' if tag.default else ' '} hf-hub:{tag.hub_id} ({tag.format}, "
-              f"{tag.img_size} px, {tag.num_classes or 'no'} classes){accuracy}")
-    print("# * the model's default: vitzoo.create(MODEL, pretrained=True)")
-    return 0
+def pretrained_lines(names: list[str]) -> str:
+    tags, width, lines = pretrained_tags(), max(map(len, names)), []
+    for tag in map(tags.__getitem__, names):
+        top1 = f"  top-1 {accuracy(tag)}" if tag.accuracy is not None else ""
+        lines.append(f"{tag.name:{width}}  {'*' if tag.default else ' '} hf-hub:{tag.hub_id} "
+                     f"({tag.format}, {tag.img_size} px, {tag.num_classes or 'no'} classes){top1}")
+    return "\n".join([*lines, "# * the model's default: vitzoo.create(MODEL, pretrained=True)\n"])
 
 
-def model_info(name: str, img_size: int | None = None) -> dict:
-    """Parameters and forward FLOPs (counted by torch.utils.flop_counter, one image)."""
-    options = {"img_size": img_size} if img_size is not None else {}  # the config refuses a 0
-    model = vitzoo.create(name, device="meta", **options)
-    grid = model.grid
-    return {
-        "name": name,
-        "params": vitzoo.count_params(model),
-        "gflops": vitzoo.count_flops(model.config) / 1e9,
-        "grid": list(grid),
-        "seq_len": grid[0] * grid[1] + model.num_prefix_tokens,
-        "config": model.config.to_dict(),
-    }
+def accuracy(tag) -> str:
+    return f"{tag.accuracy:.2f} ({tag.accuracy_source})" if tag.accuracy is not None else "-"
+
+
+def markdown_table(names: list[str]) -> str:
+    """The tags as docs/pretrained.md's table."""
+    rows = [f"| {t.model} | `{t.tag}`{' (default)' * t.default} | [{t.hub_id}](https://"
+            f"huggingface.co/{t.hub_id}) | {t.format} | {t.img_size} | "
+            f"{t.num_classes or 'none (features)'} | {accuracy(t)} |"
+            for t in map(pretrained_tags().__getitem__, names)]
+    return "\n".join(["| model | tag | Hub repo | format | resolution | classes | ImageNet top-1 "
+                      "(source) |", "|---|---|---|---|---|---|---|", *rows]) + "\n"
 
 
 def run_info(args) -> int:
-    info = model_info(args.name, args.img_size)
+    options = {"img_size": args.img_size} if args.img_size is not None else {}
+    model = vitzoo.create(args.name, device="meta", **options)
+    grid = model.grid
+    info = {"name": args.name, "params": vitzoo.count_params(model),
+            "gflops": vitzoo.count_flops(model.config) / 1e9, "grid": list(grid),
+            "seq_len": grid[0] * grid[1] + model.num_prefix_tokens,
+            "config": model.config.to_dict()}
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
     print(f"{info['name']}: {info['params']:,} parameters, {info['gflops']:.2f} GFLOPs per image, "
-          f"grid {info['grid'][0]}x{info['grid'][1]}, sequence length {info['seq_len']}")
+          f"grid {grid[0]}x{grid[1]}, sequence length {info['seq_len']}")
     for key, value in info["config"].items():
         print(f"  {key:20s} {value}")
     return 0

@@ -71,7 +71,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         # stop_at belongs to one invocation: a resumed run goes on to the end unless told again
         return dataclasses.replace(saved, **{"stop_at": None, **train}, out=str(run), resume=True,
                                    model_options=merge_options(saved.model_options, options))
-    from vitzoo.catalog import list_pretrained
+    from vitzoo.registry import list_pretrained
 
     tag = str(train.get("pretrained") or "").split("@")[0]  # no model: the tag's (fine-tuning)
     model = given.get("model", tag if tag in list_pretrained() else "vit_ti16")

@@ -25,13 +25,13 @@ import numpy as np
 import torch
 from safetensors.torch import load_file
 
-from vitzoo.checkpoints.native import save_pretrained, save_state_dict
 from vitzoo.errors import CheckpointError, ConfigError, DiskFull
 from vitzoo.io import atomic_path, free_bytes, out_of_space, write_text
 from vitzoo.train.config import RESUMABLE, TrainConfig
 from vitzoo.train.optim import EMA_WEIGHTS_NAME
-from vitzoo.weights.converted import read_failed
+from vitzoo.weights.files import read_failed
 from vitzoo.weights.layout import CONFIG_NAME, WEIGHTS_NAME
+from vitzoo.weights.native import save_pretrained, save_state_dict
 
 LATEST = "latest"
 STATE_NAME = "state.pt"

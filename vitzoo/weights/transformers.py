@@ -1,15 +1,7 @@
-"""Hugging Face transformers ViT checkpoints (`ViTModel`, `ViTForImageClassification`).
-
-Both the Hub's classic names (`encoder.layer.{i}.attention.attention.{query,key,value}`,
-`attention.output.dense`, `intermediate.dense`, `output.dense`) and those of transformers >= 5
-(`layers.{i}.attention.{q,k,v,o}_proj`, `mlp.fc1`, `mlp.fc2`), with or without the classifier's
-`vit.` prefix: `embeddings.*`, `layernorm_before`/`layernorm_after`, `layernorm`, `classifier`,
-and a bare `ViTModel`'s `pooler.dense` (vitzoo's pre-logits layer). q, k and v are fused.
-
-The options the weights decide come from the checkpoint's `config.json` when there is one
-(`hidden_act`, `layer_norm_eps`, `num_attention_heads`, `image_size`, ...); a bare state dict gets
-transformers' defaults: exact GELU and LayerNorm eps 1e-12.
-"""
+"""Hugging Face transformers' ViT (`ViTModel`, `ViTForImageClassification`), read and written:
+the Hub's classic names and those of transformers >= 5, with or without `vit.`; a ViTModel's
+`pooler.dense` is the pre-logits layer. Its config.json gives numerics, heads, size and class
+names; without one, transformers' defaults (exact GELU, eps 1e-12)."""
 
 from __future__ import annotations
 
@@ -19,177 +11,126 @@ from typing import Any
 import torch
 
 from vitzoo.errors import CheckpointError
-from vitzoo.weights.converted import ConvertedWeights, take_head
-from vitzoo.weights.formats import Metadata, WeightFormat
+from vitzoo.weights import ConvertedWeights, WeightFormat, take_head
 from vitzoo.weights.layout import CONFIG_NAME, PREPROCESSOR_NAME, square_grid
 
 FORMAT = "transformers"
-DEFAULT_EPS = 1e-12
-TRANSFORMERS_HEADS = 12  # transformers.ViTConfig's num_attention_heads
-# transformers' hidden_act names -> vitzoo.config.ACTIVATIONS
 HIDDEN_ACT = {"gelu": "gelu", "gelu_python": "gelu", "gelu_pytorch_tanh": "gelu_tanh",
-              "gelu_new": "gelu_tanh",
-               "gelu_fast": "gelu_tanh"}
-
-# PIL resampling filters in a preprocessor_config.json -> vitzoo's interpolation names
-PIL_RESAMPLE = {0: "nearest", 2: "bilinear", 3: "bicubic"}
-
-_LAYER = re.compile(r"^(?:encoder\.layer|layers)\.(\d+)\.(.+)$")
-_LAYER_NAMES = {
-    # classic layout
+              "gelu_new": "gelu_tanh", "gelu_fast": "gelu_tanh"}  # -> vitzoo's act
+PIL_RESAMPLE = {0: "nearest", 2: "bilinear", 3: "bicubic"}  # a preprocessor's -> interpolation
+LAYER = re.compile(r"^(?:encoder\.layer|layers)\.(\d+)\.(.+)\.(weight|bias)$")
+LAYER_NAMES = {
     "attention.attention.query": "q", "attention.attention.key": "k",
     "attention.attention.value": "v", "attention.output.dense": "attn.proj",
-    "intermediate.dense": "mlp.fc1", "output.dense": "mlp.fc2",
-    # transformers >= 5
+    "intermediate.dense": "mlp.fc1", "output.dense": "mlp.fc2",  # the classic names
     "attention.q_proj": "q", "attention.k_proj": "k", "attention.v_proj": "v",
-    "attention.o_proj": "attn.proj", "mlp.fc1": "mlp.fc1", "mlp.fc2": "mlp.fc2",
-    # both
+    "attention.o_proj": "attn.proj", "mlp.fc1": "mlp.fc1", "mlp.fc2": "mlp.fc2",  # >= 5
     "layernorm_before": "norm1", "layernorm_after": "norm2",
 }
 
 
-def _strip(keys) -> set[str]:
-    return {k[4:] if k.startswith("vit.") else k for k in keys}
-
-
-def is_transformers_config(document: dict) -> bool:
-    architectures = document.get("architectures") or []
-    return document.get("model_type") == "vit" or any(a.startswith("ViT") for a in architectures)
-
-
-def config_options(document: dict) -> dict[str, Any]:
-    """vitzoo options from a transformers `config.json` (those it states)."""
-    options: dict[str, Any] = {}
-    act = document.get("hidden_act", "gelu")
-    if act not in HIDDEN_ACT:
-        raise CheckpointError(f"the transformers config has hidden_act={act!r}; vitzoo supports "
-                              f"{sorted(HIDDEN_ACT)}")
-    options["act"] = HIDDEN_ACT[act]
-    options["norm_eps"] = float(document.get("layer_norm_eps", DEFAULT_EPS))
-    # transformers' own default where its config.json leaves it out (as transformers would build it)
-    options["num_heads"] = int(document.get("num_attention_heads", TRANSFORMERS_HEADS))
-    return options
-
-
-def describe(document: dict, processor: dict | None = None) -> dict[str, Any]:
-    """Options a config.json (and preprocessor_config.json) state that the weights do not decide but
-    an inferred config needs: image size, channels, normalisation."""
-    extra: dict[str, Any] = {}
-    if "image_size" in document:
-        extra["img_size"] = document["image_size"]
-    if "num_channels" in document:
-        extra["in_chans"] = int(document["num_channels"])
-    if processor and processor.get("image_mean") and processor.get("image_std"):
-        extra.update(mean=tuple(processor["image_mean"]), std=tuple(processor["image_std"]))
-    if processor:  # ViTImageProcessor resizes to the input size, no crop, bilinear unless it says
-        extra.update(crop_pct=1.0,
-                     interpolation=PIL_RESAMPLE.get(processor.get("resample", 2), "bilinear"))
-    return extra
-
-
-def labels(document: dict | None) -> list[str] | None:
-    """The class names of a transformers config.json (`id2label`), or None when it has none or only
-    the placeholders transformers writes by default (LABEL_0, LABEL_1, ...)."""
-    id2label = (document or {}).get("id2label") or {}
-    try:
-        names = [id2label[key] for key in sorted(id2label, key=int)]
-    except (TypeError, ValueError):
-        return None
-    if not names or all(name == f"LABEL_{i}" for i, name in enumerate(names)):
-        return None
-    return [str(name) for name in names]
-
-
-def _config(metadata: Metadata) -> dict | None:
+def _config(metadata) -> dict | None:
     """The config.json beside the weights when it is transformers' (timm's and vitzoo's are not)."""
     document = metadata.get(CONFIG_NAME)
-    return document if document is not None and is_transformers_config(document) else None
+    if document is None:
+        return None
+    vit = document.get("model_type") == "vit" or any(
+        str(a).startswith("ViT") for a in document.get("architectures") or [])
+    return document if vit else None
 
 
 class TransformersFormat(WeightFormat):
     name = FORMAT
     marks = ("embeddings.patch_embeddings.projection.weight", "embeddings.position_embeddings")
 
-    def recognises(self, keys, metadata: Metadata) -> bool:
-        return super().recognises(_strip(keys), metadata)  # the classifier's names start with vit.
+    def recognises(self, keys, metadata) -> bool:
+        return super().recognises({k.removeprefix("vit.") for k in keys}, metadata)
 
-    def convert(self, state_dict: dict[str, torch.Tensor], metadata: Metadata) -> ConvertedWeights:
-        """transformers names -> a vitzoo `ConvertedWeights`; the options from a transformers
-        config.json beside the weights, else transformers' defaults."""
-        document = _config(metadata)
-        params = {k[4:] if k.startswith("vit.") else k: v for k, v in state_dict.items()}
-        out: dict[str, torch.Tensor] = {}
-        config: dict[str, Any] = {"act": "gelu", "norm_eps": DEFAULT_EPS}
-        if document:
-            config.update(config_options(document))
-        out["stem.proj.weight"] = params.pop("embeddings.patch_embeddings.projection.weight")
-        out["stem.proj.bias"] = params.pop("embeddings.patch_embeddings.projection.bias")
-        out["cls_token"] = params.pop("embeddings.cls_token")
-        params.pop("embeddings.mask_token", None)  # masked-image-modelling input, unused here
-        pos = params.pop("embeddings.position_embeddings")
-        out["encoder.pos_embed.weight"] = pos
-        grid = square_grid(pos.shape[1] - 1, FORMAT)
-        qkv: dict[tuple[str, str], dict[str, torch.Tensor]] = {}
+    def convert(self, state_dict, metadata) -> ConvertedWeights:
+        document = _config(metadata) or {}
+        act = document.get("hidden_act", "gelu")
+        if act not in HIDDEN_ACT:
+            raise CheckpointError(f"transformers' hidden_act={act!r} is not one of "
+                                  f"{sorted(HIDDEN_ACT)}")
+        config: dict[str, Any] = {"act": HIDDEN_ACT[act], "pool": "token",
+                                  "norm_eps": float(document.get("layer_norm_eps", 1e-12))}
+        if document:  # transformers' own default where its config.json leaves it out
+            config["num_heads"] = int(document.get("num_attention_heads", 12))
+        params = {k.removeprefix("vit."): v for k, v in state_dict.items()}
+        params.pop("embeddings.mask_token", None)  # masked-image-modelling input, unused
+        out = {"stem.proj.weight": params.pop("embeddings.patch_embeddings.projection.weight"),
+               "stem.proj.bias": params.pop("embeddings.patch_embeddings.projection.bias"),
+               "cls_token": params.pop("embeddings.cls_token"),
+               "encoder.pos_embed.weight": params.pop("embeddings.position_embeddings"),
+               "encoder.norm.weight": params.pop("layernorm.weight"),
+               "encoder.norm.bias": params.pop("layernorm.bias")}
+        qkv: dict[tuple[str, str], dict] = {}
         for key in list(params):
-            match = _LAYER.match(key)
-            if not match:
-                continue
-            i, rest = match.groups()
-            name, _, kind = rest.rpartition(".")
-            if name not in _LAYER_NAMES:
-                continue
-            target = _LAYER_NAMES[name]
-            value = params.pop(key)
-            if target in ("q", "k", "v"):
-                qkv.setdefault((i, kind), {})[target] = value
-            else:
-                out[f"encoder.blocks.{i}.{target}.{kind}"] = value
+            match = LAYER.match(key)
+            if match and match.group(2) in LAYER_NAMES:
+                i, name, kind = match.groups()
+                target = LAYER_NAMES[name]
+                if target in ("q", "k", "v"):
+                    qkv.setdefault((i, kind), {})[target] = params.pop(key)
+                else:
+                    out[f"encoder.blocks.{i}.{target}.{kind}"] = params.pop(key)
         for (i, kind), parts in qkv.items():
-            if set(parts) != {"q", "k", "v"}:
+            if len(parts) < 3:
                 raise CheckpointError(f"transformers layer {i} has {sorted(parts)} of the q, k, v "
                                       f"{kind}s, not all three")
             out[f"encoder.blocks.{i}.attn.qkv.{kind}"] = torch.cat([parts[c] for c in "qkv"])
-        for i, kind in [(i, "bias") for (i, k) in qkv if k == "weight" and (i, "bias") not in qkv]:
-            # qkv_bias=False: vitzoo's projection always has a bias; zeros are the same function
-            weight = out[f"encoder.blocks.{i}.attn.qkv.weight"]
-            out[f"encoder.blocks.{i}.attn.qkv.bias"] = weight.new_zeros(weight.shape[0])
-        for kind in ("weight", "bias"):
-            out[f"encoder.norm.{kind}"] = params.pop(f"layernorm.{kind}")
-        config["pool"] = "token"
+            if kind == "weight" and (i, "bias") not in qkv:  # qkv_bias=False: zeros, the same
+                out[f"encoder.blocks.{i}.attn.qkv.bias"] = parts["q"].new_zeros(
+                    3 * parts["q"].shape[0])
         take_head(params, out, config, pre_logits="pooler.dense", classifier="classifier")
-        out.update(params)
-        return ConvertedWeights(format=FORMAT, state_dict=out, config=config, grid=grid)
+        grid = square_grid(out["encoder.pos_embed.weight"].shape[1] - 1, FORMAT)
+        return ConvertedWeights(FORMAT, {**out, **params}, config, grid)
 
-    def hints(self, metadata: Metadata) -> dict[str, Any]:
-        document = _config(metadata)
-        return describe(document, metadata.get(PREPROCESSOR_NAME)) if document is not None else {}
+    def hints(self, metadata) -> dict[str, Any]:
+        """Image size and channels from config.json, normalisation from the preprocessor's."""
+        document, processor = _config(metadata), metadata.get(PREPROCESSOR_NAME)
+        if document is None:
+            return {}
+        found: dict[str, Any] = {}
+        if "image_size" in document:
+            found["img_size"] = document["image_size"]
+        if "num_channels" in document:
+            found["in_chans"] = int(document["num_channels"])
+        if processor:  # ViTImageProcessor resizes to the input size: no crop
+            found.update(crop_pct=1.0,
+                         interpolation=PIL_RESAMPLE.get(processor.get("resample", 2), "bilinear"))
+            if processor.get("image_mean") and processor.get("image_std"):
+                found.update(mean=tuple(processor["image_mean"]),
+                             std=tuple(processor["image_std"]))
+        return found
 
-    def labels(self, metadata: Metadata) -> list[str] | None:
-        return labels(_config(metadata))
+    def labels(self, metadata) -> list[str] | None:
+        """id2label's names, unless they are transformers' placeholders (LABEL_0, ...)."""
+        id2label = (_config(metadata) or {}).get("id2label") or {}
+        try:
+            names = [str(id2label[key]) for key in sorted(id2label, key=int)]
+        except (TypeError, ValueError):
+            return None
+        placeholders = all(name == f"LABEL_{i}" for i, name in enumerate(names))
+        return names if names and not placeholders else None
 
 
-# vitzoo's names -> the classic names of the checkpoints on the Hub, which every transformers
-# version loads (transformers >= 5 renames them to its own as it loads them)
-_TO_TRANSFORMERS = {
-    "stem.proj": "vit.embeddings.patch_embeddings.projection", "encoder.norm": "vit.layernorm",
-    "head.fc": "classifier",
-}
-_BLOCK_TO_TRANSFORMERS = {
-    "norm1": "layernorm_before", "norm2": "layernorm_after", "attn.proj": "attention.output.dense",
-    "mlp.fc1": "intermediate.dense", "mlp.fc2": "output.dense",
-}
-_VITZOO_BLOCK = re.compile(r"^encoder\.blocks\.(\d+)\.(.+)\.(weight|bias)$")
+# ---------------------------------------------------------------- writing: what transformers loads
+_TO_TRANSFORMERS = {"stem.proj": "vit.embeddings.patch_embeddings.projection",
+                    "encoder.norm": "vit.layernorm", "head.fc": "classifier"}
+_BLOCK_NAMES = {"norm1": "layernorm_before", "norm2": "layernorm_after",
+                "attn.proj": "attention.output.dense", "mlp.fc1": "intermediate.dense",
+                "mlp.fc2": "output.dense"}
+_BLOCK = re.compile(r"^encoder\.blocks\.(\d+)\.(.+)\.(weight|bias)$")
 
 
-def to_transformers(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """A vitzoo state dict in the names of transformers' `ViTForImageClassification` (q, k and v
-    split from the fused projection; the tensors' values unchanged): what
-    `TransformersFormat.convert` reads back. Only a model transformers' ViT builds is written so
-    (`vitzoo.checkpoints.layouts` decides); a tensor with no name there is a CheckpointError."""
-    out: dict[str, torch.Tensor] = {}
+def to_transformers(state_dict: dict) -> dict:
+    """vitzoo's names as `ViTForImageClassification`'s classic ones, q, k and v split."""
+    out = {}
     for key, tensor in state_dict.items():
-        match = _VITZOO_BLOCK.match(key)
         prefix, _, kind = key.rpartition(".")
+        match = _BLOCK.match(key)
+        layer = f"vit.encoder.layer.{match.group(1)}." if match else ""
         if key == "cls_token":
             out["vit.embeddings.cls_token"] = tensor
         elif key == "encoder.pos_embed.weight":
@@ -197,14 +138,37 @@ def to_transformers(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tens
         elif prefix in _TO_TRANSFORMERS:
             out[f"{_TO_TRANSFORMERS[prefix]}.{kind}"] = tensor
         elif match and match.group(2) == "attn.qkv":
-            layer = f"vit.encoder.layer.{match.group(1)}.attention.attention"
             for part, chunk in zip(("query", "key", "value"), tensor.chunk(3)):
-                out[f"{layer}.{part}.{kind}"] = chunk
-        elif match and match.group(2) in _BLOCK_TO_TRANSFORMERS:
-            name = f"{match.group(1)}.{_BLOCK_TO_TRANSFORMERS[match.group(2)]}.{kind}"
-            out[f"vit.encoder.layer.{name}"] = tensor
+                out[f"{layer}attention.attention.{part}.{kind}"] = chunk
+        elif match and match.group(2) in _BLOCK_NAMES:
+            out[f"{layer}{_BLOCK_NAMES[match.group(2)]}.{kind}"] = tensor
         else:
-            raise CheckpointError(f"the tensor {key!r} has no name in transformers' "
-                                  "ViTForImageClassification; this model is not one transformers "
-                                  "builds: save it in timm's or vitzoo's layout")
+            raise CheckpointError(f"the tensor {key!r} has no name in transformers' ViT: save "
+                                  "this model in timm's or vitzoo's layout")
     return out
+
+
+def document(config, labels: list[str] | None) -> dict:
+    """transformers' ViTConfig keys for `config`'s model."""
+    names = [f"LABEL_{i}" for i in range(config.num_classes)] if labels is None else list(labels)
+    h, w = config.img_size
+    return {"architectures": ["ViTForImageClassification"], "model_type": "vit",
+            "hidden_size": config.embed_dim, "num_hidden_layers": config.depth,
+            "num_attention_heads": config.num_heads, "intermediate_size": config.mlp_dim,
+            "hidden_act": {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh"}[config.act],
+            "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0,
+            "layer_norm_eps": config.norm_eps, "image_size": h if h == w else [h, w],
+            "patch_size": config.patch_size, "num_channels": config.in_chans, "qkv_bias": True,
+            "encoder_stride": config.patch_size,
+            "id2label": {str(i): name for i, name in enumerate(names)},
+            "label2id": {name: i for i, name in enumerate(names)}}
+
+
+def preprocessor(config) -> dict:
+    """preprocessor_config.json: ViTImageProcessor resizing to the input size (it has no crop)."""
+    h, w = config.img_size
+    resample = {name: number for number, name in PIL_RESAMPLE.items()}[config.interpolation]
+    return {"image_processor_type": "ViTImageProcessor", "do_resize": True,
+            "size": {"height": h, "width": w}, "resample": resample, "do_rescale": True,
+            "rescale_factor": 1 / 255, "do_normalize": True, "image_mean": list(config.mean),
+            "image_std": list(config.std)}
