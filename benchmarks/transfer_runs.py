@@ -44,7 +44,8 @@ def downstream_fewshot(model: vitzoo.VisionTransformer, run: Run, device: str) -
     from vitzoo import data as datasets
     from vitzoo.evaluate import fewshot_linear_accuracy
     from vitzoo.train import TrainConfig
-    from vitzoo.train.build import load_splits, resolve_model
+    from vitzoo.train.inputs import load_splits
+    from vitzoo.train.loop import resolve_model
 
     transfer = run.config["transfer"]
     cfg = TrainConfig(model=run.config["model"], model_options=dict(run.config["options"]), seed=run.seed, device=device,

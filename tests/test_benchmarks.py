@@ -376,7 +376,7 @@ def test_every_committed_trial_key_is_still_the_key_of_its_run():
 # ---------------------------------------------------------------------------- `vitzoo bench`
 @pytest.mark.slow
 def test_vitzoo_bench_runs_the_checkouts_benchmarks_in_a_child_process_from_the_callers_directory(
-        tmp_path, monkeypatch, capsys):
+        tmp_path, monkeypatch, capfd):
     """`vitzoo bench` is `python -m benchmarks` with this interpreter, in a child process: this process's
     import path stays as it was, the output comes through this process's streams, and a relative --out
     is the caller's, as it would be to `python -m benchmarks`."""
@@ -387,7 +387,7 @@ def test_vitzoo_bench_runs_the_checkouts_benchmarks_in_a_child_process_from_the_
     assert main(["bench", "pos_embed", "--quick", "--quiet", "--out", "here"]) == 0
     assert sys.path == path
     assert json.loads((tmp_path / "here" / "pos_embed" / "results.json").read_text())["runs"]
-    assert "Results, figures and README in here/pos_embed" in capsys.readouterr().out
+    assert "Results, figures and README in here/pos_embed" in capfd.readouterr().out
 
 
 def test_vitzoo_bench_without_a_checkout_says_how_to_get_one(tmp_path, monkeypatch, capsys):

@@ -156,7 +156,7 @@ def test_a_training_run_resolves_its_model_once_and_builds_no_model_on_meta(tmp_
     cfg = TrainConfig(model="vit_ti16", pretrained=str(tmp_path / "pre"), data="synthetic",
                       train_limit=64, test_limit=32, batch_size=16, steps=1, quiet=True,
                       tensorboard=False, device="cpu", checkpoint_every=0).resolved()
-    with pytest.warns(UserWarning, match="holds another model than vit_ti16"):  # a label then
+    with pytest.warns(UserWarning, match="holds another model than"):  # a label then
         trainer = Trainer(cfg, distributed.setup("cpu"))
     assert builds == ["cpu"]  # one model, the one trained: none on the meta device
     assert trainer.model.config.num_classes == 10 and trainer.model.config.embed_dim == 32

@@ -240,7 +240,7 @@ def test_the_cli_downloads_with_download_and_suggests_names(mirror, monkeypatch,
 def test_only_the_first_process_downloads(mirror, monkeypatch, tmp_path):
     """Under torchrun rank 0 fetches the files while the others wait: two processes writing one
     archive would corrupt it."""
-    from vitzoo.train.build import check_data
+    from vitzoo.train.inputs import check_data
     from vitzoo.train.config import TrainConfig
     from vitzoo.train.distributed import Env
 

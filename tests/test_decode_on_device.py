@@ -17,8 +17,8 @@ from vitzoo.data.transforms import (EncodedSamples, EncodedView, collate_encoded
                                     read_bytes)
 from vitzoo.errors import ConfigError
 from vitzoo.train import TrainConfig, Trainer, fit
-from vitzoo.train.build import resolve_decode
 from vitzoo.train.distributed import Env
+from vitzoo.train.inputs import resolve_decode
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 CROP_AND_FLIP = data.Augment(random_resized_crop=0.08, hflip=True)

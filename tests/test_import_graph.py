@@ -97,10 +97,10 @@ LAYERS: tuple[Layer, ...] = (
                         "`shards`: WebDataset tar shards read at random, `sharding` writes them; `transforms`: "
                         "decoding, augmentation, normalisation, and decoding on the training device; `workers`: "
                         "how a loader starts its workers",
-        "vitzoo/train/": "`config`: the knobs and recipes; `build`: data, model, precision, input "
-                         "pipeline, evaluations; `optim`: parameter groups, schedule, EMA; `loop`: the "
-                         "`Trainer`; `checkpoint`: exact resume and the run directory; `summary`: "
-                         "metrics and summary.json; `distributed`: processes, devices, signals",
+        "vitzoo/train/": "`config`: the knobs and recipes; `loop`: the `Trainer`; `inputs`: data, "
+                         "loaders and evaluation passes; `optim`: parameter groups, schedule, EMA; "
+                         "`checkpoint`: exact resume and the run directory; `report`: metrics and "
+                         "summary.json; `distributed`: processes, devices, signals",
         "vitzoo/evaluate.py": "top-1 and top-5 accuracy, the paper's few-shot linear evaluation, a linear probe",
         "vitzoo/analysis.py": "looking inside a trained ViT (section 4.5)",
     }),

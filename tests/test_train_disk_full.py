@@ -1,109 +1,97 @@
-"""A full disk at the end of a run loses nothing (issue 33 item 5): the error names the file, the space it
-needs and has, and what is kept; the last good checkpoint stays whole and pointed to; nothing
-half-written is left; and `--resume`, once space is free, finishes the run with the same weights as a
-run that never met the full disk. The full disk is simulated: the writer raises what a full disk makes
-it raise (safetensors' own error type for its files, OSError ENOSPC for torch.save's)."""
+"""A full disk loses nothing: the error names the file, the space it needs and has, and what is
+kept; the last good checkpoint stays whole and pointed to; nothing half-written is left; and
+`--resume`, once space is free, finishes with the weights of a run that never met it. The writers
+raise what a full disk makes them raise (safetensors' error, torch.save's OSError, RuntimeError)."""
 
 from __future__ import annotations
 
 import errno
 import hashlib
-from pathlib import Path
+import shutil
+from collections import namedtuple
 
 import pytest
 import torch
 from safetensors import SafetensorError
+from train_testing import TINY, flags, tiny_config
 
 from vitzoo.cli import main
 from vitzoo.errors import DiskFull
-from vitzoo.train import TrainConfig, checkpoint, fit
+from vitzoo.train import checkpoint, fit
 
-TINY = dict(embed_dim=32, depth=1, num_heads=2, mlp_dim=64, img_size=28, patch_size=7)
-
-
-def config(out: Path, **changes) -> TrainConfig:
-    base = dict(model="vit_ti16", model_options=dict(TINY), data="synthetic", train_limit=64, test_limit=32,
-                batch_size=16, steps=4, lr=3e-3, warmup=1, log_every=1, checkpoint_every=2, quiet=True,
-                tensorboard=False, device="cpu", out=str(out))  # exact equalities below are a CPU property
-    return TrainConfig(**{**base, **changes})
+SETTINGS = dict(train_limit=64, test_limit=32, batch_size=16, steps=4, warmup=1, checkpoint_every=2)
 
 
-def weights_hash(run: Path) -> str:
+def weights_hash(run) -> str:
     return hashlib.sha256((run / "model.safetensors").read_bytes()).hexdigest()
 
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory) -> str:
-    run = tmp_path_factory.mktemp("whole") / "run"
-    fit(config(run))
-    return weights_hash(run)
+    root = tmp_path_factory.mktemp("whole")
+    fit(tiny_config(root, **SETTINGS))
+    return weights_hash(root / "run")
 
 
-class FullDisk:
-    """Makes the chosen write fail as a full disk does, once, then lets everything through."""
+def fill_the_disk(monkeypatch, which: str) -> None:
+    """The chosen write of step 4 (or of the final model) fails once as on a full disk."""
+    from vitzoo.weights import native
 
-    def __init__(self, monkeypatch, which: str) -> None:
-        from vitzoo.weights import native
+    save_file, torch_save, failed = native.save_file, torch.save, []
 
-        self.failed = False
-        save_file, torch_save = native.save_file, torch.save
+    def safetensors_writer(tensors, filename, metadata=None):
+        final = "checkpoints" not in filename
+        if not failed and (which == "model" and final or which == "checkpoint" and not final
+                           and "step_00000004" in filename):
+            failed.append(filename)
+            raise SafetensorError("Error while serializing: IoError(Os { code: 28, kind: "
+                                  'StorageFull, message: "No space left on device" })')
+        return save_file(tensors, filename, metadata=metadata)
 
-        def safetensors_writer(tensors, filename, metadata=None):
-            is_final = "checkpoints" not in filename
-            if not self.failed and ((which == "checkpoint" and "step_00000004" in filename) or (which == "model" and is_final)):
-                self.failed = True
-                raise SafetensorError("Error while serializing: IoError(Os { code: 28, kind: StorageFull, "
-                                      'message: "No space left on device" })')
-            return save_file(tensors, filename, metadata=metadata)
+    def torch_writer(obj, f, *args, **kwargs):
+        if not failed and which.startswith("state") and "step_00000004" in str(f):
+            failed.append(f)
+            if which == "state, said by torch's C++ writer":
+                monkeypatch.setattr(shutil, "disk_usage", lambda path: namedtuple(
+                    "usage", "total used free")(10**9, 10**9, 4096))
+                raise RuntimeError("[enforce fail at inline_container.cc:672] unexpected pos 64")
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return torch_save(obj, f, *args, **kwargs)
 
-        def torch_writer(obj, f, *args, **kwargs):
-            if not self.failed and which == "state" and "step_00000004" in str(f):
-                self.failed = True
-                raise OSError(errno.ENOSPC, "No space left on device")
-            return torch_save(obj, f, *args, **kwargs)
-
-        monkeypatch.setattr(native, "save_file", safetensors_writer)
-        monkeypatch.setattr(torch, "save", torch_writer)
+    monkeypatch.setattr(native, "save_file", safetensors_writer)
+    monkeypatch.setattr(torch, "save", torch_writer)
 
 
-@pytest.mark.parametrize("which", ["checkpoint", "state", "model"])
-def test_a_full_disk_at_the_end_is_said_keeps_the_last_checkpoint_and_resume_finishes(tmp_path, monkeypatch, which,
-                                                                                     uninterrupted):
+@pytest.mark.parametrize("which", ["checkpoint", "state", "state, said by torch's C++ writer",
+                                   "model"])
+def test_a_full_disk_is_said_keeps_the_last_checkpoint_and_resume_finishes(
+        tmp_path, monkeypatch, which, uninterrupted):
     run = tmp_path / "run"
-    disk = FullDisk(monkeypatch, which)
+    fill_the_disk(monkeypatch, which)
     with pytest.raises(DiskFull) as info:
-        fit(config(run))
-    message = str(info.value)
-    assert disk.failed and info.value.errno == errno.ENOSPC
-    assert "the disk is full" in message and "MB are free there" in message and "it needs about" in message
-    assert f"vitzoo train --resume {run}" in message
-    if which == "model":  # the final checkpoint holds the trained weights
-        assert "the trained model (model.safetensors) and summary.json" in message and "step_00000004, is kept" in message
-        kept = "step_00000004"
-    else:
-        assert "checkpoint step_00000004 (model.safetensors and state.pt)" in message
-        assert "step_00000002, is kept" in message
-        kept = "step_00000002"
-    checkpoints = run / "checkpoints"
-    assert checkpoint.latest(checkpoints) == checkpoints / kept
-    assert sorted(p.name for p in checkpoints.iterdir()) == sorted({kept, "latest"})  # nothing half-written
+        fit(tiny_config(tmp_path, **SETTINGS))
+    message, kept = str(info.value), "step_00000004" if which == "model" else "step_00000002"
+    assert info.value.errno == errno.ENOSPC and f"vitzoo train --resume {run}" in message
+    assert all(words in message for words in ("the disk is full", "it needs about", "MB are free"))
+    assert (f"the trained model (model.safetensors) and summary.json" if which == "model"
+            else "checkpoint step_00000004 (model.safetensors and state.pt)") in message
+    assert f"the last good checkpoint, {kept}, is kept" in message
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["latest", kept]
+    assert checkpoint.latest(run / "checkpoints").name == kept
     assert not list(run.rglob("*.tmp")) and not (run / "summary.json").exists()
-
-    summary = fit(config(run, resume=True))  # space is free again
-    assert summary["status"] == "finished" and summary["step"] == 4
+    monkeypatch.undo()  # space is free again
+    assert fit(tiny_config(tmp_path, resume=True, **SETTINGS))["step"] == 4
     assert weights_hash(run) == uninterrupted
 
 
-def test_a_full_disk_before_any_checkpoint_says_the_run_starts_again_and_the_command_says_it(tmp_path, monkeypatch,
-                                                                                            capsys):
-    """With only the end's checkpoint (--checkpoint-every 0), nothing is kept: the error says the run
-    resumes from its start, and the command exits 2 with it instead of a traceback."""
+def test_a_full_disk_before_any_checkpoint_says_the_run_starts_again(tmp_path, monkeypatch, capsys):
+    """With the end's checkpoint only, nothing is kept: the command says so in one line (exit 2)
+    and `--resume` trains the run from its start."""
     run = tmp_path / "run"
-    FullDisk(monkeypatch, "checkpoint")
-    code = main(["train", "vit_ti16", "--data", "synthetic", "--train-limit", "64", "--test-limit", "32",
-                 "--batch-size", "16", "--steps", "4", "--checkpoint-every", "0", "--device", "cpu", "--quiet",
-                 "--no-tensorboard", "--out", str(run), *[f"--{k.replace('_', '-')}={v}" for k, v in TINY.items()]])
-    err = capsys.readouterr().err
-    assert code == 2 and "the disk is full" in err and "no earlier checkpoint was written, so the run resumes from its start" in err
-    assert main(["train", "--resume", str(run)]) == 0
-    assert (run / "summary.json").exists()
+    fill_the_disk(monkeypatch, "checkpoint")
+    command = ["train", "vit_ti16", "--quiet", "--no-tensorboard", "--out", str(run)]
+    settings = dict(SETTINGS, checkpoint_every=0, data="synthetic", device="cpu", **TINY)
+    assert main([*command, *flags(**settings)]) == 2
+    assert ("the disk is full" in (err := capsys.readouterr().err)
+            and "no earlier checkpoint was written, so the run resumes from its start" in err)
+    assert main(["train", "--resume", str(run)]) == 0 and (run / "summary.json").exists()

@@ -1,224 +1,179 @@
-"""Exact resume: a run stopped by `stop_at`, a signal or a crash and resumed with --resume computes
-what the uninterrupted run computes, from checkpoints written atomically; a resume that cannot be
-exact is refused or said."""
+"""Exact resume: a run stopped by `stop_at`, a signal or kill -9 and resumed with --resume
+computes what the uninterrupted run computes, to the bit; a resume that cannot be exact is refused
+or said."""
 
-import hashlib
 import json
+import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
-from train_testing import TINY, losses, summary_of, tiny_config
+from safetensors.torch import load_file
+from train_testing import TINY, flags, lines, losses, snapshot, summary_of, tiny_config
 
-import vitzoo
-from vitzoo.train import build, checkpoint, fit, loop
+from vitzoo.cli import main
+from vitzoo.train import Trainer, checkpoint, fit, loop
 
 
-def test_resume_gives_the_same_losses(tmp_path):
-    # dropout, stochastic depth, augmentation and MixUp all draw random numbers; 4 steps per epoch, so
-    # the interruption falls inside an epoch and the run crosses epochs
-    # ... and the moving average of the weights (--model-ema) and layer-wise decay go on where they stopped
-    changes = dict(model_options=dict(dropout=0.1, drop_path=0.1), train_limit=128, hflip=True, crop_padding=2,
-                   mixup=0.2, steps=10, model_ema=True, model_ema_decay=0.8, layer_decay=0.75)
-    fit(tiny_config(tmp_path / "straight", **changes))
-    first = fit(tiny_config(tmp_path / "split", stop_at=5, **changes))
-    assert first["status"] == "stopped" and first["step"] == 5
-    second = fit(tiny_config(tmp_path / "split", resume=True, **changes))
-    assert second["status"] == "finished" and second["step"] == 10
-    straight, split = losses(tmp_path / "straight" / "run"), losses(tmp_path / "split" / "run")
-    assert [s for s, _ in split] == list(range(1, 11))
-    for (s1, a), (s2, b) in zip(straight, split):
-        assert s1 == s2 and abs(a - b) <= 1e-6, (s1, a, b)
-    a = vitzoo.from_pretrained(tmp_path / "straight" / "run").state_dict()
-    b = vitzoo.from_pretrained(tmp_path / "split" / "run").state_dict()
-    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
-    from safetensors.torch import load_file
+def same_weights(a, b, name="model.safetensors") -> bool:
+    return all(torch.equal(x, y) for x, y in zip(load_file(a / name).values(),
+                                                load_file(b / name).values()))
 
-    a, b = (load_file(tmp_path / run / "run" / "model_ema.safetensors") for run in ("straight", "split"))
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    assert second["ema_test_loss"] == summary_of(tmp_path / "straight")["ema_test_loss"]
 
-def test_a_run_stopped_at_its_last_step_and_resumed_reports_the_runs_final_loss(tmp_path):
-    # a preemption's warning that arrives during the last step: the checkpoint is at the end, nothing is left
-    # to train, and the summary still gives the final loss (from the checkpoint)
+def test_a_resumed_run_computes_what_the_uninterrupted_one_does(tmp_path):
+    # dropout, stochastic depth, flips, crops and MixUp draw random numbers; 4 steps an epoch, so
+    # the stop falls inside one; the moving average and layer-wise decay go on where they stopped
+    changes = dict(model_options=dict(dropout=0.1, drop_path=0.1), train_limit=128, hflip=True,
+                   crop_padding=2, mixup=0.2, steps=10, model_ema=True, model_ema_decay=0.8,
+                   layer_decay=0.75)
+    straight = fit(tiny_config(tmp_path / "straight", **changes))
+    assert fit(tiny_config(tmp_path / "split", stop_at=5, **changes))["status"] == "stopped"
+    split = fit(tiny_config(tmp_path / "split", resume=True, **changes))
+    assert split["status"] == "finished" and split["step"] == 10
+    assert losses(tmp_path / "split" / "run") == losses(tmp_path / "straight" / "run")
+    for name in ("model.safetensors", "model_ema.safetensors"):
+        assert same_weights(tmp_path / "straight" / "run", tmp_path / "split" / "run", name)
+    assert split["ema_test_loss"] == straight["ema_test_loss"]
+
+
+SIGNALLED = dict(**TINY, data="synthetic", train_limit=64, test_limit=32, batch_size=16, steps=30,
+                 warmup=1, checkpoint_every=2, log_every=1, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def never_stopped(tmp_path_factory):
+    whole = tmp_path_factory.mktemp("whole")
+    assert main(["train", "--out", str(whole), "--quiet", "--no-tensorboard", *flags(**SIGNALLED)
+                 ]) == 0
+    return whole
+
+
+@pytest.mark.parametrize("sent", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGKILL],
+                         ids=lambda s: s.name)
+def test_a_run_stopped_by_a_signal_or_killed_resumes_to_the_same_weights(tmp_path, sent,
+                                                                        never_stopped):
+    """SIGINT, SIGTERM and SIGHUP end training at the end of a step with a checkpoint, the exit
+    status saying which; kill -9 leaves the last checkpoint. `--resume` then gives the weights of
+    the run never stopped, to the bit."""
+    run = tmp_path / "run"
+    threads = str(torch.get_num_threads())  # the order of a float sum: the same in both
+    command = [sys.executable, "-m", "vitzoo", "train", "vit_ti16", "--quiet", "--no-tensorboard",
+               "--out", str(run), *flags(**SIGNALLED)]
+    # started as a terminal starts it: SIGHUP's default kept (under nohup pytest ignores it)
+    proc = subprocess.Popen(command, text=True, stderr=subprocess.PIPE,
+                            env={**os.environ, "OMP_NUM_THREADS": threads},
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
+    deadline = time.time() + 120
+    while not ((run / "checkpoints" / "latest").exists() and len(lines(run)) >= 3):
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(sent)
+    err = proc.communicate(timeout=120)[1]
+    assert proc.returncode == (-sent if sent == signal.SIGKILL else 128 + sent), err
+    if sent != signal.SIGKILL:
+        summary = json.loads((run / "summary.json").read_text())
+        assert "Traceback" not in err and summary["signal"] == sent.name
+        assert checkpoint.latest(run / "checkpoints").name == f"step_{summary['step']:08d}"
+    assert main(["train", "--resume", str(run)]) == 0
+    assert same_weights(run, never_stopped) and not list(run.rglob("*.tmp"))
+
+
+def test_a_run_stopped_at_its_last_step_reports_the_final_loss_when_resumed(tmp_path):
     straight = fit(tiny_config(tmp_path / "straight", steps=4))
-    assert fit(tiny_config(tmp_path / "split", steps=4, stop_at=4))["status"] == "stopped"
+    fit(tiny_config(tmp_path / "split", steps=4, stop_at=4))
     resumed = fit(tiny_config(tmp_path / "split", steps=4, resume=True))
     assert resumed["status"] == "finished" and resumed["step"] == 4
-    assert resumed["final_loss"] is not None and resumed["final_loss"] == straight["final_loss"]
-    assert resumed["test_top1"] == straight["test_top1"]
+    for key in ("final_loss", "test_top1"):
+        assert resumed[key] is not None and resumed[key] == straight[key]
 
-def test_resume_survives_a_half_written_metrics_line(tmp_path):
-    """A run killed while writing metrics.jsonl leaves a partial last line: resuming drops it."""
+
+def test_resume_drops_a_half_written_metrics_line(tmp_path):
     fit(tiny_config(tmp_path, stop_at=2, steps=4))
     metrics = tmp_path / "run" / "metrics.jsonl"
     metrics.write_text(metrics.read_text() + '{"step": 3, "lo')
-    summary = fit(tiny_config(tmp_path, resume=True, steps=4))
-    assert summary["status"] == "finished"
+    assert fit(tiny_config(tmp_path, resume=True, steps=4))["status"] == "finished"
     assert [s for s, _ in losses(tmp_path / "run")] == [1, 2, 3, 4]
 
-def test_resume_refuses_changed_settings(tmp_path):
+
+def test_resume_refuses_changed_settings_and_a_new_run_refuses_the_run(tmp_path):
     fit(tiny_config(tmp_path, stop_at=2))
-    with pytest.raises(ValueError, match="lr"):
-        fit(tiny_config(tmp_path, stop_at=2, resume=True, lr=1.0))
-    with pytest.raises(ValueError, match="already holds a run"):
+    with pytest.raises(ValueError, match=r"different settings \(lr: 0.003 -> 1.0\)"):
+        fit(tiny_config(tmp_path, resume=True, lr=1.0))
+    with pytest.raises(ValueError, match="already holds a run; pass --resume to continue it"):
         fit(tiny_config(tmp_path))
 
+
 def test_a_resume_with_no_checkpoint_says_it_starts_from_step_0(tmp_path, capsys):
-    """A run stopped before its first checkpoint holds train_config.json and nothing to resume: the
-    resume trains from step 0, and says so (quiet or not)."""
-    loop.Trainer.from_config(tiny_config(tmp_path, steps=2, warmup=1))  # set up, never trained: its settings alone
-    assert (tmp_path / "run" / "train_config.json").exists() and not (tmp_path / "run" / "checkpoints").exists()
-    summary = fit(tiny_config(tmp_path, steps=2, warmup=1, resume=True))
-    assert summary["status"] == "finished" and summary["step"] == 2
+    Trainer.from_config(tiny_config(tmp_path, steps=2, warmup=1))  # set up, never trained
+    assert not (tmp_path / "run" / "checkpoints").exists()
+    assert fit(tiny_config(tmp_path, steps=2, warmup=1, resume=True))["step"] == 2
     assert f"no checkpoint in {tmp_path / 'run'}: starting from step 0" in capsys.readouterr().err
 
-def snapshot(directory: Path) -> dict[str, str]:
-    return {str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(directory.rglob("*")) if p.is_file()}
 
-def test_resuming_a_finished_run_is_a_no_op_that_says_so(tmp_path, capsys):
-    """--resume of a run that finished: nothing is trained or evaluated again, no line is added to
-    metrics.jsonl, summary.json is kept byte for byte, its summary is returned, and a line says so."""
-    from vitzoo.cli import main
-
-    run = tmp_path / "run"
-    summary = fit(tiny_config(tmp_path, train_limit=32, test_limit=16, batch_size=16, steps=2, warmup=0, model_options=dict(depth=1)))
-    before = snapshot(run)
-    again = fit(tiny_config(tmp_path, resume=True, quiet=False, train_limit=32, test_limit=16, batch_size=16, steps=2, warmup=0, model_options=dict(depth=1)))
-    assert again == json.loads((run / "summary.json").read_text()) and again["test_top1"] == summary["test_top1"]
-    assert snapshot(run) == before
-    assert f"{run} is finished" in capsys.readouterr().out
-    assert main(["train", "--resume", str(run), "--no-quiet"]) == 0
-    assert snapshot(run) == before and "nothing to resume" in capsys.readouterr().out
-
-# SIGHUP's process run is slow-marked (15-45 s on a busy machine): the fast lane checks its handler in process
-@pytest.mark.parametrize("sent", [signal.SIGTERM, pytest.param(signal.SIGHUP, marks=pytest.mark.slow)],
-                         ids=["SIGTERM", "SIGHUP"])
-def test_a_stop_signal_saves_a_checkpoint_and_exits_cleanly(tmp_path, sent):
-    """SIGTERM (a scheduler) and SIGHUP (the terminal that started the run closed) end training at the
-    end of a step with a checkpoint, as SIGINT does; the exit status says which signal."""
-    run = tmp_path / "run"
-    cmd = [sys.executable, "-m", "vitzoo", "train", "vit_ti16", "--data", "synthetic", "--steps", "100000",
-           "--batch-size", "16", "--train-limit", "256", "--test-limit", "64", "--checkpoint-every", "0",
-           "--log-every", "1", "--out", str(run), "--quiet", "--no-tensorboard", "--device", "cpu"]
-    cmd += [f"--{k.replace('_', '-')}={v}" for k, v in TINY.items()]
-    # started as a terminal starts it, SIGHUP's default disposition kept (nohup's pytest ignores it)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
-    deadline = time.time() + 120
-    while not ((run / "metrics.jsonl").exists() and (run / "metrics.jsonl").read_text().count("\n") >= 3):
-        assert proc.poll() is None, proc.communicate()
-        assert time.time() < deadline, "training did not start"
-        time.sleep(0.2)
-    proc.send_signal(sent)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 128 + sent, err
-    assert "Traceback" not in err
-    summary = json.loads((run / "summary.json").read_text())
-    assert summary["status"] == "interrupted" and summary["signal"] == sent.name
-    latest = checkpoint.latest(run / "checkpoints")
-    assert latest is not None and latest.name == f"step_{summary['step']:08d}"
-    assert not list(run.rglob("*.tmp"))
+def test_resuming_a_finished_run_changes_nothing_and_says_so(tmp_path, capsys):
+    settings = dict(train_limit=32, test_limit=16, batch_size=16, steps=2, warmup=0)
+    summary = fit(tiny_config(tmp_path, **settings))
+    before = snapshot(tmp_path / "run")
+    assert fit(tiny_config(tmp_path, resume=True, quiet=False, **settings)) == summary_of(tmp_path)
+    assert main(["train", "--resume", str(tmp_path / "run"), "--no-quiet"]) == 0
+    assert snapshot(tmp_path / "run") == before and summary["test_top1"] is not None
+    assert capsys.readouterr().out.count("is finished (step 2): nothing to resume") == 2
 
 
-def test_sighup_stops_training_unless_the_run_was_started_ignoring_it():
-    """SIGHUP asks the loop to stop as SIGINT does; under nohup (SIGHUP ignored when training starts) it
-    stays ignored, so that the run outlives its terminal; the previous handlers come back afterwards."""
+def test_a_signal_ignored_at_start_stays_ignored():
+    """Under nohup SIGHUP is ignored when training starts, so the run outlives its terminal."""
     from vitzoo.train.distributed import stop_signals
 
-    previous = signal.getsignal(signal.SIGHUP)
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as nohup starts a process
     try:
-        signal.signal(signal.SIGHUP, signal.SIG_DFL)  # as a terminal starts a process
-        flag = {}
-        with stop_signals(flag):
-            signal.raise_signal(signal.SIGHUP)
-        assert flag == {"signal": signal.SIGHUP}
-        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as nohup starts a process
-        flag = {}
-        with stop_signals(flag):
-            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+        with stop_signals(flag := {}):
             signal.raise_signal(signal.SIGHUP)
         assert flag == {} and signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGHUP, previous)
 
 
-def test_checkpoints_are_atomic(tmp_path, monkeypatch):
-    model = vitzoo.create("vit_ti16", **TINY, num_classes=10)
-    directory = tmp_path / "checkpoints"
-    checkpoint.save(directory, 1, model, {"step": 1})
-    before = {k: v.clone() for k, v in model.state_dict().items()}
-    checkpoint.save(directory, 2, model, {"step": 2})
-    assert checkpoint.latest(directory).name == "step_00000002"
-    assert [p.name for p in directory.iterdir() if p.is_dir()] == ["step_00000002"]  # keep=1
-    assert not [p for p in directory.rglob("*") if p.name.startswith(".")]  # no temp files
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(1.0)
+def test_a_failed_checkpoint_leaves_the_last_one_whole_and_pointed_to(tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    fit(tiny_config(tmp_path, steps=4, stop_at=2, checkpoint_every=2))
+    before = snapshot(run / "checkpoints")
 
-    def crash(*args, **kwargs):
-        raise OSError("disk full")
+    def crash(*args, **kwargs):  # after the weights of step 4 were written
+        raise OSError("the disk went away")
 
-    monkeypatch.setattr(torch, "save", crash)  # the crash happens after the weights were written
-    with pytest.raises(OSError, match="disk full"):
-        checkpoint.save(directory, 3, model, {"step": 3})
-    monkeypatch.undo()
-    assert checkpoint.latest(directory).name == "step_00000002"
-    assert not (directory / "step_00000003").exists()
-    assert not [p for p in directory.rglob("*") if p.name.startswith(".")]
-    restored = vitzoo.create("vit_ti16", **TINY, num_classes=10)
-    saved = checkpoint.load(checkpoint.latest(directory), restored)
-    assert saved["step"] == 2
-    for k, v in restored.state_dict().items():
-        torch.testing.assert_close(v, before[k])
+    monkeypatch.setattr(torch, "save", crash)
+    with pytest.raises(OSError, match="went away"):
+        fit(tiny_config(tmp_path, steps=4, resume=True, checkpoint_every=2))
+    assert snapshot(run / "checkpoints") == before and not list(run.rglob(".*"))
 
-def test_checkpoints_come_at_each_epochs_end_and_by_time_whichever_first(tmp_path):
-    """256 images in batches of 32: 8 steps an epoch, shorter than --checkpoint-every's 1000."""
-    trainer = loop.Trainer.from_config(tiny_config(tmp_path, steps=12, checkpoint_every=1000, checkpoint_every_min=10))
-    trainer._start_loop()
-    due = {}
-    for step, seconds in ((5, 0.0), (8, 0.0), (16, 0.0), (5, 599.0), (5, 600.0), (1000, 0.0)):
-        trainer.step, trainer.train_seconds = step, seconds
-        due[step, seconds] = trainer.checkpoint_due()
-    assert due == {(5, 0.0): False, (8, 0.0): True, (16, 0.0): True, (5, 599.0): False, (5, 600.0): True,
-                   (1000, 0.0): True}
-    trainer.last_checkpoint_s = 600.0  # counted from the last checkpoint
-    trainer.step, trainer.train_seconds = 5, 900.0
-    assert not trainer.checkpoint_due()
-    trainer.cfg.checkpoint_every = 0  # the end's checkpoint only
-    trainer.step = 8
-    assert not trainer.checkpoint_due()
-    # and in a run: the epoch's end (step 8) and the end (12) are checkpointed
-    summary = fit(tiny_config(tmp_path / "run2", steps=12, checkpoint_every=1000, keep_checkpoints=5))
-    assert summary["status"] == "finished"
-    kept = sorted(p.name for p in (tmp_path / "run2" / "run" / "checkpoints").glob("step_*"))
-    assert kept == ["step_00000008", "step_00000012"]
 
-def test_a_run_resumed_where_auto_would_choose_another_precision_keeps_the_one_it_trained_in(tmp_path, monkeypatch):
-    """A job requeued onto another kind of machine (an H100's bf16, then a V100's fp16; here a
-    stand-in for the rule) resumes in the precision of its checkpoint: the same losses as the run
-    never moved."""
+def test_checkpoints_come_every_k_steps_at_each_epochs_end_and_by_time(tmp_path):
+    """8 steps an epoch: --checkpoint-every 1000 still checkpoints at step 8 and at the end (12);
+    --checkpoint-every-min after that many minutes of training (here: every step)."""
+    for name, minutes, steps, kept in (("a", 10, 12, [8, 12]), ("b", 1e-9, 3, [1, 2, 3])):
+        fit(tiny_config(tmp_path / name, steps=steps, warmup=1, checkpoint_every=1000,
+                        checkpoint_every_min=minutes, keep_checkpoints=5))
+        found = (tmp_path / name / "run" / "checkpoints").glob("step_*")
+        assert sorted(int(p.name[5:]) for p in found) == kept
 
-    def machine_picks(dtype):
-        monkeypatch.setattr(loop, "training_dtype", lambda precision, device: dtype)
 
-    machine_picks(torch.bfloat16)
-    fit(tiny_config(tmp_path / "straight", precision="auto", steps=6))
-    fit(tiny_config(tmp_path / "moved", precision="auto", steps=6, stop_at=3))
-    machine_picks(None)  # the machine it resumes on would compute in float32
-    messages = []
-    monkeypatch.setattr(loop.Trainer, "say", lambda self, message: messages.append(message))
-    summary = fit(tiny_config(tmp_path / "moved", precision="auto", steps=6, resume=True))
+def test_a_run_resumed_where_auto_would_choose_another_precision_keeps_its_own(tmp_path,
+                                                                              monkeypatch):
+    """A job requeued from a bf16 GPU onto one that would choose otherwise (here a stand-in for
+    the rule) resumes in its checkpoint's precision, with the losses of the run never moved."""
+    monkeypatch.setattr(loop, "training_dtype", lambda precision, device: torch.bfloat16)
+    fit(tiny_config(tmp_path / "straight", steps=6))
+    fit(tiny_config(tmp_path / "moved", steps=6, stop_at=3))
+    shutil.copytree(tmp_path / "moved", tmp_path / "fp16")
+    monkeypatch.setattr(loop, "training_dtype", lambda precision, device: None)
+    summary = fit(tiny_config(tmp_path / "moved", steps=6, resume=True))
     assert summary["precision"] == "bfloat16"
-    assert any("resuming in bf16, the precision the checkpoint was trained in, not fp32" in m for m in messages)
     assert losses(tmp_path / "moved" / "run") == losses(tmp_path / "straight" / "run")
-
-def test_an_fp16_checkpoint_cannot_go_on_without_cuda():
-    with pytest.raises(vitzoo.errors.ConfigError, match="trained in fp16, which needs CUDA"):
-        build.resumed_precision("fp16", None, torch.device("cpu"))
-    assert build.resumed_precision(None, torch.bfloat16, torch.device("cpu")) == torch.bfloat16  # older checkpoints
+    path = tmp_path / "fp16" / "run" / "checkpoints" / "step_00000003" / "state.pt"
+    torch.save({**torch.load(path), "precision": "fp16"}, path)  # trained on a GPU in fp16
+    with pytest.raises(ValueError, match="trained in fp16, which needs CUDA"):
+        fit(tiny_config(tmp_path / "fp16", steps=6, resume=True))

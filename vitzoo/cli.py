@@ -1,6 +1,5 @@
-"""The `vitzoo` command, for whoever adds to it (what a user reads is DESCRIPTION). Each subcommand
-lives in `vitzoo/commands/<name>.py` and exposes `add_parser(subparsers)`, which registers its
-arguments and sets `func(args) -> int`."""
+"""The `vitzoo` command: each subcommand is a module of `vitzoo/commands` whose `add_parser(sub)`
+registers its arguments and sets `func(args) -> int`."""
 
 from __future__ import annotations
 
@@ -11,8 +10,8 @@ import sys
 
 import vitzoo.commands
 from vitzoo.argvalues import ArgumentParser
+from vitzoo.version import __version__
 
-# What `vitzoo --help` says to a user.
 DESCRIPTION = (
     'The Vision Transformer of "An Image is Worth 16x16 Words" (Dosovitskiy et al., ICLR 2021), '
     "in PyTorch.\nInspect the models, classify images with the released weights, train or "
@@ -30,15 +29,14 @@ examples:
 
 `vitzoo COMMAND --help` lists a command's options."""
 
-# the commands in the order a user meets them; a module not named here is listed after them
+# the order a user meets the commands in; a module not named here comes after them
 ORDER = ("listing", "predict", "train", "evaluate", "shard", "weights", "export", "bench")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(prog="vitzoo", description=DESCRIPTION, epilog=EXAMPLES,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action="version",
-                        version=f"vitzoo {__import__('vitzoo').__version__}")
+    parser.add_argument("--version", action="version", version=f"vitzoo {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                 help="one of these:")
     names = [m.name for m in pkgutil.iter_modules(vitzoo.commands.__path__)]
@@ -51,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (ValueError, OSError, RuntimeError) as exc:  # user errors: a message, not a traceback
+    except (ValueError, OSError, RuntimeError) as exc:  # a user's error: one line, no traceback
         print(f"vitzoo {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

@@ -4,15 +4,14 @@
     summary = fit(TrainConfig(model="vit_ti16", data="fashion-mnist", epochs=10, out="runs/a",
                               model_options=dict(img_size=28, patch_size=4)))
 
-`config` holds every knob and the recipes, `loop` the loop (a `Trainer`: `trainer.run()`, then
-`trainer.model`), `build` what a run is built from, `optim` the groups, schedule and EMA,
-`checkpoint` the state that survives crashes, `summary` what a run reports, `distributed` the
-processes and devices.
+`config`: the knobs and recipes; `loop`: the `Trainer`; `inputs`: the data and the evaluation
+passes; `optim`: groups, schedule, EMA; `checkpoint`: exact resume and the run directory;
+`report`: metrics and summary.json; `distributed`: processes, devices, signals.
 """
 
 from vitzoo.errors import TrainingDiverged
-from vitzoo.train.build import GlobalBatchSampler
 from vitzoo.train.config import RECIPES, TrainConfig
+from vitzoo.train.inputs import GlobalBatchSampler
 from vitzoo.train.loop import Trainer, fit
 from vitzoo.train.optim import Schedule
 
