@@ -133,14 +133,11 @@ def publish_rehearsal_weights(tags: list[str], endpoint: str, token: str | None 
 def serve_weights(root: Path, tags: list[str]) -> Iterator[str]:
     """A loopback Hub (tests.hubserver) serving every tag's stand-in weights, HF_ENDPOINT pointing
     at it meanwhile (the rehearsal's processes inherit it); yields its URL."""
+    from unittest import mock
+
     from tests.hubserver import HubServer
 
-    saved = {k: os.environ.get(k) for k in ("HF_ENDPOINT", "HF_HUB_DISABLE_XET")}
-    with HubServer(Path(root)) as server:
-        os.environ.update(HF_ENDPOINT=server.url, HF_HUB_DISABLE_XET="1")  # no Xet storage there
-        try:
-            publish_rehearsal_weights(tags, server.url)
-            yield server.url
-        finally:
-            for k, v in saved.items():
-                os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+    with HubServer(Path(root)) as server, mock.patch.dict(
+            os.environ, HF_ENDPOINT=server.url, HF_HUB_DISABLE_XET="1"):  # no Xet storage there
+        publish_rehearsal_weights(tags, server.url)
+        yield server.url
