@@ -1,32 +1,11 @@
-"""python -m benchmarks LIST [--scale quick|main|cpu|rehearsal|gpu|paper] [--device cpu|cuda] [--dry-run] ...
+"""python -m benchmarks LIST [--scale quick|main|cpu|rehearsal|gpu|paper] [--dry-run] ...
 
-LIST: ablation names (see benchmarks/ablations/), `all` (every ablation), `speed`, or `loader` (images/s
-of one loader worker per scale that reads image files, and the start-up that grows with a dataset:
-benchmarks/loader.py, which the plan uses); or `gpu-check` alone (the first command on a GPU machine:
-benchmarks/gpu_check.py). Scales are in
-benchmarks/scales.py: `main` is the main job's (Table 8's headline in minutes), `cpu` trains every
-ablation to where architecture matters on a 2-core CPU (hours), `paper` is the paper's (GPUs, days),
-`gpu` the paper's cells sized for a day on one 8-GPU node, `rehearsal` the paper's code path with every
-dimension shrunk (minutes, CPU or GPU), `quick` is for tests (`--quick` is short for it).
-
-Where runs go (benchmarks/runner.py): on the CPU `--workers N` runs go at once, each of
-`--processes-per-run` gloo processes (the rehearsal's default: 2); on `--device cuda` each run is a
-data-parallel job over `--gpus-per-run` GPUs (default: every visible GPU), started by PyTorch's elastic
-launcher, runs side by side on disjoint GPU sets; `--launcher slurm` submits each run as a SLURM job of
-`--nodes` x `--gpus-per-node` through submitit (benchmarks/slurm.py; requeued on preemption, resumed),
-from a login node without GPUs (planned at `--gpu-tflops` per GPU, as `--dry-run` plans), and waits
-unless `--no-wait` (a later invocation collects); what a job asks for is in docs/gpus.md. `--dry-run`
-prints the plan for that same assignment (runs, FLOPs, minutes, device-hours) and trains nothing.
-
-Results go to benchmarks/results/<ablation>/ (the rehearsal's to runs/rehearsal/; `vitzoo bench`'s to runs/bench/
-unless --committed): results.json (every
-run, its settings and environment), findings.json (the verdicts), README.md (the table beside the
-paper's numbers, each finding judged by one rule), PNG figures; each run's folder (checkpoints, final
-weights, logs) under <ablation>/runs/, ignored by git. Runs whose results exist are skipped, so an
-interrupted suite continues, and a run interrupted mid-way resumes from its checkpoint. A result of
-another numerics version (benchmarks/suite.py's NUMERICS_VERSION: the version of training's numbers)
-counts as not measured and is measured again; `--report-only` reports whatever is there, and every
-README's settings line names the numerics versions of its runs, loudly when they mix.
+LIST: ablations (benchmarks/ablations/), `all`, `speed`, `loader`; or `gpu-check` alone. A run is
+an ablation's cell at the scale with a seed, and is done when its record exists: an interrupted
+suite continues, and a run resumes from its checkpoint. Runs go to a process pool (`--workers`),
+PyTorch's elastic launcher (`--processes-per-run`, `--gpus-per-run`) or SLURM (`--launcher
+slurm`); `--dry-run` prints the plan (runs, FLOPs, minutes) and writes nothing; `--report-only`
+writes the tables, figures and verdicts of the runs measured so far.
 """
 
 from __future__ import annotations
@@ -36,6 +15,7 @@ import contextlib
 import dataclasses
 import importlib.util
 import json
+import math
 import shutil
 import sys
 import time
@@ -43,303 +23,255 @@ from pathlib import Path
 
 from benchmarks import plan as planning
 from benchmarks.ablations import ABLATIONS
-from benchmarks.figures import MATPLOTLIB_MISSING
 from benchmarks.assignment import LAUNCHERS, assign, common_share
-from benchmarks.runner import execute
-from benchmarks.runner import records as measured
+from benchmarks.figures import MATPLOTLIB_MISSING
+from benchmarks.runner import execute, records
 from benchmarks.scales import SCALES, get_scale
-from benchmarks.slurm import MEM_BASE_GB, MEM_PER_LOADER_WORKER_GB, SlurmOptions, signal_delay_s
+from benchmarks.slurm import MEM_BASE_GB, MEM_PER_LOADER_WORKER_GB, SIGNAL_DELAY_S, SlurmOptions
 from benchmarks.spec import Ablation, Scale, report
-from benchmarks.suite import NUMERICS_VERSION, RESULTS, ResultStore, numerics_of, with_threads
+from benchmarks.suite import NUMERICS_VERSION, RESULTS, ResultStore, numerics_of
 from benchmarks.verdict import RULE
 from vitzoo.argvalues import ArgumentParser
 from vitzoo.io import write_text
 
-REHEARSAL_OUT = Path("runs") / "rehearsal"  # the rehearsal's results never mix with the committed ones
-# `vitzoo bench` (a user's command, from any directory) writes here unless --out or --committed says otherwise:
-# the checkout's committed results change only when asked
-BENCH_OUT = Path("runs") / "bench"
 PROG = "python -m benchmarks"
-NOT_ABLATIONS = ("speed", "loader")  # benchmarks of LIST that are not ablations
-# the flags only --launcher slurm reads (another launcher would ignore them: refused instead)
-SLURM_FLAGS = ("nodes", "gpus_per_node", "partition", "account", "time_limit_min", "cpus_per_task",
-               "mem_per_task_gb", "signal_delay_s", "no_wait")
-SLURM_COMMANDS = ("sbatch", "srun", "sacct")  # what submitit calls to submit and follow the jobs
+REHEARSAL_OUT = Path("runs") / "rehearsal"  # never mixed with the committed results
+BENCH_OUT = Path("runs") / "bench"  # `vitzoo bench`'s, from any directory, unless --committed
+NOT_ABLATIONS = ("speed", "loader")
+SLURM_FLAGS = ("nodes", "gpus_per_node", "partition", "account", "time_limit_min",
+               "cpus_per_task", "mem_per_task_gb", "signal_delay_s", "no_wait")
+
+
+def count(text: str) -> int:
+    if int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    return int(text)
+
+
+def number(text: str) -> float:
+    if not 0 < float(text) < math.inf:
+        raise argparse.ArgumentTypeError(f"must be positive (a finite number), got {text}")
+    return float(text)
 
 
 def build_parser(prog: str = PROG) -> ArgumentParser:
-    """The command line of `python -m benchmarks`, or, with `prog` "vitzoo bench", of `vitzoo bench`, whose
-    results go to runs/bench by default."""
-    parser = ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
-    parser.add_argument("names", nargs="+", help="ablations to run: " + ", ".join(ABLATIONS) + ", all, speed, or loader")
-    parser.add_argument("--scale", choices=tuple(SCALES), default="cpu",
-                        help="how big the runs are (benchmarks/scales.py; default cpu)")
-    parser.add_argument("--quick", action="store_true", help="the same as --scale quick (seconds per run; for tests)")
-    parser.add_argument("--seeds", type=int, default=None,
-                        help="seeds per cell instead of the scale's (a run's key does not change: more seeds add runs)")
-    parser.add_argument("--data", default=None,
-                        help="dataset for --scale paper or gpu: an ImageFolder directory (ImageNet's layout), its shards "
-                        "(vitzoo shard: their folder or DIR/train-{000000..000127}.tar), cifar10, cifar100")
-    parser.add_argument("--data-dir", default=None, help="where the named dataset's files are (default $VITZOO_CACHE/datasets)")
-    parser.add_argument("--device", default="cpu", help="cpu, cuda (each run its own GPUs), or auto")
-    default_out = RESULTS.relative_to(RESULTS.parents[1]) if prog == PROG else BENCH_OUT
-    parser.add_argument("--out", type=Path, default=None,
-                        help=f"results root (default {default_out}; the rehearsal's: {REHEARSAL_OUT})")
-    parser.add_argument("--committed", action="store_true",
-                        help=f"write into the checkout's committed results, {RESULTS.relative_to(RESULTS.parents[1])}/ "
-                        f"(the default of {PROG}; `vitzoo bench` writes to {BENCH_OUT} unless asked)")
-    parser.add_argument("--workers", type=int, default=1,
-                        help="CPU: training runs measured at once, in separate processes sharing the CPU threads "
-                             "(2 on a 2-core CPU: small models gain about 1.5x); timing ablations always use one")
-    parser.add_argument("--processes-per-run", type=int, default=None,
-                        help="CPU: data-parallel gloo processes of each run (default: the scale's; the rehearsal's 2)")
-    parser.add_argument("--gpus-per-run", type=int, default=None,
-                        help="CUDA: GPUs of each run, one process each (default every visible GPU); the GPUs are cut "
-                             "into disjoint sets of this size, one run on each at once")
-    parser.add_argument("--launcher", choices=LAUNCHERS, default="local",
-                        help="local (this machine: a process pool, or PyTorch's elastic launcher for a run of several "
-                             "processes), slurm (a SLURM job per run, through submitit)")
-    slurm = parser.add_argument_group("SLURM (--launcher slurm)")
-    slurm.add_argument("--nodes", type=int, default=None, help="nodes of each run's job (default 1)")
-    slurm.add_argument("--gpus-per-node", type=int, default=None,
-                       help="GPUs (= tasks) per node of each job (default 8; the plan assumes --gpu-tflops each)")
-    slurm.add_argument("--partition", default=None, help="default: the cluster's default partition")
-    slurm.add_argument("--account", default=None, help="the SLURM account to charge (default: yours)")
-    slurm.add_argument("--time-limit-min", type=float, default=None,
-                       help="each job's time limit (default: its planned time x 1.5, at least 10 minutes; at most the "
-                            "partition's MaxTime; a run that reaches it is requeued and resumes)")
-    slurm.add_argument("--cpus-per-task", type=int, default=None,
-                       help="CPUs of each task, asked of sbatch and srun (default: the run's loader workers + 2); its "
-                            "torch threads are these less its loader workers")
-    slurm.add_argument("--mem-per-task-gb", type=float, default=None,
-                       help=f"memory of each task (default {MEM_BASE_GB:g} GB + {MEM_PER_LOADER_WORKER_GB:g} GB per loader "
-                            "worker); sbatch's --mem is this x the tasks of a node")
-    slurm.add_argument("--signal-delay-s", type=int, default=None,
-                       help="USR2 this long before the time limit, to checkpoint (default: the plan's longest evaluation "
-                            "x 1.5, at least 120 s, + 60 s to write the checkpoint)")
+    """The command line of `python -m benchmarks`, or of `vitzoo bench` (results in runs/bench)."""
+    committed = RESULTS.relative_to(RESULTS.parents[1])
+    p = ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
+    p.add_argument("names", nargs="+", help=f"{', '.join(ABLATIONS)}, all, speed or loader")
+    p.add_argument("--scale", choices=tuple(SCALES), default="cpu",
+                   help="how big the runs are (benchmarks/scales.py; default cpu)")
+    p.add_argument("--quick", action="store_true", help="the same as --scale quick (for tests)")
+    p.add_argument("--seeds", type=count, help="seeds per cell instead of the scale's")
+    p.add_argument("--data", help="the dataset of --scale paper or gpu: an ImageFolder directory, "
+                   "its shards (`vitzoo shard`), cifar10 or cifar100")
+    p.add_argument("--data-dir", help="where the named dataset's files are")
+    p.add_argument("--device", default="cpu", help="cpu, cuda (each run its own GPUs), or auto")
+    p.add_argument("--out", type=Path, help=f"results root (default "
+                   f"{committed if prog == PROG else BENCH_OUT}; the rehearsal's {REHEARSAL_OUT})")
+    p.add_argument("--committed", action="store_true",
+                   help=f"write into the checkout's committed results, {committed}/")
+    p.add_argument("--workers", type=count, default=1, help="CPU: runs at once, a process each")
+    p.add_argument("--processes-per-run", type=count,
+                   help="CPU: data-parallel gloo processes of a run (default: the scale's)")
+    p.add_argument("--gpus-per-run", type=count, help="CUDA: GPUs of a run, one process each "
+                   "(default: every visible GPU); the GPUs are cut into sets of this size")
+    p.add_argument("--launcher", choices=LAUNCHERS, default="local",
+                   help="local (a process pool or PyTorch's elastic launcher) or slurm (submitit)")
+    slurm = p.add_argument_group("SLURM (--launcher slurm)")
+    slurm.add_argument("--nodes", type=count, help="nodes of each run's job (default 1)")
+    slurm.add_argument("--gpus-per-node", type=count, help="GPUs (= tasks) per node (default 8)")
+    slurm.add_argument("--partition", help="default: the cluster's default partition")
+    slurm.add_argument("--account", help="the SLURM account to charge")
+    slurm.add_argument("--time-limit-min", type=number,
+                       help="each job's time limit (default: its planned time x 1.5, >= 10 min)")
+    slurm.add_argument("--cpus-per-task", type=count,
+                       help="CPUs of each task (default: the run's loader workers + 2)")
+    slurm.add_argument("--mem-per-task-gb", type=number, help=f"memory of each task (default "
+                       f"{MEM_BASE_GB:g} GB + {MEM_PER_LOADER_WORKER_GB:g} GB per loader worker)")
+    slurm.add_argument("--signal-delay-s", type=count, help="USR2 this long before the limit, to "
+                       f"end an evaluation and checkpoint (default {SIGNAL_DELAY_S})")
     slurm.add_argument("--no-wait", action="store_true",
-                       help="submit and return; the jobs store their results, and running the same command again "
-                            "collects them (and submits the runs whose job ended without a result)")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="print the plan (runs, FLOPs, estimated minutes on the assignment); train nothing")
-    parser.add_argument("--gpus", type=int, default=8, help="with --dry-run for GPUs that are not here: GPUs per node")
-    parser.add_argument("--gpu-tflops", type=float, default=planning.STATED_GPU_TFLOPS,
-                        help="with --dry-run for GPUs that are not here: training TFLOP/s per GPU")
-    parser.add_argument("--report-only", action="store_true",
-                        help="write the tables, figures and verdicts from the results measured so far; train nothing")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
-    return parser
+                       help="submit and return; the same command again collects the results")
+    p.add_argument("--dry-run", action="store_true", help="print the plan; train nothing")
+    p.add_argument("--gpus", type=count, default=8, help="planning GPUs not here: GPUs per node")
+    p.add_argument("--gpu-tflops", type=number, default=planning.STATED_GPU_TFLOPS,
+                   help="planning GPUs not here: training TFLOP/s per GPU")
+    p.add_argument("--report-only", action="store_true",
+                   help="write the tables, figures and verdicts of the results so far")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    return p
 
 
 def parse(argv: list[str] | None, prog: str = PROG) -> argparse.Namespace:
     parser = build_parser(prog)
     args = parser.parse_args(argv)
-    if args.quick:
-        args.scale = "quick"
+    args.scale = "quick" if args.quick else args.scale
     names = list(ABLATIONS) if "all" in args.names else args.names
-    unknown = [n for n in names if n not in ABLATIONS and n not in NOT_ABLATIONS]
-    if unknown:
-        parser.error(f"unknown ablation {unknown[0]!r}; choose from {', '.join(ABLATIONS)}, all, speed, loader (gpu-check alone)")
-    for flag in ("workers", "seeds", "processes_per_run", "gpus_per_run", "nodes", "gpus_per_node", "cpus_per_task", "gpus"):
-        if getattr(args, flag) is not None and getattr(args, flag) < 1:
-            parser.error(f"--{flag.replace('_', '-')} must be at least 1, got {getattr(args, flag)}")
-    for flag in ("time_limit_min", "mem_per_task_gb", "signal_delay_s", "gpu_tflops"):
-        if getattr(args, flag) is not None and not 0 < getattr(args, flag) < float("inf"):
-            parser.error(f"--{flag.replace('_', '-')} must be positive (a finite number), got {getattr(args, flag)}")
-    ignored = ["--" + f.replace("_", "-") for f in SLURM_FLAGS if getattr(args, f) not in (None, False)]
+    if unknown := [n for n in names if n not in ABLATIONS and n not in NOT_ABLATIONS]:
+        parser.error(f"unknown ablation {unknown[0]!r}; choose from {', '.join(ABLATIONS)}, all, "
+                     "speed, loader (gpu-check alone)")
+    ignored = ["--" + f.replace("_", "-") for f in SLURM_FLAGS if getattr(args, f)]
     if ignored and args.launcher != "slurm":
-        parser.error(f"{', '.join(ignored)}: read by --launcher slurm only; --launcher {args.launcher} would ignore "
-                     "them: give --launcher slurm, or leave them out")
+        parser.error(f"{', '.join(ignored)}: read by --launcher slurm only")
     if args.launcher == "slurm" and args.device == "auto":
-        parser.error("--device auto under --launcher slurm would be decided on this login node, which cannot see the "
-                     "compute nodes' GPUs; say --device cuda or --device cpu")
-    if not args.dry_run and importlib.util.find_spec("matplotlib") is None:  # said before the training, not after
+        parser.error("--device auto would be decided on this login node: say --device cuda or cpu")
+    if not args.dry_run and importlib.util.find_spec("matplotlib") is None:
         parser.error(MATPLOTLIB_MISSING)
     if args.committed and args.out is not None:
-        parser.error(f"--committed writes into {RESULTS}; --out {args.out} names another folder: give one of the two")
+        parser.error(f"--committed writes into {RESULTS}, --out into {args.out}: give one")
     if args.out is None:
         args.out = (REHEARSAL_OUT if args.scale == "rehearsal" and not args.committed
                     else RESULTS if args.committed or prog == PROG else BENCH_OUT)
+    # a dry run of the paper's scales assumes ImageNet-1k; the rehearsal writes its own data
+    data = args.data or ("imagenet" if args.dry_run and args.scale in ("paper", "gpu") else None)
+    if args.scale == "rehearsal" and data is None:
+        data = str((args.out / "data" / "imagenet").resolve())
     try:
-        # a dry run of the paper's scales needs no data: ImageNet-1k's size is assumed (benchmarks/plan.py);
-        # the rehearsal writes its own, beside its results
-        data = args.data or ("imagenet" if args.dry_run and args.scale in ("paper", "gpu") else None)
-        if args.scale == "rehearsal" and data is None:
-            data = str((args.out / "data" / "imagenet").resolve())
-        args.scale_settings = get_scale(args.scale, data, args.data_dir)
-        if args.seeds:
-            args.scale_settings = dataclasses.replace(args.scale_settings, seeds=args.seeds)
-        args.assignment = assign(args.device, args.launcher, gpus_per_run=args.gpus_per_run, workers=args.workers,
-                                 processes_per_run=args.processes_per_run or args.scale_settings.processes_per_run,
-                                 stated_gpus=args.gpus, nodes=args.nodes or 1, gpus_per_node=args.gpus_per_node,
-                                 share=batch_share_of(names, args.scale_settings))
+        scale = get_scale(args.scale, data, args.data_dir)
+        args.scale_settings = dataclasses.replace(scale, seeds=args.seeds or scale.seeds)
+        args.assignment = assign(
+            args.device, args.launcher, gpus_per_run=args.gpus_per_run, workers=args.workers,
+            processes_per_run=args.processes_per_run or scale.processes_per_run,
+            stated_gpus=args.gpus, nodes=args.nodes or 1, gpus_per_node=args.gpus_per_node,
+            share=common_share(train for n in names if n in ABLATIONS and ABLATIONS[n].parallel
+                               for run in ABLATIONS[n].runs(scale)
+                               for train in planning.trainings(run)))
     except ValueError as exc:
         parser.error(str(exc))
-    if args.assignment.device == "cuda" and not args.assignment.present and not args.dry_run and args.launcher != "slurm":
-        parser.error(f"--device {args.device}: no CUDA GPU is visible here (--dry-run plans for GPUs that are not here)")
+    gpus_here = args.assignment.present or args.dry_run or args.launcher == "slurm"
+    if args.assignment.device == "cuda" and not gpus_here:
+        parser.error(f"--device {args.device}: no CUDA GPU is visible here (--dry-run plans for "
+                     "GPUs that are not here)")
     args.names = names
     return args
 
 
-def batch_share_of(names: list[str], scale: Scale) -> int:
-    """What the processes of every data-parallel run of these ablations must divide (`common_share`):
-    each training of each run, its fine-tuning and sweeps included."""
-    trainings = [train for name in names if name in ABLATIONS and ABLATIONS[name].parallel
-                 for run in ABLATIONS[name].runs(scale) for train in (run.config["train"], *run.config.get("more_train", ()))]
-    return common_share(trainings)
+def settings_line(scale: Scale, runs: list[dict]) -> str:
+    def seen(field: str) -> str:
+        return ", ".join(sorted({str(r.get(field, "?")) for r in runs})) or "?"
 
-
-def numerics_versions(records: list[dict]) -> dict[int, int]:
-    """Runs per numerics version of the code that measured them (0: before versions were recorded)."""
-    counts: dict[int, int] = {}
-    for r in records:
-        counts[numerics_of(r)] = counts.get(numerics_of(r), 0) + 1
-    return dict(sorted(counts.items()))
-
-
-def numerics_named(version: int) -> str:
-    return f"{version} (recorded before the version existed)" if version == 0 else str(version)
-
-
-def mixed_versions(records: list[dict], rerun: str) -> str:
-    """A loud paragraph when the table's runs come from code of several numerics versions, else ''."""
-    versions = numerics_versions(records)
-    if len(versions) < 2:
-        return ""
-    each = "; ".join(f"{n} runs of version {numerics_named(v)}" for v, n in versions.items())
-    return (f"**Mixed code versions: {each}. Training's numbers differ between versions, so this table compares "
-            f"numbers of different code; measure the rest again with the current code (numerics version "
-            f"{NUMERICS_VERSION}): `{rerun}`.**\n\n")
-
-
-def settings_line(scale: Scale, records: list[dict]) -> str:
-    seen = lambda field: ", ".join(sorted({str(r.get(field, "?")) for r in records})) or "?"  # noqa: E731
-    dates = sorted(r["date"] for r in records if "date" in r)
+    dates = sorted(r["date"] for r in runs if "date" in r)
     when = f"measured {dates[0][:10]} to {dates[-1][:10]}" if dates else "dates not recorded"
-    versions = ", ".join(numerics_named(v) for v in numerics_versions(records)) or "?"
-    if NUMERICS_VERSION not in numerics_versions(records):
-        versions += f", not the current code's {NUMERICS_VERSION}"
-    return (f"Settings: `--scale {scale.name}`; {len(records)} runs, {when}; device {seen('device')}; "
-            f"CPU {seen('cpu')}; threads per run {seen('threads')}; torch {seen('torch')}; commit {seen('commit')}; "
-            f"numerics version {versions}. "
-            f"Every option of every run is in `results.json`; the verdicts in `findings.json`.")
+    versions = sorted({numerics_of(r) for r in runs})
+    numerics = ", ".join(map(str, versions)) + (
+        "" if NUMERICS_VERSION in versions else f", not the current code's {NUMERICS_VERSION}")
+    return (f"Settings: `--scale {scale.name}`; {len(runs)} runs, {when}; device {seen('device')}; "
+            f"CPU {seen('cpu')}; threads per run {seen('threads')}; torch {seen('torch')}; "
+            f"commit {seen('commit')}; numerics version {numerics}. Every option of every run is "
+            "in `results.json`; the verdicts in `findings.json`.")
 
 
 def run_ablation(spec: Ablation, scale: Scale, store: ResultStore, args: argparse.Namespace,
-                 plan: planning.AblationPlan) -> str:
-    out = args.out / spec.name
-    measure = spec.measure
-    if measure is None:
-        from benchmarks.training import measure
-    # the keys hold the threads each run trains with (benchmarks.suite.Run.key)
-    runs = with_threads(spec.runs(scale), (args.assignment if spec.parallel else args.assignment.alone()).keyed_threads(spec.trains))
-    if args.report_only:  # the runs measured so far, e.g. of a suite still running, of any numerics version
-        # and of any thread count: a run's record at this machine's threads, else at the committed runs' (the
-        # settings line names the thread counts of the runs reported)
+                 minutes: float) -> str:
+    """Measure the runs the ablation lacks (unless --report-only), then write its report."""
+    out, rerun = args.out / spec.name, f"python -m benchmarks {spec.name} --scale {scale.name}"
+    assignment = args.assignment if spec.parallel else args.assignment.alone()
+    runs = [dataclasses.replace(run, threads=assignment.keyed_threads(spec.trains))
+            for run in spec.runs(scale)]
+    if args.report_only:  # what is there: at this machine's threads, else the committed runs'
         store.refresh()
-        records = measured([run if store.get(run.key) else dataclasses.replace(run, threads=None) for run in runs], store)
+        found = records([r if store.get(r.key) else dataclasses.replace(r, threads=None)
+                         for r in runs], store)
     else:
-        minutes = lambda run: plan.longest_run_min  # noqa: E731  (a job's time limit: the longest run's, with a margin)
-        # the warning before a job's limit covers the plan's longest evaluation, unless --signal-delay-s says
-        cluster = dataclasses.replace(args.slurm, signal_delay_s=args.slurm.signal_delay_s
-                                      or signal_delay_s(plan.longest_eval_min))
-        records = execute(runs, measure, store, args.assignment if spec.parallel else args.assignment.alone(),
-                          quiet=args.quiet, slurm_options=cluster, wait_for_jobs=not args.no_wait, minutes=minutes)
-    if not records:
+        from benchmarks.training import measure
+
+        found = execute(runs, spec.measure or measure, store, assignment, quiet=args.quiet,
+                        options=args.slurm, wait=not args.no_wait,
+                        minutes=lambda run: minutes)
+    if not found:
         return f"(no results of {spec.name} at --scale {scale.name} in {out} yet)"
-    if spec.report is not None:  # its own report: the body, or the body and the verdicts
-        made = spec.report(records, out)
-        body, verdicts = made if isinstance(made, tuple) else (made, [])
-    else:
-        body, verdicts = report(spec, records, out)
-    write_text(out / "findings.json", json.dumps({"rule": RULE, "scale": scale.name, "numerics": list(numerics_versions(records)),
-                                                  "findings": verdicts}, indent=1) + "\n")
-    missing = len(runs) - len(records)
-    partial = (f"**Incomplete: {len(records)} of {len(runs)} runs measured** (the rest resume with "
-               f"`python -m benchmarks {spec.name} --scale {scale.name}`); cells without all their seeds are "
-               "judged on those they have.\n\n") if missing else ""
-    mixed = mixed_versions(records, f"python -m benchmarks {spec.name} --scale {scale.name}")
-    write_text(out / "README.md", f"# {spec.title}\n\n{partial}{mixed}{settings_line(scale, records)}\n\n{body}\n")
+    made = spec.report(found, out) if spec.report is not None else report(spec, found, out)
+    body, verdicts = made if isinstance(made, tuple) else (made, [])
+    versions = sorted({numerics_of(r) for r in found})
+    write_text(out / "findings.json", json.dumps({"rule": RULE, "scale": scale.name,
+                                                  "numerics": versions, "findings": verdicts},
+                                                 indent=1) + "\n")
+    partial = (f"**Incomplete: {len(found)} of {len(runs)} runs measured** (the rest: `{rerun}`); "
+               "cells without all their seeds are judged on those they have.\n\n"
+               if len(found) < len(runs) else "")
+    mixed = (f"**Mixed code versions: numerics versions {', '.join(map(str, versions))}. This "
+             f"table compares numbers of different code; measure again: `{rerun}`.**\n\n"
+             if len(versions) > 1 else "")
+    write_text(out / "README.md", f"# {spec.title}\n\n{partial}{mixed}"
+                                  f"{settings_line(scale, found)}\n\n{body}\n")
     return body
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
-    """The benchmarks, as `prog` (`python -m benchmarks`, or `vitzoo bench`: vitzoo/commands/bench.py) says."""
+    """`python -m benchmarks`, or `vitzoo bench` (vitzoo/commands/bench.py) as `prog` says."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["gpu-check"]:
         from benchmarks import gpu_check
 
         return gpu_check.main(argv[1:])
     args = parse(argv, prog)
-    missing = [name for name in SLURM_COMMANDS if shutil.which(name) is None]
+    missing = [name for name in ("sbatch", "srun", "sacct") if shutil.which(name) is None]
     if args.launcher == "slurm" and missing and not (args.dry_run or args.report_only):
-        # said before the plan and anything written
-        print(f"{prog}: error: --launcher slurm needs SLURM's commands on PATH, and "
-              f"{', '.join(missing)} are not found here: run from a SLURM login node, or plan with "
-              "--dry-run", file=sys.stderr)
+        print(f"{prog}: error: --launcher slurm needs {', '.join(missing)}, not found here: run "
+              "from a SLURM login node, or plan with --dry-run", file=sys.stderr)
         return 2
-    scale = args.scale_settings
-    start = time.perf_counter()
-    if scale.name == "rehearsal":  # its ImageNet, written once (the plan counts its images)
+    scale, start = args.scale_settings, time.perf_counter()
+    if scale.name == "rehearsal":  # its data, written once (a dry run plans it: writes nothing)
         from benchmarks.rehearsal_data import image_folder
 
-        image_folder(scale.train["data"], write=not args.dry_run)  # a dry run writes nothing: planned only
-        if "transfer" in args.names:  # and the transfer's stand-ins for its datasets
+        image_folder(scale.train["data"], write=not args.dry_run)
+        if "transfer" in args.names:
             from benchmarks.ablations.transfer import write_rehearsal_data
 
             write_rehearsal_data(scale, write=not args.dry_run)
-    args.slurm = SlurmOptions(partition=args.partition, account=args.account, time_limit_min=args.time_limit_min,
-                              cpus_per_task=args.cpus_per_task, mem_per_task_gb=args.mem_per_task_gb,
-                              signal_delay_s=args.signal_delay_s)
+    args.slurm = SlurmOptions(args.partition, args.account, args.time_limit_min,
+                              args.cpus_per_task, args.mem_per_task_gb, args.signal_delay_s)
     specs = [ABLATIONS[name] for name in args.names if name in ABLATIONS]
-    # --report-only reports what is there, whatever its numerics version; a suite measures for the current one
-    numerics = None if args.report_only else NUMERICS_VERSION
-    stores = {spec.name: ResultStore(args.out / spec.name, numerics=numerics) for spec in specs}
-    plans = {spec.name: planning.plan_ablation(spec, scale, stores[spec.name].keys(),
-                                               (args.assignment if spec.parallel else args.assignment.alone()), args.gpu_tflops) for spec in specs}
-    print(planning.describe(list(plans.values()), scale, args.assignment, args.gpu_tflops), flush=True)
+    numerics = None if args.report_only else NUMERICS_VERSION  # --report-only: every version
+    stores = {s.name: ResultStore(args.out / s.name, numerics=numerics) for s in specs}
+    plans = {} if args.report_only else {s.name: planning.plan_ablation(
+        s, scale, stores[s.name].keys(), args.assignment if s.parallel else args.assignment.alone(),
+        args.gpu_tflops) for s in specs}
+    if plans:
+        print(planning.describe(list(plans.values()), scale, args.assignment, args.gpu_tflops),
+              flush=True)
     if args.dry_run:
         return 0
-    problems = [p for p in plans.values() if p.problem and p.to_measure]
-    if args.launcher == "slurm" and problems and not args.report_only:  # a job's time limit comes from the plan
-        print(f"\nnothing submitted: the plan of {problems[0].name} found a problem: {problems[0].problem}",
+    problem = next((p for p in plans.values() if p.problem and p.to_measure), None)
+    if args.launcher == "slurm" and problem:  # a job's time limit comes from the plan
+        print(f"\nnothing submitted: the plan of {problem.name} found a problem: {problem.problem}",
               file=sys.stderr, flush=True)
         return 2
-    if args.report_only:  # the speed benchmark reports its stored records; the loader has no report
-        args.names = [n for n in args.names if n != "loader"]
+    names = [n for n in args.names if n != "loader"] if args.report_only else args.names
     with contextlib.ExitStack() as serving:
-        if scale.name == "rehearsal" and "transfer" in args.names and not args.report_only:
-            # the transfer rehearsal's weights, downloaded from a Hub as the paper's tags are: a loopback one
+        if scale.name == "rehearsal" and "transfer" in names and not args.report_only:
+            # the transfer's stand-in weights, downloaded from a loopback Hub as tags are
             from benchmarks.ablations.transfer import rehearsal_tags
             from benchmarks.transfer_runs import serve_weights
 
             serving.enter_context(serve_weights(args.out / "hub", rehearsal_tags()))
-        run_all(args, plans, stores, scale)
+        for i, name in enumerate(names, 1):
+            left = sum(p.minutes for n in names[i - 1:] if (p := plans.get(n)) and not p.problem)
+            print(f"\n== [{i}/{len(names)}] {name}"
+                  + (f", about {left:.0f} min left (estimated)" if name in plans else ""))
+            if name in NOT_ABLATIONS:
+                run_benchmark(name, args)
+                continue
+            minutes = plans[name].longest_run_min if plans else 0.0
+            print(run_ablation(ABLATIONS[name], scale, stores[name], args, minutes))
+            print(f"\nResults, figures and README in {args.out / name}", flush=True)
     print(f"\n== done in {(time.perf_counter() - start) / 60:.1f} min; results in {args.out}")
     return 0
 
 
-def run_all(args: argparse.Namespace, plans: dict, stores: dict, scale: Scale) -> None:
-    for i, name in enumerate(args.names, 1):
-        left = sum(plans[n].minutes for n in args.names[i - 1:] if n in plans and not plans[n].problem)
-        print(f"\n== [{i}/{len(args.names)}] {name}" + (f", about {left:.0f} min left (estimated)" if name in plans else ""),
-              flush=True)
-        if name == "speed":
-            from benchmarks import speed
+def run_benchmark(name: str, args: argparse.Namespace) -> None:
+    """The benchmarks that are not ablations: speed against timm and torchvision, the loader."""
+    if name == "speed":
+        from benchmarks import speed
 
-            speed.main(quick=args.scale == "quick", out=args.out / "speed", device=args.device,
-                       report_only=args.report_only)
-            print((args.out / "speed" / "README.md").read_text())
-            continue
-        if name == "loader":
-            from benchmarks import loader
+        speed.main(quick=args.scale == "quick", out=args.out / "speed", device=args.device,
+                   report_only=args.report_only)
+    else:
+        from benchmarks import loader
 
-            loader.main(out=args.out / "loader", quick=args.scale == "quick")
-            print((args.out / "loader" / "README.md").read_text())
-            continue
-        spec = ABLATIONS[name]
-        print(run_ablation(spec, scale, stores[name], args, plans[name]), flush=True)
-        print(f"\nResults, figures and README in {args.out / name}", flush=True)
+        loader.main(out=args.out / "loader", quick=args.scale == "quick")
+    print((args.out / name / "README.md").read_text())
 
 
 if __name__ == "__main__":

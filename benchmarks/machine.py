@@ -1,5 +1,5 @@
-"""Where and when a number was measured: the commit, the CPU (model, family, the instruction sets its
-kernels use), the GPU's name, torch and the threads, recorded with every result of every benchmark."""
+"""Where and when a number was measured: the commit, the CPU (model, family, the instruction sets
+its kernels use), the GPU, torch and the threads, recorded with every result of every benchmark."""
 
 from __future__ import annotations
 
@@ -15,28 +15,25 @@ import torch
 from vitzoo import precision
 from vitzoo.train.distributed import pick_device
 
-# the instruction sets the CPU's matrix and element-wise kernels dispatch on (oneDNN, PyTorch's
-# vectorised kernels): two CPUs of one name and family can still differ here
+# what oneDNN's and PyTorch's kernels dispatch on: two CPUs of one name can differ here
 CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "avx512_fp16",
              "amx_tile", "amx_bf16", "amx_fp16", "sve", "bf16")
 
 
 def cpu_model() -> str:
-    """The CPU's model name and family (Linux: /proc/cpuinfo), e.g. "AMD EPYC (family 25)": a number
-    is only comparable beside its CPU."""
+    """The CPU's name and family (Linux: /proc/cpuinfo), e.g. "AMD EPYC (family 25)"."""
     try:
         info = Path("/proc/cpuinfo").read_text()
     except OSError:
         return platform.processor() or platform.machine()
-    pairs = (line.split(":", 1) for line in info.splitlines() if ":" in line)
-    fields = {k.strip(): v.strip() for k, v in pairs}
+    fields = dict(tuple(s.strip() for s in line.split(":", 1)) for line in info.splitlines()
+                  if ":" in line)
     name = fields.get("model name", platform.machine())
     return f"{name} (family {fields['cpu family']})" if "cpu family" in fields else name
 
 
 def cpu_flags() -> list[str]:
-    """The CPU_FLAGS this CPU has, in that order; elsewhere than Linux the vector width PyTorch
-    dispatches to (torch.backends.cpu.get_cpu_capability())."""
+    """The CPU_FLAGS this CPU has; elsewhere than Linux, the vector width PyTorch dispatches to."""
     present = precision.cpu_flags()
     if not present:
         return [torch.backends.cpu.get_cpu_capability().lower()]
@@ -44,24 +41,24 @@ def cpu_flags() -> list[str]:
 
 
 def git_commit() -> str:
-    """The checkout's commit (with -dirty for uncommitted changes), or "unknown"; VITZOO_COMMIT, where
-    set, names it for a tree copied to another machine (whose .git may be missing or stale)."""
+    """The checkout's commit, -dirty with uncommitted changes outside the results; VITZOO_COMMIT
+    names it for a tree copied to a machine without its .git."""
     if os.environ.get("VITZOO_COMMIT"):
         return os.environ["VITZOO_COMMIT"]
+    here = Path(__file__).parent
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                             cwd=Path(__file__).parent, timeout=10)
-        # results written by the run itself do not make the code it measured dirty
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ":(top)",
-                                ":(top,exclude)benchmarks/results"], capture_output=True,
-                               text=True, cwd=Path(__file__).parent, timeout=10).stdout.strip()
-        return out.stdout.strip() + ("-dirty" if dirty else "") if out.returncode == 0 else "unknown"
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, cwd=here, timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--",
+                                ":(top)", ":(top,exclude)benchmarks/results"],
+                               capture_output=True, text=True, cwd=here, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
+    return head.stdout.strip() + ("-dirty" if dirty else "") if head.returncode == 0 else "unknown"
 
 
 def gpu_name(device: str) -> str | None:
-    """The name of the GPU `device` stands for (`auto`, `cuda`, `cuda:1`), or None off CUDA."""
+    """The name of the GPU `device` stands for (`auto`, `cuda`, `cuda:1`), None off CUDA."""
     if not torch.cuda.is_available():
         return None
     where = pick_device(device)
@@ -69,20 +66,8 @@ def gpu_name(device: str) -> str | None:
 
 
 def environment(device: str) -> dict[str, Any]:
-    """Where and when a number was measured: recorded with every result of every benchmark (on CUDA
-    with the GPU's name: "cuda" alone does not say which GPU; the CPU with its family and the
-    instruction sets its kernels use, which decide how its numbers compare with another CPU's)."""
     gpu = gpu_name(device)
-    return {
-        "device": device,
-        **({"gpu": gpu} if gpu else {}),
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-        "cpu": cpu_model(),
-        "cpu_flags": cpu_flags(),
-        "commit": git_commit(),
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-    }
-
-
-__all__ = ["CPU_FLAGS", "cpu_flags", "cpu_model", "environment", "git_commit", "gpu_name"]
+    return {"device": device, **({"gpu": gpu} if gpu else {}), "torch": torch.__version__,
+            "threads": torch.get_num_threads(), "cpu": cpu_model(), "cpu_flags": cpu_flags(),
+            "commit": git_commit(),
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}

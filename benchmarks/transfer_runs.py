@@ -1,15 +1,12 @@
-"""How a run of the transfer benchmark (`benchmarks.ablations.transfer`) is measured, and what its
-rehearsal needs: small generated datasets and weights served by a Hub.
+"""How a run of the transfer benchmark (`benchmarks.ablations.transfer`) is measured, each
+training in a folder of its own under the run's, and what its rehearsal needs.
 
-A run is measured in its own folder, each training in a subfolder of it (resumed, or read back once
-finished, as `benchmarks.training.train` does for every run):
-
-- small scales (the config has `transfer`): pre-train upstream in OUT/train; the 5-shot linear accuracy
-  of its frozen features on the downstream classes; fine-tune it on them in OUT/finetune/train.
-- the paper's scales (the config has `sweep`): fine-tune the tag's weights once per learning rate of
-  the sweep on the training set less the development split (OUT/lr<LR>/train), keep the rate with the
-  best development accuracy (ties: the first), and fine-tune on the whole training set at it
-  (OUT/final/train).
+- small scales (the config has `transfer`): pre-train upstream in OUT/train, the 5-shot linear
+  accuracy of its frozen features on the downstream classes, then fine-tune on them in OUT/finetune.
+- the paper's scales (the config has `sweep`): fine-tune the tag's weights at each learning rate
+  of the sweep on the training set less a development split (OUT/lr<LR>), then on the whole
+  training set at the rate best on it (OUT/final; ties: the first).
+- the rehearsal: small JPEG folders for the datasets, and stand-in weights on a loopback Hub.
 """
 
 from __future__ import annotations
@@ -32,15 +29,13 @@ def measure(run: Run, device: str, out: Path) -> dict[str, Any]:
     return measure_transfer(run, device, Path(out))
 
 
-def _with_train(run: Run, train: dict) -> Run:
-    return dataclasses.replace(run, config={"model": run.config["model"], "options": run.config["options"], "train": train})
+def _trained(run: Run, settings: dict, device: str, out: Path):
+    config = {"model": run.config["model"], "options": run.config["options"], "train": settings}
+    return train(dataclasses.replace(run, config=config), device, out)
 
 
-# ------------------------------------------------------------------------- small scales
 def downstream_fewshot(model: vitzoo.VisionTransformer, run: Run, device: str) -> float:
-    """The k-shot linear accuracy of the model's frozen pre-logits features on the downstream classes:
-    k images of each drawn from the downstream training images (five draws), tested on the downstream
-    test images (the paper's closed-form few-shot evaluation, `vitzoo.evaluate`)."""
+    """The k-shot linear accuracy of the frozen features on the downstream classes (five draws)."""
     from vitzoo import data as datasets
     from vitzoo.evaluate import fewshot_linear_accuracy
     from vitzoo.train import TrainConfig
@@ -48,94 +43,77 @@ def downstream_fewshot(model: vitzoo.VisionTransformer, run: Run, device: str) -
     from vitzoo.train.loop import resolve_model
 
     transfer = run.config["transfer"]
-    cfg = TrainConfig(model=run.config["model"], model_options=dict(run.config["options"]), seed=run.seed, device=device,
+    cfg = TrainConfig(model=run.config["model"], model_options=dict(run.config["options"]),
+                      seed=run.seed, device=device,
                       **train_settings({"train": transfer["finetune"]})).resolved()
     train_raw, _, test_raw, _ = load_splits(cfg, resolve_model(cfg).config)
     plain = datasets.build_transform(model.config.img_size, None)
     shots = transfer["shots"]
-    accuracy = fewshot_linear_accuracy(model, datasets.Transformed(train_raw, plain), datasets.Transformed(test_raw, plain),
-                                       shots=(shots,), draws=5, seed=run.seed)
-    return accuracy[shots]
+    return fewshot_linear_accuracy(model, datasets.Transformed(train_raw, plain),
+                                   datasets.Transformed(test_raw, plain), shots=(shots,), draws=5,
+                                   seed=run.seed)[shots]
 
 
 def measure_transfer(run: Run, device: str, out: Path) -> dict[str, Any]:
-    """Pre-train upstream, then the downstream 5-shot accuracy of its frozen features and its accuracy
-    fine-tuned on the downstream classes; the record is the upstream run's, with the downstream metrics
-    added and the fine-tuning's FLOPs counted in."""
-    model, upstream = train(_with_train(run, run.config["train"]), device, out)
+    """The upstream run's record, with the downstream metrics and the fine-tuning's FLOPs."""
+    model, upstream = _trained(run, run.config["train"], device, out)
     fewshot = downstream_fewshot(model, run, device)
     finetune = {**run.config["transfer"]["finetune"], "pretrained": str((out / "train").resolve())}
-    _, tuned = train(_with_train(run, finetune), device, out / "finetune")
-    metrics = {**upstream["metrics"], f"transfer_fewshot_{run.config['transfer']['shots']}": fewshot,
-               "transfer_finetune": tuned["metrics"]["test_acc"], "finetune_curve": tuned["metrics"]["curve"],
+    _, tuned = _trained(run, finetune, device, out / "finetune")
+    shots = run.config["transfer"]["shots"]
+    metrics = {**upstream["metrics"], f"transfer_fewshot_{shots}": fewshot,
+               "transfer_finetune": tuned["metrics"]["test_acc"],
+               "finetune_curve": tuned["metrics"]["curve"],
                "finetune_final_loss": tuned["metrics"]["final_loss"]}
-    return {**upstream, "metrics": metrics, "flops": upstream["flops"] + tuned["flops"], "upstream_flops": upstream["flops"]}
-
-
-# ------------------------------------------------------------------------- the paper's scales
-def development_accuracy(outcome: dict[str, Any]) -> float:
-    """The accuracy on the development split at the end of a sweep's fine-tuning."""
-    curve = outcome["metrics"].get("val_curve")
-    if not curve:
-        raise RuntimeError("a sweep's fine-tuning evaluated nothing on its development split (eval_every not set?)")
-    return curve[-1]["val_acc"]
+    return {**upstream, "metrics": metrics, "flops": upstream["flops"] + tuned["flops"],
+            "upstream_flops": upstream["flops"]}
 
 
 def measure_finetune(run: Run, device: str, out: Path) -> dict[str, Any]:
-    """Appendix B.1.1: the learning rate chosen on a development split, then the whole training set."""
+    """Appendix B.1.1: the learning rate chosen on a development split, then the whole set."""
     train, sweep = run.config["train"], run.config["sweep"]
     if Path(train["data"]).parent.name == REHEARSAL_FOLDER:
-        rehearsal_data(train["data"])  # the rehearsal's generated dataset (written once, by whichever process is first)
+        rehearsal_data(train["data"])  # written once, by whichever process is first
     development = {}
     for lr in sweep["lrs"]:
         dev = {**train, "lr": lr, "val_size": sweep["dev"], "eval_every": train["steps"]}
-        _, outcome = train_one(run, dev, device, out / f"lr{lr:g}")
-        development[lr] = development_accuracy(outcome)
+        _, outcome = _trained(run, dev, device, out / f"lr{lr:g}")
+        development[lr] = outcome["metrics"]["val_curve"][-1]["val_acc"]
     best = max(sweep["lrs"], key=lambda lr: development[lr])  # max keeps the first of equals
-    _, final = train_one(run, {**train, "lr": best}, device, out / "final")
-    final["metrics"].update(lr=best, development={f"{lr:g}": acc for lr, acc in development.items()})
+    _, final = _trained(run, {**train, "lr": best}, device, out / "final")
+    final["metrics"].update(lr=best, development={f"{lr:g}": a for lr, a in development.items()})
     return final
 
 
-def train_one(run: Run, settings: dict, device: str, out: Path):
-    return train(_with_train(run, settings), device, out)
-
-
-# ------------------------------------------------------------------------- the rehearsal
-# Each dataset a small JPEG folder in ImageNet's layout (benchmarks.rehearsal_data), beside the
-# rehearsal's ImageNet: a tenth of its classes (10 at most, 2 at least), 8 training and 4 test images each.
+# each dataset of the rehearsal a JPEG folder beside its ImageNet: a tenth of its classes
+# (2 to 10), 8 training and 4 test images each
 REHEARSAL_CLASSES = {"cifar10": 10, "cifar100": 100, "oxford-pets": 37, "flowers102": 102}
 REHEARSAL_FOLDER = "rehearsal-transfer"
+PRETRAINING_SIDE = 32  # the tags' 224 px, shrunk as the rehearsal shrinks images
 
 
 def rehearsal_spec(dataset: str) -> FolderSpec:
     classes = REHEARSAL_CLASSES[dataset]
-    return FolderSpec(classes=max(2, min(10, classes // 10 if classes > 10 else classes)), train_per_class=8,
-                      val_per_class=4, seed=sorted(REHEARSAL_CLASSES).index(dataset) + 1)
+    return FolderSpec(classes=max(2, min(10, classes // 10 if classes > 10 else classes)),
+                      train_per_class=8, val_per_class=4,
+                      seed=sorted(REHEARSAL_CLASSES).index(dataset) + 1)
 
 
 def rehearsal_folder(imagenet: str | os.PathLike, dataset: str) -> Path:
-    """Where the rehearsal's stand-in for `dataset` lies: beside its ImageNet folder."""
     return (Path(imagenet).parent / REHEARSAL_FOLDER / dataset).resolve()
 
 
 def rehearsal_data(folder: str | os.PathLike, write: bool = True) -> Path:
-    """The stand-in folder written (once) for the dataset it is named after; `write=False`: planned only."""
+    """The stand-in folder of the dataset it is named after; `write=False`: planned only."""
     return image_folder(folder, rehearsal_spec(Path(folder).name), write=write)
 
 
-REHEARSAL_NAMESPACE = "rehearsal"
-PRETRAINING_SIDE = 32  # the tags' 224 px, shrunk as the rehearsal shrinks images
-
-
 def rehearsal_repo(tag: str) -> str:
-    return f"{REHEARSAL_NAMESPACE}/{tag}"
+    return f"rehearsal/{tag}"
 
 
 def rehearsal_weights(tag: str, seed: int = 0) -> vitzoo.VisionTransformer:
-    """A stand-in for the tag's weights: its model shrunk as the rehearsal shrinks every model, at the
-    tag's resolution shrunk (the run fine-tunes at 384 px shrunk: the position embedding is resampled,
-    as the paper's), with the tag's head (none for the ImageNet-21k features), random weights."""
+    """The tag's model shrunk as the rehearsal shrinks models, its head kept; random weights."""
     import torch
 
     from benchmarks.scales import rehearsal_model
@@ -147,31 +125,20 @@ def rehearsal_weights(tag: str, seed: int = 0) -> vitzoo.VisionTransformer:
     return vitzoo.create(pretrained.model, **options, num_classes=pretrained.num_classes)
 
 
-def publish_rehearsal_weights(tags: list[str], endpoint: str, token: str | None = None) -> list[str]:
-    """Push each tag's stand-in weights to `endpoint` as `rehearsal/TAG`; returns the repos."""
-    repos = []
+def publish_rehearsal_weights(tags: list[str], endpoint: str, token: str | None = None) -> None:
     for tag in tags:
-        repos.append(rehearsal_repo(tag))
-        rehearsal_weights(tag).push_to_hub(repos[-1], token=token, endpoint=endpoint)
-    return repos
+        rehearsal_weights(tag).push_to_hub(rehearsal_repo(tag), token=token, endpoint=endpoint)
 
 
 @contextlib.contextmanager
 def serve_weights(root: Path, tags: list[str]) -> Iterator[str]:
-    """A loopback Hub (tests.hubserver) under `root` serving every tag's stand-in weights, with
-    HF_ENDPOINT pointing at it while the rehearsal runs (its processes inherit it); yields its URL."""
+    """A loopback Hub (tests.hubserver) serving every tag's stand-in weights, HF_ENDPOINT pointing
+    at it meanwhile (the rehearsal's processes inherit it); yields its URL."""
+    from unittest import mock
+
     from tests.hubserver import HubServer
 
-    saved = {k: os.environ.get(k) for k in ("HF_ENDPOINT", "HF_HUB_DISABLE_XET")}
-    with HubServer(Path(root)) as server:
-        os.environ.update(HF_ENDPOINT=server.url, HF_HUB_DISABLE_XET="1")  # the loopback Hub has no Xet storage
-        try:
-            publish_rehearsal_weights(tags, server.url)
-            yield server.url
-        finally:
-            for k, v in saved.items():
-                os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
-
-
-__all__ = ["measure", "publish_rehearsal_weights", "rehearsal_data", "rehearsal_folder", "rehearsal_repo",
-           "rehearsal_spec", "rehearsal_weights", "serve_weights"]
+    with HubServer(Path(root)) as server, mock.patch.dict(
+            os.environ, HF_ENDPOINT=server.url, HF_HUB_DISABLE_XET="1"):  # no Xet storage there
+        publish_rehearsal_weights(tags, server.url)
+        yield server.url

@@ -2,8 +2,6 @@
 seeds per cell, the head's rate picked on validation, the data ablation's ResNet at the ViT's
 training compute, and the compute note beside the data and transfer findings."""
 
-import json
-
 import pytest
 
 from benchmarks.ablations import ABLATIONS, data_size, head, transfer
@@ -67,17 +65,3 @@ def test_the_data_and_transfer_findings_say_whether_the_families_are_compute_mat
         "compute-matched: the ResNet's runs take 1.00x the ViT's pre-training compute")
     assert "not compute-matched" in data_size.compute_ratio(whole_runs)
 
-
-def test_records_superseded_by_a_changed_measure_are_archived_with_why_it_changed(tmp_path):
-    from benchmarks.archive import archive, archived_records
-    from benchmarks.suite import ARCHIVE, Run
-
-    old = {"key": Run("x", "a", {"train": {}}, 0).key, "label": "a", "seed": 0,
-           "config": {"train": {}}, "commit": "abc"}
-    (tmp_path / "results.json").write_text(json.dumps({"runs": [old]}))
-    planned = [Run("x", "a", {"train": {"val_size": 5000}}, 0)]
-    assert archive(tmp_path, planned, "cpu", because="picked on validation") == 1
-    [entry] = json.loads((tmp_path / ARCHIVE).read_text())["runs"]
-    assert entry["reason"].startswith("picked on validation: other settings than --scale cpu's")
-    assert "train.val_size: \"(unset)\" -> 5000" in entry["reason"]
-    assert archived_records(tmp_path) == [old]
