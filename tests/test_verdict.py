@@ -11,13 +11,10 @@ from benchmarks.verdict import (ALPHA, Comparison, Estimate, contrast, holm, inc
                                 paired_contrast, t_cdf, t_quantile)
 
 
-@pytest.mark.parametrize("df, table", [(1, 12.706), (2, 4.303), (3, 3.182), (5, 2.571), (10, 2.228),
-                                       (30, 2.042), (1e6, 1.960), (math.inf, 1.960)])
-def test_the_t_quantile_is_the_tables(df, table):
-    assert t_quantile(0.975, df) == pytest.approx(table, abs=6e-4)
-
-
-def test_the_t_distribution_agrees_with_closed_forms():
+def test_the_t_distribution_agrees_with_its_printed_tables_and_closed_forms():
+    for df, table in ((1, 12.706), (2, 4.303), (3, 3.182), (5, 2.571), (10, 2.228), (30, 2.042),
+                      (1e6, 1.960), (math.inf, 1.960)):
+        assert t_quantile(0.975, df) == pytest.approx(table, abs=6e-4), df
     for t in (-3.0, -0.5, 0.0, 0.7, 12.706):  # df = 1 is Cauchy's distribution
         assert t_cdf(t, 1) == pytest.approx(0.5 + math.atan(t) / math.pi, abs=1e-12)
     for t in (-2.0, 0.3, 4.303):
@@ -73,7 +70,6 @@ def test_too_few_identical_or_constant_seeds_are_not_testable_and_say_why():
                        }.items():
         judged = judge([Comparison("a - b", paired_contrast(cells, {"a": 1.0, "b": -1.0}))])
         assert judged.verdict == "not testable" and why in judged.reason and judged.p is None, why
-    assert verdict(0.01, two_cells([0.9], [0.8])) == "not testable"
     assert verdict(0.01) == "not compared"
 
 
