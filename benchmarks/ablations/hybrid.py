@@ -105,9 +105,7 @@ def outside_vit(t, rows: list[dict], every: bool = False) -> str:
             f"cells' {vit[0]:.3g}-{vit[-1]:.3g} at this scale: no ViT at matched compute")
 
 
-def gap_span_too_narrow(t) -> str:
-    if not t.where(family="hybrid"):
-        return ""
+def gap_span_too_narrow(t) -> str:  # gap_shrinks has found the hybrids
     small, large = ends(t)
     span = large["flops"] / small["flops"]
     return outside_vit(t, [small, large]) or ("" if span >= GAP_SPAN else (
