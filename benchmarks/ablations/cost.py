@@ -42,8 +42,8 @@ def cells(scale) -> list[Cell]:
     return out
 
 
-def largest_cuda_batch(model: torch.nn.Module, size: int, limit: int = BATCH_CAP) -> int:
-    """The largest inference batch that fits on the model's GPU, up to `limit`: doubling, then
+def largest_cuda_batch(model: torch.nn.Module, size: int) -> int:
+    """The largest inference batch that fits on the model's GPU, up to the cap: doubling, then
     bisection."""
     from benchmarks.speed import runner, synchronize  # torch._dynamo's import takes seconds
 
@@ -59,9 +59,9 @@ def largest_cuda_batch(model: torch.nn.Module, size: int, limit: int = BATCH_CAP
             return False
 
     good, batch = 0, 1
-    while batch <= limit and fits(batch):
+    while batch <= BATCH_CAP and fits(batch):
         good, batch = batch, batch * 2
-    bad = min(batch, limit + 1)
+    bad = min(batch, BATCH_CAP + 1)
     while bad - good > 1:
         mid = (good + bad) // 2
         good, bad = (mid, bad) if fits(mid) else (good, mid)
