@@ -17,24 +17,25 @@ MATPLOTLIB_MISSING = ("the benchmarks draw their figures with matplotlib: "
 
 def plt():
     """matplotlib's pyplot, drawing without a display (Agg)."""
-    try:
-        import matplotlib
-    except ModuleNotFoundError as exc:
-        raise ModuleNotFoundError(f"{exc}: {MATPLOTLIB_MISSING}") from exc
+    import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as pyplot
 
     return pyplot
 
 
+def save(fig, path: Path) -> list[str]:
+    save_figure(fig, path)
+    plt().close(fig)
+    return [path.name]
+
+
 def lines_per_family(rows: list[dict], path: Path, title: str, x_key: str = "flops",
                      x_label: str = "training FLOPs", metrics=METRIC_NAMES) -> list[str]:
     """Two metrics against `x_key` on a log axis, one line per row["family"], error bars over
-    seeds (Figures 3, 4, 5 and 8); returns the file's name."""
-    pyplot = plt()
-    from matplotlib.ticker import NullFormatter
-
-    fig, axes = pyplot.subplots(1, 2, figsize=(9, 3.5))
+    seeds (Figures 3, 4, 5 and 8)."""
+    fig, axes = plt().subplots(1, 2, figsize=(9, 3.5))
     families = list(dict.fromkeys(r["family"] for r in rows))
     for ax, (metric, name) in zip(axes, metrics):
         for i, family in enumerate(families):
@@ -44,13 +45,9 @@ def lines_per_family(rows: list[dict], path: Path, title: str, x_key: str = "flo
             ax.errorbar([r[x_key] for r in mine], [r[metric] for r in mine],
                         yerr=[r[metric + "_std"] for r in mine], color=color, marker=marker,
                         label=str(family), capsize=2)
-        ax.set_xscale("log")
-        ax.xaxis.set_minor_formatter(NullFormatter())  # decade labels only: the minor ones overlap
-        ax.set_xlabel(x_label)
-        ax.set_ylabel(name)
+        ax.set(xscale="log", xlabel=x_label, ylabel=name)
+        ax.xaxis.set_minor_formatter("")  # decades labelled only: the minor labels overlap
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
     fig.suptitle(title, fontsize=10)
-    save_figure(fig, path)
-    pyplot.close(fig)
-    return [path.name]
+    return save(fig, path)

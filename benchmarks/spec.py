@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from benchmarks.suite import Run, markdown_image, markdown_table
-from benchmarks.verdict import (ALPHA, CONTRADICTED, JUDGED, NOT_COMPARED, NOT_TESTABLE, REPRODUCED,
-                                RULE, ZERO, Comparison, Estimate, Judgement, holm, judge,
+from benchmarks.verdict import (ALPHA, DECIDED, JUDGED, NOT_COMPARED, NOT_TESTABLE, REPRODUCED,
+                                RULE, Comparison, Estimate, Judgement, holm, judge,
                                 mean_and_variance, paired_contrast)
 
 METRICS = {"test_acc": "test accuracy", "fewshot_5": "5-shot linear",
@@ -56,46 +56,34 @@ class Cell:
     options: dict[str, Any] = field(default_factory=dict)  # model options over the scale's
     train: dict[str, Any] = field(default_factory=dict)  # training options over the scale's
     model: str | None = None  # a zoo name other than the scale's
-    inherit: bool = True  # False: the zoo model as named, only `options` applied
+    inherit: bool = True  # False: the zoo model as named, `options` and `train` alone
     seeds: int | None = None  # at least this many seeds, where a contrast needs them
+    more: dict[str, Any] = field(default_factory=dict)  # more of the run's config
 
 
 Contrasts = list[tuple[str, dict[str, float]]]  # (name, weight per cell label)
 
 
 @dataclass(frozen=True)
-class Margin:
-    """How far from zero a difference may lie and still count as none, in the metric's units."""
-
-    why: str
-    points: float
-
-
-@dataclass(frozen=True)
 class Finding:
-    """A claim of the paper, tested as contrasts of cells. `expect` is POSITIVE or ZERO (with its
-    margin); `regime`: printed beside a verdict that is not "reproduced"; `note(table)`: beside any;
-    `untestable(table)`: why this scale's table cannot show the claim ('' where it can)."""
+    """A claim of the paper, tested as contrasts of cells: above zero, or with a `margin` (points,
+    why) none; `regime`: printed beside a verdict that is not "reproduced"; `note(table)`: beside
+    any; `untestable(table)`: why this scale's table cannot show the claim ('' where it can)."""
 
     claim: str
     paper: str
-    expect: str
     contrasts: Callable[[Table], Contrasts]
     metric: str = "test_acc"
-    margin: Margin | None = None
+    margin: tuple[float, str] | None = None
     regime: str = ""
     note: Callable[[Table], str] | None = None
     untestable: Callable[[Table], str] | None = None
 
-    def __post_init__(self) -> None:
-        if (self.expect == ZERO) != (self.margin is not None):
-            raise ValueError(f"{self.claim!r}: a claim of no difference, and only it, has a margin")
-
     def judge(self, table: Table) -> Judgement:
-        points = self.margin.points if self.margin else None
+        points = self.margin[0] if self.margin else None
         evidence = [Comparison(name, table.estimate(weights, self.metric), points)
                     for name, weights in self.contrasts(table)]
-        reason = self.untestable(table) if self.untestable and (evidence or table.rows) else ""
+        reason = self.untestable(table) if self.untestable else ""
         return Judgement(NOT_TESTABLE, evidence, reason=reason) if reason else judge(evidence)
 
 
@@ -114,19 +102,19 @@ class Ablation:
     # its own report (no table of cells): the body, or the body and the verdicts
     report: Callable[[list[dict], Path], str | tuple[str, list[dict]]] | None = None
     parallel: bool = True  # False: it times things and must have the machine to itself
-    trains: bool = True  # False: no training settings from the scale
+    trains: bool = True  # False: nothing trained, its runs' keys name no threads
     notes: str = ""  # printed under the table
 
     def runs(self, scale: Scale) -> list[Run]:
         """Every cell, once per seed: the only place a run's config is built."""
         runs = []
         for cell in self.cells(scale):
-            options = {**scale.model, **cell.options} if cell.inherit else dict(cell.options)
-            train = {**scale.train, **cell.train} if self.trains else dict(cell.train)
             model = cell.model or scale.zoo_name
+            options = {**scale.model, **cell.options} if cell.inherit else dict(cell.options)
+            train = {**scale.train, **cell.train} if cell.inherit else dict(cell.train)
             if scale.shrink is not None:
                 options = scale.shrink(model, options)
-            config = {"model": model, "options": options, "train": train}
+            config = {"model": model, "options": options, "train": train, **cell.more}
             seeds = max(self.seeds or scale.seeds, cell.seeds or 0)
             runs += [Run(self.name, cell.label, config, seed, dict(cell.coords))
                      for seed in range(seeds)]
@@ -161,15 +149,13 @@ class Table:
             row["params_k"] = f"{row['params'] / 1e3:.0f}k"
         return row
 
-    def by_seed(self, label: str, metric: str) -> dict[Any, float]:
-        return {r["seed"]: r["metrics"][metric] for r in self.records[label]
-                if r["metrics"].get(metric) is not None}
-
     def where(self, **coords: Any) -> list[dict]:
         return [row for row in self.rows if all(row.get(k) == v for k, v in coords.items())]
 
     def estimate(self, weights: dict[str, float], metric: str) -> Estimate:
-        return paired_contrast({label: self.by_seed(label, metric) for label in weights}, weights)
+        seeds = {label: {r["seed"]: r["metrics"][metric] for r in self.records[label]
+                         if r["metrics"].get(metric) is not None} for label in weights}
+        return paired_contrast(seeds, weights)
 
 
 def combine(*terms: tuple[float, dict[str, float]]) -> dict[str, float]:
@@ -236,14 +222,9 @@ def evidence(c: Comparison) -> dict:
     return out
 
 
-def holm_text(verdict: str, adjusted: float | None, family: int) -> str:
-    if adjusted is None:
-        return ""
-    if verdict not in (REPRODUCED, CONTRADICTED):
-        return f"Holm-adjusted p {adjusted:.3g}, {family} judged rows; "
-    kept = "survives" if adjusted < ALPHA else "does not survive"
-    return (f"{kept} Holm's correction across the table's {family} judged rows, "
-            f"adjusted p {adjusted:.3g}; ")
+# what a verdict says beside its numbers: its key in findings.json, its words in the README
+SAID = (("reason", "Not testable:"), ("regime", "*Outside the paper's regime:*"),
+        ("note", "*Note:*"))
 
 
 def format_findings(findings: tuple[Finding, ...], table: Table) -> tuple[str, list[dict]]:
@@ -253,37 +234,41 @@ def format_findings(findings: tuple[Finding, ...], table: Table) -> tuple[str, l
     family = [i for i, j in enumerate(judgements) if j.verdict in JUDGED]
     adjusted = dict(zip(family, holm([judgements[i].p for i in family])))
     lines, verdicts, absent, margins = [], [], [], {}
-    for i, (finding, judgement) in enumerate(zip(findings, judgements)):
-        compared = judgement.verdict != NOT_COMPARED
-        note = finding.note(table) if finding.note is not None and compared else ""
-        regime = finding.regime if judgement.verdict not in (REPRODUCED, NOT_COMPARED) else ""
-        verdict = {"claim": finding.claim, "verdict": judgement.verdict, "metric": finding.metric,
-                   "evidence": [evidence(c) for c in judgement.evidence], "p": judgement.p,
-                   "holm_p": adjusted.get(i), "family": len(family) if i in adjusted else None,
-                   "survives_holm": (judgement.verdict in (REPRODUCED, CONTRADICTED)
-                                     and adjusted[i] < ALPHA) if i in adjusted else None}
-        said = (("reason", judgement.reason), ("regime", regime), ("note", note))
-        verdict |= {key: text for key, text in said if text}
-        stated = f"±{finding.margin.points:g} (absolute)" if finding.margin else ""
+    for i, (finding, judged) in enumerate(zip(findings, judgements)):
+        verdict, holm_p = judged.verdict, adjusted.get(i)
+        said = {"reason": judged.reason,
+                "regime": finding.regime if verdict not in (REPRODUCED, NOT_COMPARED) else "",
+                "note": finding.note(table) if finding.note and verdict != NOT_COMPARED else ""}
+        verdicts.append({"claim": finding.claim, "verdict": verdict, "metric": finding.metric,
+                         "evidence": [evidence(c) for c in judged.evidence], "p": judged.p,
+                         "holm_p": holm_p, "family": len(family) if i in adjusted else None,
+                         "survives_holm": (verdict in DECIDED and holm_p < ALPHA)
+                         if i in adjusted else None} | {k: v for k, v in said.items() if v})
+        paper = finding.paper
         if finding.margin is not None:
-            verdict["margin"] = {"kind": "absolute", "points": finding.margin.points,
-                                 "fraction": None, "stated": stated, "why": finding.margin.why}
-        verdicts.append(verdict)
-        if not compared:
+            points, why = finding.margin
+            stated = f"±{points:g} (absolute)"
+            verdicts[-1]["margin"] = {"kind": "absolute", "points": points, "fraction": None,
+                                      "stated": stated, "why": why}
+            paper += f"; margin {stated}"
+            if verdict != NOT_COMPARED:
+                margins.setdefault(finding.claim, why)
+        if verdict == NOT_COMPARED:
             absent += [finding.claim] if finding.claim not in absent else []
             continue
-        if finding.margin is not None:
-            margins.setdefault(finding.claim, finding.margin.why)
-        said = [f" Not testable: {judgement.reason}." if judgement.reason else "",
-                f" *Outside the paper's regime:* {regime}." if regime else "",
-                f" *Note:* {note}." if note else ""]
-        paper = finding.paper + (f"; margin {stated}" if stated else "")
-        lines.append(f"- *{finding.claim}* (paper: {paper}): **{judgement.verdict}** "
-                     f"({holm_text(judgement.verdict, adjusted.get(i), len(family))}"
-                     f"{METRICS.get(finding.metric, finding.metric)}; {judgement.describe()})."
-                     + "".join(said))
+        if holm_p is None:
+            holm_text = ""
+        elif verdict in DECIDED:
+            kept = "survives" if holm_p < ALPHA else "does not survive"
+            holm_text = (f"{kept} Holm's correction across the table's {len(family)} judged "
+                         f"rows, adjusted p {holm_p:.3g}; ")
+        else:
+            holm_text = f"Holm-adjusted p {holm_p:.3g}, {len(family)} judged rows; "
+        lines.append(f"- *{finding.claim}* (paper: {paper}): **{verdict}** ({holm_text}"
+                     f"{METRICS.get(finding.metric, finding.metric)}; {judged.describe()})."
+                     + "".join(f" {words} {said[key]}." for key, words in SAID if said[key]))
     if family:
-        decided = [i for i in family if judgements[i].verdict in (REPRODUCED, CONTRADICTED)]
+        decided = [i for i in family if judgements[i].verdict in DECIDED]
         kept = sum(adjusted[i] < ALPHA for i in decided)
         lines.append(f"\nMultiplicity: {len(family)} judged rows in this table, {len(decided)} "
                      f"decided (reproduced or contradicted) at {ALPHA:.1%} a side each; {kept} of "

@@ -9,19 +9,17 @@ from __future__ import annotations
 import json
 import re
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 from benchmarks.ablations import ABLATIONS
+from benchmarks.spec import METRICS
 from benchmarks.suite import RESULTS, markdown_table
-from benchmarks.verdict import ALPHA, CONTRADICTED, JUDGED, NOT_COMPARED, REPRODUCED, RULE
+from benchmarks.verdict import ALPHA, CONTRADICTED, DECIDED, JUDGED, NOT_COMPARED, REPRODUCED, RULE
 from vitzoo.io import write_text
 
 BENCHMARKS_README = Path(__file__).resolve().parent / "README.md"
 START, END = "<!-- findings:start -->", "<!-- findings:end -->"
-METRIC_NAMES = {"test_acc": "test accuracy", "fewshot_5": "5-shot",
-                "transfer_fewshot_5": "downstream 5-shot",
-                "transfer_finetune": "downstream fine-tuned"}
-DECIDED = (REPRODUCED, CONTRADICTED)
 
 
 def evidence(e: dict) -> str:
@@ -32,58 +30,53 @@ def evidence(e: dict) -> str:
     return text + (f", margin ±{e['within']['margin']:.4f}" if e.get("within") else "")
 
 
-def holm_cell(f: dict) -> str:
-    if f.get("holm_p") is None:
-        return ""
-    p = f"p {f['holm_p']:.2g} of {f['family']}"
-    if f["verdict"] not in DECIDED:
-        return p
-    return f"{'survives' if f['survives_holm'] else 'does not survive'} ({p})"
+def table_row(name: str, f: dict, link_prefix: str) -> list[str]:
+    """A finding's row: its ablation, claim, metric, verdict, Holm's correction, numbers."""
+    holm = f"p {f['holm_p']:.2g} of {f['family']}" if f.get("holm_p") is not None else ""
+    if holm and f["verdict"] in DECIDED:
+        holm = f"{'survives' if f['survives_holm'] else 'does not survive'} ({holm})"
+    regime = " (outside the paper's regime: its README says how)" if f.get("regime") else ""
+    numbers = "; ".join(map(evidence, f["evidence"])) or "no cells to compare"
+    return [f"[{name}]({link_prefix}{name}/README.md)", f["claim"],
+            METRICS.get(f["metric"], f["metric"]).replace(" linear", ""),
+            f"**{f['verdict']}**{regime}", holm,
+            f"not testable: {f['reason']}; {numbers}" if f.get("reason") else numbers]
 
 
 def shared_cells(results: Path) -> list[list[tuple[str, str]]]:
     """Cells that are the same runs in several ablations: bit-identical outcomes (final loss, test
     and 5-shot accuracy) in at least two seeds; each as its (ablation, label) pairs."""
-    seen: dict[tuple, list[tuple[str, str]]] = {}
+    seen: dict[tuple, list[tuple[str, str]]] = defaultdict(list)
     for name in ABLATIONS:
         path = results / name / "results.json"
         for r in json.loads(path.read_text())["runs"] if path.exists() else []:
             m = r.get("metrics", {})
             if m.get("final_loss") is not None:
                 outcome = (r["seed"], m["final_loss"], m.get("test_acc"), m.get("fewshot_5"))
-                seen.setdefault(outcome, []).append((name, r["label"]))
-    cells: dict[tuple, set] = {}
+                seen[outcome].append((name, r["label"]))
+    cells: dict[tuple, set] = defaultdict(set)
     for (seed, *_), where in seen.items():
         if len({a for a, _ in where}) > 1:
-            cells.setdefault(tuple(sorted(set(where))), set()).add(seed)
+            cells[tuple(sorted(set(where)))].add(seed)
     return [list(where) for where, seeds in cells.items() if len(seeds) >= 2]
 
 
 def findings_table(results: Path, link_prefix: str) -> str:
-    rows, judged, incomplete, mixed, earlier_rule, versions = [], [], [], [], [], {}
+    rows, judged, incomplete, mixed, versions = [], [], [], [], defaultdict(list)
     for name, spec in ABLATIONS.items():
         path = results / name / "findings.json"
         if not path.exists() or not spec.findings:
             continue
         recorded = json.loads(path.read_text())
-        if recorded.get("rule") != RULE:
-            earlier_rule.append(name)
-        for f in recorded["findings"]:
-            if f["verdict"] == NOT_COMPARED:
-                continue
-            numbers = "; ".join(map(evidence, f["evidence"])) or "no cells to compare"
-            verdict = f"**{f['verdict']}**" + (" (outside the paper's regime: its README says how)"
-                                               if f.get("regime") else "")
-            rows.append([f"[{name}]({link_prefix}{name}/README.md)", f["claim"],
-                         METRIC_NAMES.get(f["metric"], f["metric"]), verdict, holm_cell(f),
-                         f"not testable: {f['reason']}; {numbers}" if f.get("reason") else numbers])
-            judged.append(f)
+        judged += [f for f in recorded["findings"] if f["verdict"] != NOT_COMPARED]
+        rows += [table_row(name, f, link_prefix) for f in recorded["findings"]
+                 if f["verdict"] != NOT_COMPARED]
         readme = results / name / "README.md"
         settings = readme.read_text() if readme.exists() else ""
         incomplete += [name] if "\n**Incomplete" in settings else []
         mixed += [name] if "\n**Mixed" in settings else []
         for version in recorded.get("numerics", [0]):  # without versions: runs before them
-            versions.setdefault(version, []).append(name)
+            versions[version].append(name)
     if not rows:
         return "(no findings measured yet: run `python -m benchmarks all --workers 2`)"
     text = markdown_table(["ablation", "finding of the paper", "metric", "here",
@@ -91,11 +84,6 @@ def findings_table(results: Path, link_prefix: str) -> str:
     text += (f"\n\nThe rule for every verdict: {RULE}; d is the difference named, over the seeds "
              "of each cell, with its interval in brackets. " + multiplicity(judged) + " "
              + dependence(shared_cells(results)))
-    if earlier_rule:
-        named = ", ".join(earlier_rule)
-        text += (f" **Judged by an earlier rule, not this one: {named} (`python -m benchmarks "
-                 f"{' '.join(earlier_rule)} --scale SCALE --report-only`, at the scale each README "
-                 "names, judges their stored runs again).**")
     if incomplete:
         text += f" Incomplete (a suite still running or interrupted): {', '.join(incomplete)}."
     if mixed:

@@ -26,11 +26,11 @@ RULE = ("95% confidence intervals d ± t SE over seeds, paired by seed where the
         "reason, for fewer than two seeds, identical seeds or a margin's reference not above "
         "zero; Holm's correction across each table's judged rows beside every verdict")
 
-POSITIVE, ZERO = "positive", "zero"  # a finding claims a difference above zero, or none
 REPRODUCED, CONTRADICTED, INCONCLUSIVE = "reproduced", "contradicted", "inconclusive"
 NOT_TESTABLE = "not testable"  # the seeds give no interval (the reason is stated)
 NOT_COMPARED = "not compared"  # the finding's cells are not in the table
-JUDGED = (REPRODUCED, CONTRADICTED, INCONCLUSIVE)  # the rows of a table's Holm family
+DECIDED = (REPRODUCED, CONTRADICTED)
+JUDGED = (*DECIDED, INCONCLUSIVE)  # the rows of a table's Holm family
 
 
 def _beta_fraction(a: float, b: float, x: float) -> float:

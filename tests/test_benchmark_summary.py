@@ -1,6 +1,5 @@
-"""The summary of every finding (benchmarks/summary.py) on constructed findings and records: how
-many verdicts are decided and survive Holm's correction within their table, and which ablations'
-verdicts depend on each other through runs they share."""
+"""The summary of every finding (benchmarks/summary.py) on constructed findings and records: the
+verdicts decided and surviving Holm, and the ablations whose verdicts share runs."""
 
 import json
 

@@ -119,19 +119,18 @@ def test_table_8s_verdicts_follow_the_measurements_and_name_the_cells_not_run(tm
     assert verdicts(learned) == ["reproduced", "not compared"]  # the main job's two cells
 
 
-def test_the_summary_names_the_numerics_versions_and_findings_of_an_earlier_rule(tmp_path):
+def test_the_summary_names_the_numerics_versions_of_the_findings(tmp_path):
     from benchmarks import summary
     from benchmarks.verdict import RULE
 
     finding = {"claim": "c", "verdict": "inconclusive", "metric": "test_acc", "evidence": [
         {"compared": "a - b", "d": 0.002, "se": 0.001, "df": 4.0, "low": -0.001, "high": 0.005}]}
-    for name, recorded in (("pos_embed", {"rule": RULE, "numerics": [1]}), ("head", {"rule": "x"})):
+    for name, recorded in (("pos_embed", {"rule": RULE, "numerics": [1]}), ("head", {"rule": RULE})):
         (tmp_path / name).mkdir()
         (tmp_path / name / "findings.json").write_text(
             json.dumps({**recorded, "scale": "cpu", "findings": [finding]}))
     table = summary.findings_table(tmp_path, "")
     assert "version 0: head; version 1: pos_embed" in table
-    assert "earlier rule, not this one: head" in table
 
 
 def test_every_ablation_builds_distinct_runs_with_the_seeds_its_findings_need():

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from benchmarks.ablations import (cost, data_size, head, hybrid, inspect_vit, pos_embed, shape,
                                   transfer)
-from benchmarks.spec import Ablation
 
-ABLATIONS: dict[str, Ablation] = {spec.name: spec for spec in (
-    pos_embed.SPEC, head.SPEC, hybrid.SPEC, shape.SPEC, data_size.SPEC, cost.SPEC, inspect_vit.SPEC,
-    transfer.SPEC)}
+ABLATIONS = {spec.name: spec for spec in (pos_embed.SPEC, head.SPEC, hybrid.SPEC, shape.SPEC,
+                                          data_size.SPEC, cost.SPEC, inspect_vit.SPEC,
+                                          transfer.SPEC)}

@@ -1,20 +1,19 @@
 """Computational cost (Appendix D.5, Figure 12): inference speed and the largest batch that fits,
-against input size, for the named models on this device. On CUDA the largest batch is found by
-trying; on a CPU it is extrapolated from the peak resident memory of two batch sizes, each
-measured in a fresh process, within a memory budget."""
+against input size, for the named models on this device. Speed is timed as benchmarks/speed.py
+times it. On CUDA the largest batch is found by trying; on a CPU it is extrapolated from the peak
+resident memory of two batch sizes, each measured in a fresh process, within a memory budget."""
 
 from __future__ import annotations
 
 import multiprocessing
-import time
 from concurrent.futures import ProcessPoolExecutor
 
 import torch
 
 import vitzoo
-from benchmarks.figures import plt
+from benchmarks.figures import plt, save
 from benchmarks.spec import Ablation, Cell
-from benchmarks.suite import markdown_image, markdown_table, peak_memory_growth_gb, save_figure
+from benchmarks.suite import markdown_image, markdown_table, peak_memory_growth_gb
 from vitzoo.train.distributed import pick_device
 
 MODELS = {"cpu": ["vit_b32", "vit_b16", "vit_l32", "vit_b16_hybrid", "vit_l16"],
@@ -43,46 +42,26 @@ def cells(scale) -> list[Cell]:
     return out
 
 
-def synchronize(device: torch.device) -> None:
-    """Wait for `device`'s queued work (on that device, not the current one)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def images_per_second(model: torch.nn.Module, x: torch.Tensor, reps: int) -> list[float]:
-    with torch.inference_mode():
-        model(x)  # warm-up
-        rates = []
-        for _ in range(reps):
-            synchronize(x.device)
-            start = time.perf_counter()
-            model(x)
-            synchronize(x.device)
-            rates.append(x.shape[0] / (time.perf_counter() - start))
-    return rates
-
-
-def largest_cuda_batch(model: torch.nn.Module, size: int, limit: int = BATCH_CAP) -> int:
-    """The largest inference batch that fits on the model's GPU, up to `limit`: doubling, then
+def largest_cuda_batch(model: torch.nn.Module, size: int) -> int:
+    """The largest inference batch that fits on the model's GPU, up to the cap: doubling, then
     bisection."""
+    from benchmarks.speed import runner, synchronize  # torch._dynamo's import takes seconds
+
     device = next(model.parameters()).device
 
     def fits(batch: int) -> bool:
         try:
-            with torch.inference_mode():
-                model(torch.randn(batch, 3, size, size, device=device))
+            runner(model, torch.randn(batch, 3, size, size, device=device), None)()
             synchronize(device)
             return True
         except torch.OutOfMemoryError:
+            torch.cuda.empty_cache()
             return False
-        finally:
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
 
     good, batch = 0, 1
-    while batch <= limit and fits(batch):
+    while batch <= BATCH_CAP and fits(batch):
         good, batch = batch, batch * 2
-    bad = min(batch, limit + 1)
+    bad = min(batch, BATCH_CAP + 1)
     while bad - good > 1:
         mid = (good + bad) // 2
         good, bad = (mid, bad) if fits(mid) else (good, mid)
@@ -91,15 +70,12 @@ def largest_cuda_batch(model: torch.nn.Module, size: int, limit: int = BATCH_CAP
 
 def probe(name: str, options: dict, batch: int) -> dict:
     """The model's weights, and the peak resident memory a forward at `batch` adds."""
+    from benchmarks.speed import runner
+
     model = vitzoo.create(name, **options).eval()
     x = torch.randn(batch, 3, *model.config.img_size)
-
-    def forward():
-        with torch.inference_mode():
-            model(x)
-
     return {"weights_gb": sum(p.numel() * p.element_size() for p in model.parameters()) / 2**30,
-            "peak_gb": peak_memory_growth_gb(forward)}
+            "peak_gb": peak_memory_growth_gb(runner(model, x, None))}
 
 
 def cpu_largest_batch(name: str, options: dict, batch: int) -> dict:
@@ -125,14 +101,17 @@ def extrapolated(small: tuple[int, dict], large: tuple[int, dict],
 
 def measure(run, device: str, out=None) -> dict:
     """Inference speed and the largest batch of the run's model; nothing is trained."""
+    from benchmarks.speed import interleaved, runner
+
     name, options, batch = run.config["model"], run.config["options"], run.config["train"]["batch"]
     where = pick_device(device)
     model = vitzoo.create(name, **options).eval().to(where)
     size = model.config.img_size[0]
-    rates = images_per_second(model, torch.randn(batch, 3, size, size, device=where), reps=3)
+    x = torch.randn(batch, 3, size, size, device=where)
+    timing = interleaved({"forward": runner(model, x, None)}, 3, batch, where)["forward"]
     memory = ({"largest_batch": largest_cuda_batch(model, size), "batch_cap": BATCH_CAP}
               if where.type == "cuda" else cpu_largest_batch(name, options, batch))
-    return {"metrics": {"images_per_s": sorted(rates)[len(rates) // 2], "images_per_s_all": rates,
+    return {"metrics": {"images_per_s": timing["images_per_s"], "timing": timing,
                         "measured_on": str(where), **memory}, "params": vitzoo.count_params(model)}
 
 
@@ -146,26 +125,21 @@ def largest_batch(metrics: dict) -> str | int:
 
 
 def report(records: list[dict], out) -> str:
-    pyplot = plt()
-    fig, (left, right) = pyplot.subplots(1, 2, figsize=(10, 4))
+    fig, axes = plt().subplots(1, 2, figsize=(10, 4))
     rows = []
     for name in dict.fromkeys(r["config"]["model"] for r in records):
         mine = sorted((r for r in records if r["config"]["model"] == name),
                       key=lambda r: r["group"]["img_size"])
-        sizes = [r["group"]["img_size"] for r in mine]
-        left.plot(sizes, [r["metrics"]["images_per_s"] for r in mine], "o-", label=name)
-        right.plot(sizes, [r["metrics"]["largest_batch"] for r in mine], "o-", label=name)
+        for ax, key in zip(axes, ("images_per_s", "largest_batch")):
+            ax.loglog([r["group"]["img_size"] for r in mine], [r["metrics"][key] for r in mine],
+                      "o-", label=name)
         rows += [[name, r["group"]["img_size"], r["metrics"]["images_per_s"],
                   largest_batch(r["metrics"])] for r in mine]
-    for ax, title in ((left, "inference speed (images/s)"), (right, "largest batch")):
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("input size (px)")
-        ax.set_title(title)
-    left.legend(fontsize=7)
-    save_figure(fig, out / "cost.png")
-    pyplot.close(fig)
-    device = records[0]["metrics"].get("measured_on", records[0]["device"]) if records else "?"
+    for ax, title in zip(axes, ("inference speed (images/s)", "largest batch")):
+        ax.set(xlabel="input size (px)", title=title)
+    axes[0].legend(fontsize=7)
+    save(fig, out / "cost.png")
+    device = records[0]["metrics"]["measured_on"]
     if device.startswith("cuda"):
         how = (f" On the GPU the largest batch is found by trying batches up to {BATCH_CAP}: \"at "
                f"least {BATCH_CAP}\" is a model that fitted every batch tried.")
@@ -174,8 +148,8 @@ def report(records: list[dict], out) -> str:
                f"memory at two batch sizes, within a {CPU_MEMORY_BUDGET_GB:.0f} GB budget; where "
                f"the peak grew by less than {MEMORY_RESOLUTION_GB * 1024:.0f} MB between them "
                "(run-to-run noise) it is a lower bound, \"at least\".")
-    batch = records[0]["config"]["train"]["batch"] if records else "?"
-    return (f"Inference at batch {batch}, float32, on `{device}`.{how}\n\n"
+    return (f"Inference at batch {records[0]['config']['train']['batch']}, float32, on "
+            f"`{device}`.{how}\n\n"
             + markdown_table(["model", "input px", "images/s", "largest batch"], rows)
             + "\n\n" + markdown_image("cost.png"))
 
@@ -184,7 +158,7 @@ SPEC = Ablation(
     name="cost",
     title="Computational cost (Appendix D.5, Figure 12)",
     cells=cells,
-    seeds=1,  # a timing, not a training: its spread is in images_per_s_all
+    seeds=1,  # a timing, not a training: its spread is in the timing's min and max
     measure=measure,
     report=report,
     parallel=False,  # a timing must have the machine to itself

@@ -2,7 +2,7 @@
 each trained on nested random subsets for one number of steps, stopped early on a validation
 split held out of the training set. The paper: with little data the ResNet wins; its lead shrinks
 as data grows, with enough data ViT overtakes it, and ResNets plateau sooner. At the small scales
-the ResNet costs twice the ViT's FLOPs an image, so it trains for half the steps (`family_steps`).
+the ResNet costs twice the ViT's FLOPs an image, so it trains for half the steps.
 """
 
 from __future__ import annotations
@@ -10,13 +10,12 @@ from __future__ import annotations
 import functools
 import json
 
+import vitzoo
 from benchmarks.figures import lines_per_family
 from benchmarks.spec import Ablation, Cell, Finding, combine, difference
 from benchmarks.suite import Run
 from benchmarks.training import IMAGENET, dataset_images, model_options
-from benchmarks.verdict import POSITIVE
 
-FAMILIES = ("ResNet", "ViT", "hybrid")
 # subset sizes, the validation split held out before them, and the epochs of the largest subset
 SUBSETS = {"quick": (128, 384), "main": (1_000, 10_000), "cpu": (1_000, 7_500, 55_000),
            "paper": (10_000, 100_000, 1_000_000)}
@@ -55,42 +54,28 @@ def subsets(scale) -> tuple[tuple[int, ...], int]:
 
 def image_flops(scale, name: str | None, options: dict) -> float:
     """Training FLOPs of one image of a family's model, with its dataset's classes and channels."""
-    config = {"model": name or scale.zoo_name, "options": {**scale.model, **options},
-              "train": scale.train}
-    options = model_options(Run("data", "", config, 0))
-    return _counted(json.dumps({"model": config["model"], "options": options}, sort_keys=True))
+    run = Run("data", "", {"model": name or scale.zoo_name, "options": {**scale.model, **options},
+                           "train": scale.train})
+    return _flops(run.config["model"], json.dumps(model_options(run), sort_keys=True))
 
 
-@functools.lru_cache(maxsize=None)
-def _counted(model: str) -> float:  # once per model: the cells are planned many times
-    import vitzoo
-
-    spec = json.loads(model)
-    config = vitzoo.get_config(spec["model"], **spec["options"])
-    return float(vitzoo.count_flops(config, backward=True))
-
-
-def family_steps(scale, steps: int) -> dict[str, int]:
-    """family -> steps: the ResNet's cut to the ViT's training compute at the small scales (the
-    smallest ResNet with a residual unit costs more an image); the paper's at one schedule."""
-    out = {family: steps for family in FAMILIES}
-    if scale.cells != "paper":
-        families = family_options(scale)
-        ratio = image_flops(scale, *families["ViT"]) / image_flops(scale, *families["ResNet"])
-        out["ResNet"] = max(1, round(steps * min(1.0, ratio)))
-    return out
+@functools.cache  # once per model: the cells are planned many times
+def _flops(name: str, options: str) -> float:
+    return float(vitzoo.count_flops(vitzoo.get_config(name, **json.loads(options)), backward=True))
 
 
 def cells(scale) -> list[Cell]:
     sizes, validation = subsets(scale)
     epochs = EPOCHS_OF_LARGEST.get(scale.name, scale.train.get("epochs"))
-    steps = family_steps(scale, max(1, int(epochs * sizes[-1] / scale.train["batch_size"])))
-    more = MORE_SEEDS.get(scale.name, {})
-    out = []
-    for family, (name, options) in family_options(scale).items():
-        # in steps, not epochs (None overrides the scale's): the same for every subset size
-        train = dict(epochs=None, steps=steps[family], val_size=validation, keep_best=True,
-                     eval_every=max(1, steps[family] // EVALUATIONS))
+    steps = max(1, int(epochs * sizes[-1] / scale.train["batch_size"]))
+    families, more, out = family_options(scale), MORE_SEEDS.get(scale.name, {}), []
+    for family, (name, options) in families.items():
+        n = steps  # in steps, not epochs (None overrides the scale's): the same at every size
+        if family == "ResNet" and scale.cells != "paper":  # cut to the ViT's training compute
+            ratio = image_flops(scale, *families["ViT"]) / image_flops(scale, name, options)
+            n = max(1, round(steps * min(1.0, ratio)))
+        train = dict(epochs=None, steps=n, val_size=validation, keep_best=True,
+                     eval_every=max(1, n // EVALUATIONS))
         out += [Cell(f"{family} {size}", {"family": family, "images": size}, options,
                      {**train, "train_limit": size}, model=name, seeds=more.get((family, size)))
                 for size in sizes]
@@ -162,8 +147,7 @@ def findings(claims, metrics, note) -> tuple[Finding, ...]:
     """Each claim on each metric, where the table holds both the ResNet and the ViT."""
     def present(contrasts):
         return lambda t: contrasts(t) if t.where(family="ResNet") and t.where(family="ViT") else []
-    return tuple(Finding(claim, paper, POSITIVE, present(contrasts), metric=metric, regime=regime,
-                         note=note)
+    return tuple(Finding(claim, paper, present(contrasts), metric, regime=regime, note=note)
                  for claim, paper, contrasts, regime in claims for metric in metrics)
 
 

@@ -5,11 +5,11 @@ attention rollout (Figure 6), drawn with `vitzoo.analysis`. The ablation `inspec
 from __future__ import annotations
 
 import torch
+from torch.nn.functional import interpolate
 
-from benchmarks.figures import plt, save_figure
+from benchmarks.figures import plt, save
 from benchmarks.spec import Ablation, Cell, Finding
 from benchmarks.training import evaluate_per_epoch, train
-from benchmarks.verdict import POSITIVE
 from vitzoo.analysis import (attention_rollout, mean_attention_distance, patch_embedding_components,
                              position_embedding_similarity)
 from vitzoo.data import build_transform, load_split
@@ -39,7 +39,8 @@ def uniform_attention_distance(img_size: list[int], stride: list[int]) -> float:
 
 
 def measure(run, device: str, out) -> dict:
-    """Train, then analyse the trained model on test images; the arrays go into the result."""
+    """Train, then analyse the trained model on test images; the arrays go into the result, with
+    Figure 11's numbers: the first and last layer's mean distance and spread over heads."""
     model, result = train(run, device, out)
     model, cfg = model.eval().cpu(), model.config
     test = load_split(run.config["train"]["data"], "test", run.config["train"].get("data_dir"),
@@ -56,26 +57,20 @@ def measure(run, device: str, out) -> dict:
         components, explained = patch_embedding_components(model, k=28)
         analyses.update(pos_similarity=position_embedding_similarity(model).tolist(),
                         filter_components=components.tolist(), filter_explained=explained.tolist())
+    distance = torch.tensor(analyses["attention_distance"])  # layers x heads
+    first, last = distance[0], distance[-1]
+    summary = {"first_mean_px": first.mean(), "last_mean_px": last.mean(),
+               "first_spread_px": first.max() - first.min(),
+               "last_spread_px": last.max() - last.min()}
     metrics = result["metrics"]
-    metrics["analyses"] = analyses
-    metrics.update(distance_summary(torch.tensor(analyses["attention_distance"])))
-    metrics["uniform_px"] = uniform_attention_distance(analyses["img_size"], analyses["stride"])
+    metrics.update({k: round(float(v), 2) for k, v in summary.items()}, analyses=analyses,
+                   uniform_px=uniform_attention_distance(cfg.img_size, model.stride))
+    metrics["growth_px"] = round(metrics["last_mean_px"] - metrics["first_mean_px"], 2)
+    metrics["spread_drop_px"] = round(metrics["first_spread_px"] - metrics["last_spread_px"], 2)
     curve = metrics["curve"]  # test accuracy after each epoch: how far from levelling off
     if len(curve) >= 2:
         metrics["last_epoch_gain"] = curve[-1]["test_acc"] - curve[-2]["test_acc"]
     return result
-
-
-def distance_summary(distance: torch.Tensor) -> dict[str, float]:
-    """Figure 11's numbers of a run (layers x heads, pixels): the first and last layer's mean and
-    spread over heads, and the two contrasts the findings judge."""
-    first, last = distance[0], distance[-1]
-    out = {"first_mean_px": first.mean(), "last_mean_px": last.mean(),
-           "first_spread_px": first.max() - first.min(), "last_spread_px": last.max() - last.min()}
-    out = {k: round(float(v), 2) for k, v in out.items()}
-    out["growth_px"] = round(out["last_mean_px"] - out["first_mean_px"], 2)
-    out["spread_drop_px"] = round(out["first_spread_px"] - out["last_spread_px"], 2)
-    return out
 
 
 def grid_too_coarse(t) -> str:
@@ -110,24 +105,21 @@ def figure(rows, records, out) -> list[str]:
                            label=row["label"] if head == 0 and j == 0 else None)
     ax.axhline(records[0]["metrics"]["uniform_px"], color="gray", linestyle=":",
                label="uniform attention")
-    ax.set_xlabel("network depth (layer)")
-    ax.set_ylabel("mean attention distance (pixels)")
-    ax.set_title("Mean attention distance (Figure 11), every seed")
+    ax.set(xlabel="network depth (layer)", ylabel="mean attention distance (pixels)",
+           title="Mean attention distance (Figure 11), every seed")
     ax.legend(fontsize=7)
-    save(pyplot, fig, out / "attention_distance.png")
-    files = ["attention_distance.png"]
+    files = save(fig, out / "attention_distance.png")
     first_seed = [r for r in records if r["seed"] == min(x["seed"] for x in records)]
     vit = next((a for r in first_seed if "pos_similarity" in (a := r["metrics"]["analyses"])), None)
     if vit is not None:
         sim = torch.tensor(vit["pos_similarity"])  # h, w, h, w
         h, w = sim.shape[:2]
         fig, axes = pyplot.subplots(h, w, figsize=(w * 0.8, h * 0.8))
-        for i in range(h):
-            for j in range(w):
-                axes[i][j].imshow(sim[i, j].numpy(), vmin=-1, vmax=1, cmap="viridis")
-                axes[i][j].axis("off")
+        for ax, similarity in zip(axes.flat, sim.flatten(0, 1)):
+            ax.imshow(similarity.numpy(), vmin=-1, vmax=1, cmap="viridis")
+            ax.axis("off")
         fig.suptitle("Position embedding similarity (Figure 7, centre)", fontsize=9)
-        save(pyplot, fig, out / "pos_embed_similarity.png")
+        files += save(fig, out / "pos_embed_similarity.png")
         fig, axes = pyplot.subplots(4, 7, figsize=(7, 4))
         for ax, comp in zip(axes.flat, torch.tensor(vit["filter_components"])):  # k, C, P, P
             image = comp.mean(0) if comp.shape[0] != 3 else comp.permute(1, 2, 0)
@@ -137,8 +129,7 @@ def figure(rows, records, out) -> list[str]:
             ax.axis("off")
         fig.suptitle("Principal components of the patch-embedding filters (Figure 7, left)",
                      fontsize=9)
-        save(pyplot, fig, out / "patch_filters.png")
-        files += ["pos_embed_similarity.png", "patch_filters.png"]
+        files += save(fig, out / "patch_filters.png")
     fig, axes = pyplot.subplots(len(first_seed), 8, figsize=(12, 1.8 * len(first_seed)),
                                 squeeze=False)
     for row, r in zip(axes, first_seed):
@@ -146,21 +137,14 @@ def figure(rows, records, out) -> list[str]:
         images, maps = torch.tensor(a["rollout_images"]), torch.tensor(a["rollout"])
         for k in range(4):
             image = images[k].mean(0)
-            up = torch.nn.functional.interpolate(maps[k][None, None], size=image.shape,
-                                                 mode="bilinear")[0, 0]
+            up = interpolate(maps[k][None, None], size=image.shape, mode="bilinear")[0, 0]
             row[2 * k].imshow(image.numpy(), cmap="gray")
             row[2 * k + 1].imshow((image * up).numpy(), cmap="gray")
             row[2 * k].set_title(r["label"] if k == 0 else "", fontsize=8)
         for ax in row:
             ax.axis("off")
     fig.suptitle("Attention rollout: input and attended (Figure 6)", fontsize=9)
-    save(pyplot, fig, out / "attention_rollout.png")
-    return files + ["attention_rollout.png"]
-
-
-def save(pyplot, fig, path) -> None:
-    save_figure(fig, path)
-    pyplot.close(fig)
+    return files + save(fig, out / "attention_rollout.png")
 
 
 def vit_contrast(name: str):
@@ -174,9 +158,9 @@ SPEC = Ablation(
     findings=(
         Finding("ViT: heads in the lowest layer attend at widely different distances, deeper "
                 "ones alike", "Figure 11: layer 1 spans ~10-120 px, the last layers ~120 px",
-                POSITIVE, vit_contrast("spread over heads, layer 1 - last layer (px)"),
+                vit_contrast("spread over heads, layer 1 - last layer (px)"),
                 metric="spread_drop_px", untestable=grid_too_coarse),
-        Finding("ViT: the attention distance grows with depth", "Figure 11", POSITIVE,
+        Finding("ViT: the attention distance grows with depth", "Figure 11",
                 vit_contrast("mean distance, last layer - layer 1 (px)"), metric="growth_px",
                 untestable=grid_too_coarse),
     ),

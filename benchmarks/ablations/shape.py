@@ -9,7 +9,6 @@ import math
 
 from benchmarks.figures import lines_per_family
 from benchmarks.spec import Ablation, Cell, Finding, combine, difference
-from benchmarks.verdict import POSITIVE
 
 PAPER_BASE = dict(depth=8, embed_dim=1024, mlp_dim=2048, num_heads=16, patch_size=32)  # Figure 8's
 SMALLER_PATCH = {28: 4, 128: 16, 224: 16, 32: 4}  # the finer patch tried per input size
@@ -91,12 +90,11 @@ SPEC = Ablation(
     title="Transformer shape (Appendix D.2, Figure 8)",
     cells=cells,
     findings=(
-        Finding("Depth helps most", "Figure 8: the largest gain per compute", POSITIVE,
+        Finding("Depth helps most", "Figure 8: the largest gain per compute",
                 compare_gains([("depth", "width"), ("depth", "mlp")])),
-        Finding("Width helps least", "Figure 8: the smallest gain per compute", POSITIVE,
+        Finding("Width helps least", "Figure 8: the smallest gain per compute",
                 compare_gains([("mlp", "width"), ("depth", "width")])),
-        Finding("Smaller patches help, without adding parameters", "Figure 8", POSITIVE,
-                smaller_patch),
+        Finding("Smaller patches help, without adding parameters", "Figure 8", smaller_patch),
     ),
     columns=(("dimension", "scaled"), ("value", "to"), ("params_k", "params"),
              ("compute", "training compute")),

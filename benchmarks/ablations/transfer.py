@@ -18,7 +18,7 @@ from benchmarks.ablations import data_size
 from benchmarks.figures import lines_per_family
 from benchmarks.rehearsal_data import FolderSpec
 from benchmarks.spec import Ablation, Cell, Scale, difference, report
-from benchmarks.suite import Run
+from benchmarks.training import DATASET_IMAGES, IMAGENET
 from benchmarks.transfer_runs import (measure, rehearsal_data, rehearsal_folder, rehearsal_repo,
                                       rehearsal_spec)
 
@@ -32,35 +32,29 @@ SHOTS = 5
 
 # the paper's scale (Table 4, Appendix B.1.1; Table 5's ImageNet-21k rows)
 MODELS = ("vit_b16", "vit_b32", "vit_l16", "vit_l32", "vit_h14")
-PAPER_NAMES = {"vit_b16": "ViT-B/16", "vit_b32": "ViT-B/32", "vit_l16": "ViT-L/16",
-               "vit_l32": "ViT-L/32", "vit_h14": "ViT-H/14"}
 TAG = "orig_in21k"
-DATASETS = ("cifar10", "cifar100", "oxford-pets", "flowers102", "imagenet")
-STEPS = {"imagenet": 20_000, "cifar10": 10_000, "cifar100": 10_000, "oxford-pets": 500,
-         "flowers102": 500}
+# dataset -> fine-tuning steps, the development split's share of the training set (held out to
+# pick the learning rate), and Table 5's top-1 % of MODELS in their order
+TABLE_5 = {"cifar10": (10_000, 0.02, (98.95, 98.79, 99.16, 99.13, 99.27)),
+           "cifar100": (10_000, 0.02, (91.67, 91.97, 93.44, 93.04, 93.82)),
+           "oxford-pets": (500, 0.10, (94.43, 93.02, 94.73, 93.09, 94.82)),
+           "flowers102": (500, 0.10, (99.38, 99.11, 99.61, 99.19, 99.51)),
+           "imagenet": (20_000, 0.01, (83.97, 81.28, 85.15, 80.99, 85.13))}
+DATASETS = tuple(TABLE_5)
 LRS = {"imagenet": (0.003, 0.01, 0.03, 0.06)}
 DEFAULT_LRS = (0.001, 0.003, 0.01, 0.03)
-DEV_SHARE = {"imagenet": 0.01, "cifar10": 0.02, "cifar100": 0.02, "oxford-pets": 0.10,
-             "flowers102": 0.10}  # the development split, held out of the training set
-TRAIN_IMAGES = {"imagenet": 1_281_167, "cifar10": 50_000, "cifar100": 50_000, "oxford-pets": 3_680,
-                "flowers102": 2_040}
 RESOLUTION = 384
 # micro-batches of 32: ViT-H/14 at 384 px trains in them on an 80 GB GPU in bf16
 FINETUNE = dict(recipe="paper-finetune", batch_size=512, micro_batch=32, num_workers=8,
                 random_resized_crop=0.08, hflip=True, checkpoint_every=200)
 REHEARSAL_STEPS_DIVISOR = 1000
-TABLE_5_IN21K = {  # top-1 % of MODELS, in their order, transcribed from the paper
-    "cifar10": (98.95, 98.79, 99.16, 99.13, 99.27), "cifar100": (91.67, 91.97, 93.44, 93.04, 93.82),
-    "oxford-pets": (94.43, 93.02, 94.73, 93.09, 94.82),
-    "flowers102": (99.38, 99.11, 99.61, 99.19, 99.51),
-    "imagenet": (83.97, 81.28, 85.15, 80.99, 85.13)}
 
 
 def label(model: str, dataset: str) -> str:  # a cell of the paper's scales
     return f"{model}.{TAG} {dataset}"
 
 
-PAPER = {label(m, d): round(row[i] / 100, 4) for d, row in TABLE_5_IN21K.items()
+PAPER = {label(m, d): round(row[2][i] / 100, 4) for d, row in TABLE_5.items()
          for i, m in enumerate(MODELS)}
 
 
@@ -75,7 +69,7 @@ def paper_datasets(scale: Scale) -> dict[str, str]:
     if scale.name == "rehearsal":
         return {d: data if d == "imagenet" else str(rehearsal_folder(data, d)) for d in DATASETS}
     return {d: (data if d == "imagenet" else d) for d in DATASETS
-            if d != "imagenet" or data not in TRAIN_IMAGES or data == "imagenet"}
+            if d != "imagenet" or data not in TABLE_5 or data == "imagenet"}
 
 
 def write_rehearsal_data(scale: Scale, write: bool = True) -> None:
@@ -85,45 +79,50 @@ def write_rehearsal_data(scale: Scale, write: bool = True) -> None:
             rehearsal_data(folder, write=write)
 
 
-def paper_cells(scale: Scale) -> list[tuple[str, str]]:
-    """Every tag on every dataset; the rehearsal each tag and each dataset once."""
-    datasets = list(paper_datasets(scale))
-    return list(zip(MODELS, datasets)) if scale.name == "rehearsal" else [
-        (m, d) for m in MODELS for d in datasets]
-
-
-def finetune_run(scale: Scale, model: str, dataset: str, data: str, seed: int) -> Run:
+def finetune_cell(scale: Scale, model: str, dataset: str, data: str) -> Cell:
     """The tag fine-tuned on the dataset, after its learning-rate sweep."""
     tag, rehearsal = f"{model}.{TAG}", scale.name == "rehearsal"
+    steps, dev_share, _ = TABLE_5[dataset]
     if rehearsal:
         keep = {k: scale.train[k]
                 for k in ("batch_size", "micro_batch", "num_workers", "checkpoint_every")}
-        train = dict(FINETUNE, **keep, steps=max(4, STEPS[dataset] // REHEARSAL_STEPS_DIVISOR),
+        train = dict(FINETUNE, **keep, steps=max(4, steps // REHEARSAL_STEPS_DIVISOR),
                      pretrained=f"hf-hub:{rehearsal_repo(tag)}")
         images = (FolderSpec() if dataset == "imagenet" else rehearsal_spec(dataset)).train_images
     else:
-        train = dict(FINETUNE, steps=STEPS[dataset], pretrained=tag, download=dataset != "imagenet")
-        images = TRAIN_IMAGES[dataset]
+        train = dict(FINETUNE, steps=steps, pretrained=tag, download=dataset != "imagenet")
+        images = DATASET_IMAGES.get(dataset, IMAGENET)[0]
     train["data"] = data
     patch = vitzoo.get_config(model).patch_size  # H/14 sees 27 x 27 patches of 384 px: 378 px
-    options = {"img_size": RESOLUTION // patch * patch}
-    if scale.shrink is not None:
-        options = scale.shrink(model, options)
     lrs = list(LRS.get(dataset, DEFAULT_LRS))
     sweep = {"lrs": [lrs[0], lrs[-1]] if rehearsal else lrs,
-             "dev": max(1, round(DEV_SHARE[dataset] * images))}
-    config = {"model": model, "options": options, "train": train, "sweep": sweep,
-              # every training of the run, for the plan: the sweep's, then the final one
-              "more_train": [{**train, "lr": lr, "val_size": sweep["dev"]} for lr in sweep["lrs"]]}
-    return Run("transfer", label(model, dataset), config, seed,
-               {"model": PAPER_NAMES[model], "tag": tag, "dataset": dataset})
+             "dev": max(1, round(dev_share * images))}
+    # every training of the run, for the plan: the sweep's, then the final one
+    more_train = [{**train, "lr": lr, "val_size": sweep["dev"]} for lr in sweep["lrs"]]
+    name = f"ViT-{model[4].upper()}/{model[5:]}"
+    return Cell(label(model, dataset), {"model": name, "tag": tag, "dataset": dataset},
+                {"img_size": RESOLUTION // patch * patch}, train, model=model, inherit=False,
+                more={"sweep": sweep, "more_train": more_train})
 
 
 def cells(scale: Scale) -> list[Cell]:
-    """The data ablation's cells on the upstream classes, in proportion to the classes kept."""
-    if scale.cells == "paper":  # their runs are built by TransferAblation.runs
-        return [Cell(label(m, d), {"model": PAPER_NAMES[m], "dataset": d})
-                for m, d in paper_cells(scale)]
+    """The paper's scales: every tag on every dataset (the rehearsal: each tag and each dataset
+    once; the gpu scale's day leaves them to the paper's). The small scales: the data ablation's
+    cells on the upstream classes, in proportion to the classes kept, each measured downstream."""
+    if scale.name == "gpu":
+        return []
+    if scale.cells == "paper":
+        data = paper_datasets(scale)
+        pairs = (zip(MODELS, data) if scale.name == "rehearsal"
+                 else [(m, d) for m in MODELS for d in data])
+        return [finetune_cell(scale, m, d, data[d]) for m, d in pairs]
+    train = scale.train
+    finetune = dict(data=train["data"], recipe="paper-finetune", classes=DOWNSTREAM,
+                    batch_size=train["batch_size"], steps=FINETUNE_STEPS[scale.name],
+                    train_limit=DOWNSTREAM_IMAGES[scale.name], hflip=train.get("hflip", False),
+                    **({"test_limit": train["test_limit"]} if train.get("test_limit") else {}))
+    more = {"transfer": {"classes": list(DOWNSTREAM), "shots": SHOTS, "finetune": finetune},
+            "more_train": [finetune]}  # in the key: the downstream measurement too
     out = []
     for cell in data_size.cells(scale):
         images, family = round(cell.coords["images"] * SHARE), cell.coords["family"]
@@ -132,29 +131,8 @@ def cells(scale: Scale) -> list[Cell]:
                      steps=max(1, round(cell.train["steps"] * SHARE)))
         train["eval_every"] = max(1, train["steps"] // data_size.EVALUATIONS)
         out.append(Cell(f"{family} {images}", {"family": family, "images": images}, cell.options,
-                        train, model=cell.model))
+                        train, model=cell.model, more=more))
     return out
-
-
-class TransferAblation(Ablation):
-    def runs(self, scale: Scale) -> list[Run]:
-        """Small scales: each upstream run with its downstream measurement (in the key); the
-        paper's: each tag and dataset. The gpu scale's day leaves fine-tuning to the paper's."""
-        if scale.name == "gpu":
-            return []
-        if scale.cells == "paper":
-            data = paper_datasets(scale)
-            return [finetune_run(scale, m, d, data[d], seed) for m, d in paper_cells(scale)
-                    for seed in range(scale.seeds)]
-        train = scale.train
-        finetune = dict(data=train["data"], recipe="paper-finetune", classes=DOWNSTREAM,
-                        batch_size=train["batch_size"], steps=FINETUNE_STEPS[scale.name],
-                        train_limit=DOWNSTREAM_IMAGES[scale.name], hflip=train.get("hflip", False),
-                        **({"test_limit": train["test_limit"]} if train.get("test_limit") else {}))
-        transfer = {"classes": list(DOWNSTREAM), "shots": SHOTS, "finetune": finetune}
-        return [dataclasses.replace(run, config={**run.config, "transfer": transfer,
-                                                 "more_train": [finetune]})
-                for run in Ablation.runs(self, scale)]
 
 
 def small_data(t):
@@ -199,7 +177,7 @@ def transfer_report(records: list[dict], out) -> tuple[str, list[dict]]:
     return report(shown, records, out)
 
 
-SPEC = TransferAblation(
+SPEC = Ablation(
     name="transfer",
     title="Transfer: fine-tuning pre-trained weights (Tables 2, 5) and transfer against "
           "pre-training data (Figures 3-4)",
