@@ -29,7 +29,7 @@ from benchmarks import speed
 from benchmarks.machine import environment as recorded_environment
 from vitzoo.argvalues import ArgumentParser
 from vitzoo.io import write_text
-from vitzoo.precision import flag, half_of, native_bf16
+from vitzoo.precision import half_of, native_bf16
 from vitzoo.train.distributed import cuda_unavailable, unsupported_gpu
 
 CHECKOUT = Path(__file__).resolve().parents[1]
@@ -49,6 +49,11 @@ MFU_CASE = speed.Case("vit_b16", {"timm": speed.timm("vit_base_patch16_224")})
 def peak_tflops(device_name: str) -> float | None:
     return next((peak for pattern, peak in PEAK_BF16_TFLOPS
                  if re.search(pattern, device_name, re.IGNORECASE)), None)
+
+
+def half(device: torch.device) -> dict[str, torch.dtype]:
+    """The device's half precision, by the speed records' name of it."""
+    return {name: dtype for name, dtype in speed.precisions(device).items() if dtype}
 
 
 def no_gpu_reason() -> str | None:
@@ -73,18 +78,18 @@ def run_child(argv: list[str], limit: float) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- the steps
 def environment(out: Path) -> dict[str, Any]:
-    gpus = [{"index": i, "name": torch.cuda.get_device_name(i),
+    """Every GPU, the driver and CUDA (the machine's record holds torch and the first GPU)."""
+    if problems := [p for i in range(torch.cuda.device_count()) if (p := unsupported_gpu(i))]:
+        raise RuntimeError("; ".join(problems))  # this torch build has no kernels for a GPU
+    gpus = [{"name": torch.cuda.get_device_name(i),
              "capability": ".".join(map(str, torch.cuda.get_device_capability(i))),
              "memory_gb": round(torch.cuda.get_device_properties(i).total_memory / 2**30, 1),
-             "native_bf16": native_bf16(torch.device("cuda", i)), "unsupported": unsupported_gpu(i)}
+             "native_bf16": native_bf16(torch.device("cuda", i))}
             for i in range(torch.cuda.device_count())]
-    if any(g["unsupported"] for g in gpus):
-        raise RuntimeError("; ".join(g["unsupported"] for g in gpus if g["unsupported"]))
     smi = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
-    driver = subprocess.run(smi, capture_output=True, text=True).stdout.split()[:1] if (
+    driver = subprocess.run(smi, capture_output=True, text=True).stdout.split() if (
         shutil.which("nvidia-smi")) else []
-    return {"torch": torch.__version__, "cuda": torch.version.cuda, "gpus": gpus,
-            "arch_list": torch.cuda.get_arch_list(), "driver": (driver or [None])[0]}
+    return {"cuda": torch.version.cuda, "driver": (driver or [None])[0], "gpus": gpus}
 
 
 def cuda_tests(out: Path) -> dict[str, Any]:
@@ -96,11 +101,13 @@ def cuda_tests(out: Path) -> dict[str, Any]:
 
 
 def training(out: Path) -> dict[str, Any]:
-    precision, run = flag(half_of(torch.device("cuda", 0))), out / "training"
+    """200 steps of ViT-S/16 through `vitzoo train`, compiled, in its default precision on a GPU:
+    the GPU's half precision."""
+    run = out / "training"
     result = run_child(["-m", "vitzoo", "train", "vit_s16", "--data", "synthetic", "--steps", "200",
-                        "--batch-size", "64", "--precision", precision, "--compile", "--device",
-                        "cuda", "--num-workers", "8", "--log-every", "20", "--checkpoint-every",
-                        "0", "--out", str(run), "--quiet", "--no-tensorboard"], LIMITS["training"])
+                        "--batch-size", "64", "--compile", "--device", "cuda", "--num-workers",
+                        "8", "--log-every", "20", "--checkpoint-every", "0", "--out", str(run),
+                        "--quiet", "--no-tensorboard"], LIMITS["training"])
     logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()
               if '"loss"' in line]
     losses = [entry["loss"] for entry in logged]
@@ -108,8 +115,8 @@ def training(out: Path) -> dict[str, Any]:
         raise RuntimeError(f"the run did not train: losses {losses}")
     # the first logged interval holds the compilation; the rate after it is the GPU's
     compiled = sorted(entry["images_per_s"] for entry in logged[1:]) or [0.0]
-    return {"precision": precision, "images_per_s_compiled": compiled[len(compiled) // 2],
-            "loss_first": losses[0], "loss_last": losses[-1], "command": result["command"]}
+    return {"images_per_s_compiled": compiled[len(compiled) // 2], "loss_first": losses[0],
+            "loss_last": losses[-1], "command": result["command"]}
 
 
 def rehearsal(out: Path) -> dict[str, Any]:
@@ -127,10 +134,8 @@ def rehearsal(out: Path) -> dict[str, Any]:
 def speed_step(out: Path) -> dict[str, Any]:
     """ViT-B/16 inference and a ViT-S/16 training step, batch 64, in the GPU's half precision."""
     device = torch.device("cuda", 0)
-    torch.backends.cuda.matmul.allow_tf32 = True
-    half = {name: dtype for name, dtype in speed.precisions(device).items() if dtype}
-    (inference,) = speed.inference(speed.VIT_B16, [64], 10, device, half)
-    (step,) = speed.training(speed.VIT_S16, 64, 5, device, half)
+    (inference,) = speed.inference(speed.VIT_B16, [64], 10, device, half(device))
+    (step,) = speed.training(speed.VIT_S16, 64, 5, device, half(device))
     rates = {f"{key}_batch64": {k: round(v["images_per_s"], 1) for k, v in row["speeds"].items()}
              for key, row in (("inference_vit_b16", inference), ("training_vit_s16", step))}
     return {"dtype": inference["dtype"], **rates, "peak_memory_gb": step["peak_memory_gb"],
@@ -151,7 +156,6 @@ def training_mfu(device: torch.device, case: speed.Case = MFU_CASE, batch: int =
     """A training step of vitzoo and timm on the same weights, interleaved, in the device's half
     precision with AdamW fused: images/s, TFLOP/s (the paper's FLOPs) and the share of the GPU's
     dense bf16 peak (none for a GPU not in `PEAK_BF16_TFLOPS`)."""
-    torch.backends.cuda.matmul.allow_tf32 = True
     model, peers, _ = speed.models(case, device)
     flops = float(vitzoo.count_flops(model.config, backward=True))
     steps = {name: speed.train_step(torch.compile(m) if compile else m, batch, case.img_size,

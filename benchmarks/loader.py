@@ -25,7 +25,6 @@ from benchmarks.rehearsal_data import FolderSpec, image_folder, written_once
 from benchmarks.scales import SCALES, rehearsal_model
 from benchmarks.suite import RESULTS, markdown_table
 from vitzoo import data as datasets
-from vitzoo.argvalues import ArgumentParser
 from vitzoo.data.folders import FileImages
 from vitzoo.data.transforms import EncodedSamples, collate_encoded, decode_batch, device_ops
 from vitzoo.io import write_text
@@ -199,9 +198,10 @@ def report(record: dict[str, Any]) -> str:
     return "\n".join([
         "# Input pipeline: images per second of one loader worker", "",
         f"`python -m benchmarks loader`, {env['date']}, commit {env['commit']}, {env['cpu']}, "
-        f"torch {env['torch']}, one process of one thread. Training images per second of one worker (read, decode, random-resized crop and flip, "
-        "collate), the fastest of three passes; `device path`: the workers' share when the GPU "
-        "decodes (read, header, draws); `evaluation`: decode and resize:", "",
+        f"torch {env['torch']}, one process of one thread. Training images per second of one "
+        "worker (read, decode, random-resized crop and flip, collate), the fastest of three "
+        "passes; `device path`: the workers' share when the GPU decodes (read, header, draws); "
+        "`evaluation`: decode and resize:", "",
         markdown_table(["scale", "px", "micro-batch", *PATHS], rows), ""])
 
 
@@ -211,16 +211,3 @@ def main(out: Path = OUT, work: Path = WORK, quick: bool = False) -> dict[str, A
     write_text(out / "README.md", report(record))
     return record
 
-
-def build_parser() -> ArgumentParser:
-    parser = ArgumentParser(prog="python -m benchmarks.loader", description=__doc__.split("\n")[0])
-    parser.add_argument("--out", type=Path, default=OUT, help="the results (default: committed)")
-    parser.add_argument("--work", type=Path, default=WORK, help="where the drawn files are kept")
-    parser.add_argument("--quick", action="store_true", help="a few files, one pass (a check)")
-    return parser
-
-
-if __name__ == "__main__":
-    args = build_parser().parse_args()
-    main(args.out, args.work, args.quick)
-    print((args.out / "README.md").read_text())

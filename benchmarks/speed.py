@@ -1,7 +1,6 @@
 """Speed: vitzoo against timm and torchvision on the same weights, shaped like timm's benchmark.py.
 
-    python -m benchmarks.speed [--only inference|training] [--quick] [--device cpu|cuda|auto]
-    python -m benchmarks.speed --report-only       (README.md from the stored records)
+    python -m benchmarks speed [--quick] [--device cpu|cuda|auto] [--report-only]
 
 A runner per kind of case: inference, and a training step with its peak memory; the contestants'
 calls interleaved, the device synchronised. Each case is stored with its machine as soon as it is
@@ -27,14 +26,12 @@ import vitzoo
 from benchmarks.machine import environment
 from benchmarks.speed_report import report
 from benchmarks.suite import RESULTS, ResultStore
-from vitzoo.argvalues import ArgumentParser
 from vitzoo.inference import compile_for_inference, compile_for_training, for_inference
 from vitzoo.io import write_text
 from vitzoo.model import choose_attention
 from vitzoo.precision import FIXED, autocast, half_of
 
 OUT = RESULTS / "speed"
-KINDS = ("inference", "training")
 # the records' names of vitzoo.precision's dtypes ("float32" where --precision says "fp32")
 DTYPES = {"float32" if name == "fp32" else name: dtype for name, dtype in FIXED.items()}
 
@@ -250,15 +247,15 @@ def case_key(row: dict, quick: bool) -> str:
     return key + (" quick" if quick else "")
 
 
-def main(quick: bool = False, out: Path = OUT, device: str = "cpu", kinds: tuple[str, ...] = KINDS,
+def main(quick: bool = False, out: Path = OUT, device: str = "cpu",
          report_only: bool = False) -> Path:
-    """Measure the cases of `kinds` (none with `report_only`; the others keep their records),
-    each stored as soon as it is measured, and write the report."""
+    """Measure every case (none with `report_only`), each stored as soon as it is measured, and
+    write the report of every record of this device."""
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu")
                           if device == "auto" else device)
     reps, batches, cases = (3, [2], {"inference": [TINY], "training": [TINY]}) if quick else (
         7, [1, 8, 32], CASES)
-    kinds, store = () if report_only else kinds, ResultStore(out)
+    store = ResultStore(out)
 
     def save(rows: list[dict]) -> None:
         for row in rows:
@@ -267,28 +264,12 @@ def main(quick: bool = False, out: Path = OUT, device: str = "cpu", kinds: tuple
 
     # past Dynamo's recompile limit a function runs eagerly without a word: an error instead
     with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
-        for case in cases["inference"] if "inference" in kinds else []:
+        for case in [] if report_only else cases["inference"]:
             save(inference(case, batches, reps, device, compile_at=None if quick else 8))
-        for case in cases["training"] if "training" in kinds else []:
+        for case in [] if report_only else cases["training"]:
             batch = 2 if quick else 16 if case.model == "vit_s16" else 4
             batch *= 8 if device.type == "cuda" else 1
             save(training(case, batch, reps, device, compile=not quick))
     rows = [r for r in store.runs if r.get("quick", False) == quick and r["device"] == str(device)]
     write_text(out / "README.md", "# Speed\n\n" + report(rows, out) + "\n")
     return out
-
-
-def build_parser() -> ArgumentParser:
-    parser = ArgumentParser(prog="python -m benchmarks.speed", description=__doc__.split("\n")[0])
-    parser.add_argument("--only", choices=KINDS, action="append",
-                        help="run only this kind of case (repeatable; default both)")
-    parser.add_argument("--quick", action="store_true", help="small stand-ins (for the tests)")
-    parser.add_argument("--device", default="cpu", help="cpu, cuda or auto")
-    parser.add_argument("--out", type=Path, default=OUT, help="where results.json and README.md go")
-    parser.add_argument("--report-only", action="store_true", help="report the stored records")
-    return parser
-
-
-if __name__ == "__main__":
-    args = build_parser().parse_args()
-    main(args.quick, args.out, args.device, tuple(args.only or KINDS), args.report_only)

@@ -52,11 +52,10 @@ def test_the_committed_records_keep_their_keys_and_regenerate_their_tables(tmp_p
     assert not (out / "under_load.md").exists()
 
 
-@pytest.mark.parametrize("command", [["-m", "benchmarks.speed"], ["-m", "benchmarks", "speed"],
-                                     ["-m", "benchmarks", "gpu-check"]])
+@pytest.mark.parametrize("command", [["speed"], ["gpu-check"]])
 def test_help_prints_the_usage_without_measuring(command):
-    done = subprocess.run([sys.executable, *command, "--help"], capture_output=True, text=True,
-                          timeout=120, cwd=ROOT)
+    done = subprocess.run([sys.executable, "-m", "benchmarks", *command, "--help"],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 0 and "usage:" in done.stdout and "--out" in done.stdout, done.stderr
 
 
