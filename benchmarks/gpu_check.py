@@ -51,11 +51,6 @@ def peak_tflops(device_name: str) -> float | None:
                  if re.search(pattern, device_name, re.IGNORECASE)), None)
 
 
-def half(device: torch.device) -> dict[str, torch.dtype]:
-    """The device's half precision, by the speed records' name of it."""
-    return {name: dtype for name, dtype in speed.precisions(device).items() if dtype}
-
-
 def no_gpu_reason() -> str | None:
     """Why CUDA cannot be used here, or None when it can."""
     return None if torch.cuda.is_available() else cuda_unavailable() or "torch sees no CUDA GPU"
@@ -134,8 +129,9 @@ def rehearsal(out: Path) -> dict[str, Any]:
 def speed_step(out: Path) -> dict[str, Any]:
     """ViT-B/16 inference and a ViT-S/16 training step, batch 64, in the GPU's half precision."""
     device = torch.device("cuda", 0)
-    (inference,) = speed.inference(speed.VIT_B16, [64], 10, device, half(device))
-    (step,) = speed.training(speed.VIT_S16, 64, 5, device, half(device))
+    half = {name: dtype for name, dtype in speed.precisions(device).items() if dtype}
+    (inference,) = speed.inference(speed.VIT_B16, [64], 10, device, half)
+    (step,) = speed.training(speed.VIT_S16, 64, 5, device, half)
     rates = {f"{key}_batch64": {k: round(v["images_per_s"], 1) for k, v in row["speeds"].items()}
              for key, row in (("inference_vit_b16", inference), ("training_vit_s16", step))}
     return {"dtype": inference["dtype"], **rates, "peak_memory_gb": step["peak_memory_gb"],
