@@ -1,12 +1,12 @@
 """python -m benchmarks gpu-check [--out DIR] [--only STEP]: the first command on a CUDA machine.
 
-Its steps run on after one fails, each within its limit (`LIMITS`, 9 minutes together): the
-environment (torch, CUDA, every GPU, native bf16, the driver); the tests only a GPU runs; 200 steps
-of ViT-S/16 compiled in the GPU's half precision through `vitzoo train`; the rehearsal of three
-ablations over every GPU; speed against timm and torchvision (benchmarks/speed.py); the input
-pipeline decoded on the GPU and in workers; ViT-B/16 training's model FLOP utilisation. It writes
-DIR/gpu_check.json and DIR/README.md after every step and exits 0 only if every step passed;
-without a CUDA GPU it says why and exits 2. It runs from a checkout with no install.
+Its steps, each within its limit (`LIMITS`, 9 minutes together), run on after one fails: the
+environment (torch, CUDA, every GPU, the driver); the tests only a GPU runs; 200 steps of ViT-S/16
+compiled in the GPU's half precision through `vitzoo train`; the rehearsal of three ablations over
+every GPU; speed against timm and torchvision (benchmarks/speed.py); the input pipeline decoded on
+the GPU and in workers; ViT-B/16 training's model FLOP utilisation. It writes DIR/gpu_check.json
+and DIR/README.md after every step and exits 0 only if every step passed; without a CUDA GPU it
+says why and exits 2. It runs from a checkout with no install.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -25,9 +26,11 @@ import torch
 
 import vitzoo
 from benchmarks import speed
+from benchmarks.machine import environment as recorded_environment
 from vitzoo.argvalues import ArgumentParser
 from vitzoo.io import write_text
-from vitzoo.precision import half_of
+from vitzoo.precision import half_of, native_bf16
+from vitzoo.train.distributed import cuda_unavailable, unsupported_gpu
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 OUT = Path("runs") / "gpu-check"
@@ -50,8 +53,6 @@ def peak_tflops(device_name: str) -> float | None:
 
 def no_gpu_reason() -> str | None:
     """Why CUDA cannot be used here, or None when it can."""
-    from vitzoo.train.distributed import cuda_unavailable
-
     return None if torch.cuda.is_available() else cuda_unavailable() or "torch sees no CUDA GPU"
 
 
@@ -61,10 +62,9 @@ def run_child(argv: list[str], limit: float) -> dict[str, Any]:
     try:
         done = subprocess.run([sys.executable, *argv], cwd=CHECKOUT, capture_output=True, text=True,
                               env={**os.environ, "PYTHONPATH": path}, timeout=limit)
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout
-        raise TimeoutError(f"over its limit of {limit:.0f} s: {' '.join(argv)}\n"
-                           f"{(out or '')[-3000:]}") from None
+    except subprocess.TimeoutExpired as exc:  # where it hung: the end of what it printed
+        printed = exc.stdout.decode(errors="replace") if exc.stdout else ""
+        raise TimeoutError(f"{exc}\n{printed[-3000:]}") from None
     tail = (done.stdout + done.stderr)[-4000:]
     if done.returncode != 0:
         raise RuntimeError(f"exit code {done.returncode}: {' '.join(argv)}\n{tail}")
@@ -73,23 +73,18 @@ def run_child(argv: list[str], limit: float) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- the steps
 def environment(out: Path) -> dict[str, Any]:
-    from vitzoo.precision import native_bf16
-    from vitzoo.train.distributed import unsupported_gpu
-
-    gpus = [{"index": i, "name": torch.cuda.get_device_name(i),
+    """Every GPU, the driver and CUDA (the machine's record holds torch and the first GPU)."""
+    if problems := [p for i in range(torch.cuda.device_count()) if (p := unsupported_gpu(i))]:
+        raise RuntimeError("; ".join(problems))  # this torch build has no kernels for a GPU
+    gpus = [{"name": torch.cuda.get_device_name(i),
              "capability": ".".join(map(str, torch.cuda.get_device_capability(i))),
              "memory_gb": round(torch.cuda.get_device_properties(i).total_memory / 2**30, 1),
-             "native_bf16": native_bf16(torch.device("cuda", i)), "unsupported": unsupported_gpu(i)}
+             "native_bf16": native_bf16(torch.device("cuda", i))}
             for i in range(torch.cuda.device_count())]
-    try:
-        smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20).stdout.split()
-    except (OSError, subprocess.SubprocessError):
-        smi = []
-    if any(g["unsupported"] for g in gpus):
-        raise RuntimeError("; ".join(g["unsupported"] for g in gpus if g["unsupported"]))
-    return {"torch": torch.__version__, "cuda": torch.version.cuda, "gpus": gpus,
-            "arch_list": torch.cuda.get_arch_list(), "driver": smi[0] if smi else None}
+    smi = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
+    driver = subprocess.run(smi, capture_output=True, text=True).stdout.split() if (
+        shutil.which("nvidia-smi")) else []
+    return {"cuda": torch.version.cuda, "driver": (driver or [None])[0], "gpus": gpus}
 
 
 def cuda_tests(out: Path) -> dict[str, Any]:
@@ -101,68 +96,55 @@ def cuda_tests(out: Path) -> dict[str, Any]:
 
 
 def training(out: Path) -> dict[str, Any]:
-    from vitzoo.precision import flag
-
-    precision, run = flag(half_of(torch.device("cuda", 0))), out / "training"
+    """200 steps of ViT-S/16 through `vitzoo train`, compiled, in its default precision on a GPU:
+    the GPU's half precision."""
+    run = out / "training"
     result = run_child(["-m", "vitzoo", "train", "vit_s16", "--data", "synthetic", "--steps", "200",
-                        "--batch-size", "64", "--precision", precision, "--compile", "--device",
-                        "cuda", "--num-workers", "8", "--log-every", "20", "--checkpoint-every",
-                        "0", "--out", str(run), "--quiet", "--no-tensorboard"], LIMITS["training"])
-    summary = json.loads((run / "summary.json").read_text())
+                        "--batch-size", "64", "--compile", "--device", "cuda", "--num-workers",
+                        "8", "--log-every", "20", "--checkpoint-every", "0", "--out", str(run),
+                        "--quiet", "--no-tensorboard"], LIMITS["training"])
     logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()
               if '"loss"' in line]
     losses = [entry["loss"] for entry in logged]
-    if summary["status"] != "finished" or not losses or not losses[-1] < losses[0]:
-        raise RuntimeError(f"the run did not train: status {summary['status']}, losses {losses}")
+    if not losses or not losses[-1] < losses[0]:
+        raise RuntimeError(f"the run did not train: losses {losses}")
     # the first logged interval holds the compilation; the rate after it is the GPU's
-    compiled = sorted(entry["images_per_s"] for entry in logged[1:])
-    return {"precision": precision, "steps": summary["step"],
-            "images_per_s": round(summary["images_per_s"], 1),
-            "images_per_s_compiled": round(compiled[len(compiled) // 2], 1) if compiled else None,
-            "first_interval_seconds": round(logged[0]["train_seconds"], 1),
-            "train_seconds": round(summary["train_seconds"], 1),
-            "wall_seconds": round(summary["wall_seconds"], 1), "loss_first": losses[0],
+    compiled = sorted(entry["images_per_s"] for entry in logged[1:]) or [0.0]
+    return {"images_per_s_compiled": compiled[len(compiled) // 2], "loss_first": losses[0],
             "loss_last": losses[-1], "command": result["command"]}
 
 
 def rehearsal(out: Path) -> dict[str, Any]:
     folder = out / "rehearsal"
-    result = run_child(["-m", "benchmarks", *REHEARSED, "--scale", "rehearsal", "--device", "cuda",
-                        "--seeds", "1", "--gpus-per-run", str(torch.cuda.device_count()), "--out",
-                        str(folder), "--quiet"], LIMITS["rehearsal"])
+    run_child(["-m", "benchmarks", *REHEARSED, "--scale", "rehearsal", "--device", "cuda",
+               "--seeds", "1", "--gpus-per-run", str(torch.cuda.device_count()), "--out",
+               str(folder), "--quiet"], LIMITS["rehearsal"])
     read = lambda name, file: json.loads((folder / name / file).read_text())  # noqa: E731
     runs = [r for name in REHEARSED for r in read(name, "results.json")["runs"]]
-    return {"ablations": list(REHEARSED), "runs": len(runs),
-            "processes_per_run": sorted({r["processes"] for r in runs}),
-            "world_sizes": sorted({r["world_size"] for r in runs}),
+    return {"runs": len(runs), "world_sizes": sorted({r["world_size"] for r in runs}),
             "verdicts": {name: [f["verdict"] for f in read(name, "findings.json")["findings"]]
-                         for name in REHEARSED},
-            "plan": result["output_tail"].split("\n\n")[0][-1500:]}
+                         for name in REHEARSED}}
 
 
 def speed_step(out: Path) -> dict[str, Any]:
-    """ViT-B/16 inference (every attention kernel forced in turn) and a ViT-S/16 training step,
-    batch 64, in the GPU's half precision."""
+    """ViT-B/16 inference and a ViT-S/16 training step, batch 64, in the GPU's half precision."""
     device = torch.device("cuda", 0)
-    torch.backends.cuda.matmul.allow_tf32 = True
     half = {name: dtype for name, dtype in speed.precisions(device).items() if dtype}
     (inference,) = speed.inference(speed.VIT_B16, [64], 10, device, half)
     (step,) = speed.training(speed.VIT_S16, 64, 5, device, half)
     rates = {f"{key}_batch64": {k: round(v["images_per_s"], 1) for k, v in row["speeds"].items()}
              for key, row in (("inference_vit_b16", inference), ("training_vit_s16", step))}
-    return {"device": torch.cuda.get_device_name(device), "dtype": inference["dtype"], **rates,
-            "peak_memory_gb": step["peak_memory_gb"],
+    return {"dtype": inference["dtype"], **rates, "peak_memory_gb": step["peak_memory_gb"],
             "max_abs_logit_diff": inference["max_abs_logit_diff"]}
 
 
 def loader(out: Path) -> dict[str, Any]:
     """The input pipeline's images/s on GPU 0, decoded there and in 8 workers."""
-    from benchmarks.loader import PhotoSpec, device_rates, mean_file_bytes, photo_folder
+    from benchmarks.loader import PhotoSpec, device_rates, photo_folder
 
     device = torch.device("cuda", 0)
     photos = photo_folder(out / "loader-photos", PhotoSpec(images=128), device=device)
-    return {**device_rates(photos, device), "mean_file_bytes": round(mean_file_bytes(photos)),
-            "cpus": os.cpu_count()}
+    return {**device_rates(photos, device), "cpus": os.cpu_count()}
 
 
 def training_mfu(device: torch.device, case: speed.Case = MFU_CASE, batch: int = 256,
@@ -170,18 +152,14 @@ def training_mfu(device: torch.device, case: speed.Case = MFU_CASE, batch: int =
     """A training step of vitzoo and timm on the same weights, interleaved, in the device's half
     precision with AdamW fused: images/s, TFLOP/s (the paper's FLOPs) and the share of the GPU's
     dense bf16 peak (none for a GPU not in `PEAK_BF16_TFLOPS`)."""
-    torch.backends.cuda.matmul.allow_tf32 = True
     model, peers, _ = speed.models(case, device)
     flops = float(vitzoo.count_flops(model.config, backward=True))
     steps = {name: speed.train_step(torch.compile(m) if compile else m, batch, case.img_size,
                                     half_of(device), device, fused=True)
              for name, m in {"vitzoo": model, **peers}.items()}
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    peak = peak_tflops(name)
-    result: dict[str, Any] = {
-        "device": name, "dtype": str(half_of(device)).replace("torch.", ""), "batch": batch,
-        "img_size": case.img_size, "compiled": compile, "gflops_per_image": round(flops / 1e9, 2),
-        "peak_bf16_tflops": peak}
+    peak = peak_tflops(torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu")
+    result: dict[str, Any] = {"batch": batch, "gflops_per_image": round(flops / 1e9, 2),
+                              "peak_bf16_tflops": peak}
     for name, timed in speed.interleaved(steps, reps, batch, device).items():
         tflops = timed["images_per_s"] * flops / 1e12
         result[name] = {"images_per_s": round(timed["images_per_s"], 1), "tflops": round(tflops, 1),
@@ -210,7 +188,7 @@ def report(results: dict[str, Any]) -> str:
              f"{results['minutes']:.1f} min (`python -m benchmarks gpu-check`, commit "
              f"{results['commit']}).", "", "| step | status | seconds | figures |",
              "|---|---|---|---|"]
-    hidden = ("status", "seconds", "error", "output_tail", "command", "plan")
+    hidden = ("status", "seconds", "error", "output_tail", "command")
     for name, step in results["steps"].items():
         figures = json.dumps({k: v for k, v in step.items() if k not in hidden})[:400]
         lines.append(f"| {name} | {step['status']} | {step['seconds']:.0f} | "
@@ -223,12 +201,10 @@ def report(results: dict[str, Any]) -> str:
 
 def write_results(out: Path, steps: dict[str, Any], start: float, finished: bool) -> bool:
     """DIR/gpu_check.json and DIR/README.md of the steps so far; whether every step passed."""
-    from benchmarks.machine import environment as recorded
-
     failed = ", ".join(n for n, s in steps.items() if s["status"] != "passed")
     verdict = (f"FAILED: {failed}" if failed else "all passed") if finished else (
         f"running (done: {', '.join(steps)})")
-    env = recorded("cuda")
+    env = recorded_environment("cuda")
     results = {"verdict": verdict, "minutes": (time.perf_counter() - start) / 60,
                "date": env["date"], "commit": env["commit"], "environment": env, "steps": steps}
     write_text(out / "gpu_check.json", json.dumps(results, indent=1, default=str) + "\n")
@@ -249,20 +225,17 @@ def build_parser() -> ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    reason = no_gpu_reason()
-    if reason is not None:
+    if (reason := no_gpu_reason()) is not None:
         print(f"gpu-check: no GPU to check: {reason}. Run it on a machine with a CUDA GPU.",
               file=sys.stderr)
         return 2
     out, start, steps = args.out.resolve(), time.perf_counter(), {}
     out.mkdir(parents=True, exist_ok=True)
-    for name, step in STEPS.items():
-        if args.only and name not in args.only:
-            continue
+    for name in [n for n in STEPS if not args.only or n in args.only]:
         print(f"== {name}", flush=True)
         began = time.perf_counter()
         try:
-            steps[name] = {"status": "passed", **step(out)}
+            steps[name] = {"status": "passed", **STEPS[name](out)}
         except Exception as exc:  # a failed step is reported, and the others still run
             steps[name] = {"status": "failed", "error": f"{type(exc).__name__}: {exc}\n"
                                                         f"{traceback.format_exc()[-2000:]}"}

@@ -1,23 +1,19 @@
 """Speed: vitzoo against timm and torchvision on the same weights, shaped like timm's benchmark.py.
 
-    python -m benchmarks.speed [--only inference|training|fastest] [--quick] [--device cpu|cuda]
-    python -m benchmarks.speed --report-only       (README.md and under_load.md from the records)
+    python -m benchmarks speed [--quick] [--device cpu|cuda|auto] [--report-only]
 
-A runner per kind of case: inference, a training step with its peak memory, each contestant at
-its fastest precision; calls interleaved, the device synchronised. Each case is stored with its
-machine as soon as it is measured; the README is written from every record (speed_report.py).
+A runner per kind of case: inference, and a training step with its peak memory; the contestants'
+calls interleaved, the device synchronised. Each case is stored with its machine as soon as it is
+measured; the README is written from every record (speed_report.py).
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import functools
 import importlib
-import json
 import resource
 import statistics
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,16 +24,14 @@ import torch._dynamo
 
 import vitzoo
 from benchmarks.machine import environment
-from benchmarks.speed_report import report, under_load_report
+from benchmarks.speed_report import report
 from benchmarks.suite import RESULTS, ResultStore
-from vitzoo.argvalues import ArgumentParser
 from vitzoo.inference import compile_for_inference, compile_for_training, for_inference
 from vitzoo.io import write_text
 from vitzoo.model import choose_attention
 from vitzoo.precision import FIXED, autocast, half_of
 
 OUT = RESULTS / "speed"
-KINDS = ("inference", "training", "fastest")
 # the records' names of vitzoo.precision's dtypes ("float32" where --precision says "fp32")
 DTYPES = {"float32" if name == "fp32" else name: dtype for name, dtype in FIXED.items()}
 
@@ -77,24 +71,20 @@ def precisions(device: torch.device) -> dict[str, torch.dtype | None]:
     return {name: dtype for name, dtype in DTYPES.items() if dtype in (None, half_of(device))}
 
 
-def converted(peer: torch.nn.Module, case: Case) -> torch.nn.Module:
-    """vitzoo holding the peer's weights, read through vitzoo's own converters."""
-    with tempfile.TemporaryDirectory() as tmp:
-        torch.save(peer.state_dict(), Path(tmp) / "peer.pth")
-        return vitzoo.create(case.model, pretrained=Path(tmp) / "peer.pth",
-                             img_size=case.img_size, **case.options)
-
-
 def models(case: Case, device: torch.device, parity: bool = False) -> tuple:
-    """vitzoo on the first peer's weights, the peers, and with `parity` the largest logit
-    difference of each peer from vitzoo on its weights (float32, on the CPU)."""
+    """vitzoo on the first peer's weights (read through its converters), the peers, and with
+    `parity` the largest logit difference of each peer from vitzoo on its weights (float32)."""
+    def converted(peer):
+        return vitzoo.create(case.model, pretrained=peer.state_dict(), img_size=case.img_size,
+                             **case.options).eval()
+
     torch.manual_seed(0)
     peers = {lib: build().eval() for lib, build in case.peers.items()}
     x = torch.randn(1, 3, case.img_size, case.img_size)
     with torch.inference_mode():
-        diffs = {lib: (p(x) - converted(p, case).eval()(x)).abs().max().item()
+        diffs = {lib: (p(x) - converted(p)(x)).abs().max().item()
                  for lib, p in peers.items()} if parity else {}
-    model = converted(next(iter(peers.values())), case).eval().to(device)
+    model = converted(next(iter(peers.values()))).to(device)
     return model, {lib: p.to(device) for lib, p in peers.items()}, diffs
 
 
@@ -124,27 +114,11 @@ def interleaved(fns: dict[str, Callable[[], None]], reps: int, images: int,
                    "page_faults_per_call": faults[name] // reps} for name, t in times.items()}
 
 
-def runner(model, x: torch.Tensor, dtype: torch.dtype | None, kernel=contextlib.nullcontext):
+def runner(model, x: torch.Tensor, dtype: torch.dtype | None) -> Callable[[], None]:
     def run():
-        with torch.inference_mode(), autocast(x.device, dtype), kernel():
+        with torch.inference_mode(), autocast(x.device, dtype):
             model(x)
     return run
-
-
-def forced_kernels(model, x: torch.Tensor, dtype) -> dict[str, Callable]:
-    """vitzoo with each attention kernel forced in turn, those that run here."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    kept = {}
-    for name, backend in (("flash", "FLASH_ATTENTION"), ("mem_efficient", "EFFICIENT_ATTENTION"),
-                          ("cudnn", "CUDNN_ATTENTION"), ("math", "MATH")):
-        kernel = functools.partial(sdpa_kernel, [getattr(SDPBackend, backend)])
-        kept[f"vitzoo[{name}]"] = runner(model, x, dtype, kernel)
-        try:
-            kept[f"vitzoo[{name}]"]()
-        except RuntimeError as exc:  # a kernel this device, dtype or shape lacks
-            print(f"  {kept.popitem()[0]}: not available ({str(exc).splitlines()[0]})", flush=True)
-    return kept
 
 
 def matmul_ceiling(shapes: list[tuple[int, int, int]], dtype: torch.dtype | None, reps: int,
@@ -241,30 +215,10 @@ def inference(case: Case, batches: list[int], reps: int, device: torch.device,
                 if fast is not None:
                     fast_compiled = for_inference(copy.deepcopy(model), dtype, compile=True)
                     runs["vitzoo.fast+compile"] = runner(fast_compiled, x, None)
-            if device.type == "cuda":  # the CPU has one kernel
-                runs.update(forced_kernels(model, x, dtype))
             rows.append(row("inference", case, name, batch, interleaved(runs, reps, batch, device),
                             **ceiling(model, batch, dtype, reps, device, gflops),
                             max_abs_logit_diff=parity))
     return rows
-
-
-def at_their_fastest(case: Case, batch: int, reps: int, device: torch.device) -> list[dict]:
-    """Every peer eager in float32 and in half precision under autocast, vitzoo eager in float32,
-    and `for_inference(model)` with no argument (the device's rule), interleaved in one run."""
-    model, peers, _ = models(case, device)
-    fast = for_inference(copy.deepcopy(model))
-    x = torch.randn(batch, 3, case.img_size, case.img_size, device=device)
-    speeds = interleaved({"vitzoo float32": runner(model, x, None),
-                          "vitzoo.fast()": runner(fast, x, None),
-                          **{f"{lib} {name}": runner(peer, x, dtype) for name, dtype
-                             in precisions(device).items() for lib, peer in peers.items()}},
-                         reps, batch, device)
-    best = {lib: max((n for n in speeds if n.startswith(lib + " ")),
-                     key=lambda n: speeds[n]["images_per_s"]) for lib in peers}
-    return [row("fastest", case, "each its fastest", batch, speeds, peer_best=best,
-                choice=fast.describe(), choice_dtype=str(fast.dtype).replace("torch.", ""),
-                call="vitzoo.inference.for_inference(model)")]
 
 
 def training(case: Case, batch: int, reps: int, device: torch.device, dtypes: dict | None = None,
@@ -293,15 +247,15 @@ def case_key(row: dict, quick: bool) -> str:
     return key + (" quick" if quick else "")
 
 
-def main(quick: bool = False, out: Path = OUT, device: str = "cpu", kinds: tuple[str, ...] = KINDS,
+def main(quick: bool = False, out: Path = OUT, device: str = "cpu",
          report_only: bool = False) -> Path:
-    """Measure the cases of `kinds` (none with `report_only`; the others keep their records),
-    each stored as soon as it is measured, and write the report."""
+    """Measure every case (none with `report_only`), each stored as soon as it is measured, and
+    write the report of every record of this device."""
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu")
                           if device == "auto" else device)
     reps, batches, cases = (3, [2], {"inference": [TINY], "training": [TINY]}) if quick else (
         7, [1, 8, 32], CASES)
-    kinds, store = () if report_only else kinds, ResultStore(out)
+    store = ResultStore(out)
 
     def save(rows: list[dict]) -> None:
         for row in rows:
@@ -310,37 +264,12 @@ def main(quick: bool = False, out: Path = OUT, device: str = "cpu", kinds: tuple
 
     # past Dynamo's recompile limit a function runs eagerly without a word: an error instead
     with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
-        for case in cases["inference"] if "inference" in kinds else []:
+        for case in [] if report_only else cases["inference"]:
             save(inference(case, batches, reps, device, compile_at=None if quick else 8))
-        for case in cases["inference"] if "fastest" in kinds else []:
-            save(at_their_fastest(case, 2 if quick else 8, reps, device))
-        for case in cases["training"] if "training" in kinds else []:
+        for case in [] if report_only else cases["training"]:
             batch = 2 if quick else 16 if case.model == "vit_s16" else 4
             batch *= 8 if device.type == "cuda" else 1
             save(training(case, batch, reps, device, compile=not quick))
     rows = [r for r in store.runs if r.get("quick", False) == quick and r["device"] == str(device)]
     write_text(out / "README.md", "# Speed\n\n" + report(rows, out) + "\n")
-    if (out / "under_load.json").exists():  # a benchmark no longer run: its table stays
-        write_text(out / "under_load.md",
-                   under_load_report(json.loads((out / "under_load.json").read_text())))
     return out
-
-
-def build_parser() -> ArgumentParser:
-    parser = ArgumentParser(prog="python -m benchmarks.speed", description=__doc__.split("\n")[0])
-    parser.add_argument("--only", default=",".join(KINDS),
-                        help="inference, training and/or fastest, comma-separated (default all)")
-    parser.add_argument("--quick", action="store_true", help="small stand-ins (for the tests)")
-    parser.add_argument("--device", default="cpu", help="cpu, cuda or auto")
-    parser.add_argument("--out", type=Path, default=OUT, help="where results.json and README.md go")
-    parser.add_argument("--report-only", action="store_true", help="report the stored records")
-    return parser
-
-
-if __name__ == "__main__":
-    parser = build_parser()
-    args = parser.parse_args()
-    kinds = tuple(args.only.split(","))
-    if set(kinds) - set(KINDS):
-        parser.error(f"--only {args.only}: choose among {', '.join(KINDS)}")
-    main(args.quick, args.out, args.device, kinds, args.report_only)

@@ -1,6 +1,6 @@
 """The speed benchmark's README (benchmarks/results/speed/) from its records: against the faster
-eager peer, each at its fastest, inference and training tables with the matrix-product ceiling,
-the figure; and the table of the fast path under load, a benchmark no longer run."""
+eager peer, inference and training tables with the matrix-product ceiling, the figure; and the
+committed records' table of each contestant at its fastest, a runner no longer run."""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def fastest_table(rows: list[dict]) -> list[str]:
                       f"{fast / rate['vitzoo float32']:.2f}x"])
     if not table:
         return []
-    calls = ", ".join(sorted({f"`{r['call']}`" for r in fastest}))  # the call each record measured
+    calls = ", ".join(sorted({f"`{r['call']}`" for r in fastest}))
     return [f"### Each at its fastest: {calls} with no argument\n\n{FASTEST_NOTE}\n\n"
             + markdown_table(["model", "batch", "picked", "vitzoo.fast() images/s", "fastest peer",
                               "its images/s", "over it", "over vitzoo float32"], table)]
@@ -142,28 +142,3 @@ def figure(rows: list[dict], path: Path) -> None:
         ax.legend(fontsize=7)
     save_figure(fig, path)
     pyplot.close(fig)
-
-
-def under_load_report(record: dict) -> str:
-    """The table of the fast path timed alone and beside a busy process, from its record."""
-    rows, batch = [], record["batch"]
-    phase = lambda p: "beside a busy process" if p["loaded"] else "alone"  # noqa: E731
-    for p in record["phases"]:
-        base = p["timings"]["eager"]["median_s"]
-        rows += [[phase(p), f"{p['load_before']:.1f} / {p['load_after']:.1f}", name,
-                  f"{batch / t['median_s']:.2f}",
-                  f"{batch / t['max_s']:.2f}-{batch / t['min_s']:.2f}",
-                  f"{base / t['median_s']:.2f}x"] for name, t in p["timings"].items()]
-    env, command = record["environment"], record["command"]
-    settled = "; ".join(f"{phase(p)}: {p['auto']}" for p in record["phases"] if "auto" in p)
-    return "\n\n".join([
-        "# The fast path under load",
-        f"`{command.split(' --')[0]}` ({command}), {env['date']}, commit {env['commit']}: "
-        f"{record['model']} at batch {batch} in {record['dtype']} ({record['choice']}); "
-        f"{env['cpu']} ({', '.join(env['cpu_flags'])}), {env['threads']} threads, "
-        f"OMP_WAIT_POLICY={record['omp_wait_policy']}, {record['reps']} interleaved repetitions "
-        "per phase. The load average (1 min) before and after each phase counts the other users of "
-        "this shared machine too.",
-        markdown_table(["phase", "load", "contestant", "images/s", "min-max", "over eager"], rows),
-        *([f"`for_inference()` settled as: {settled}"] if settled else []),
-    ]) + "\n"

@@ -8,19 +8,19 @@ import pytest
 import torch
 
 from benchmarks import loader, plan
-from benchmarks.loader import PhotoSpec, mean_file_bytes, photo_folder
+from benchmarks.loader import PhotoSpec, photo_folder
 
-# ---------------------------------------------------------------------------- the benchmark
+
 @pytest.fixture(scope="module")
 def photos(tmp_path_factory) -> Path:
     return photo_folder(tmp_path_factory.mktemp("photos"), PhotoSpec(6, 2, width=120, height=90))
 
 
 def test_the_drawn_jpegs_are_photo_sized_for_their_pixels(photos):
-    """A full-size image comes out near ImageNet's ~110 KB (the benchmark records the mean)."""
+    """A full-size image comes out near ImageNet's ~110 KB."""
     from PIL import Image
 
-    assert len(list(photos.glob("train/*/*.JPEG"))) == 6 and mean_file_bytes(photos) > 2000
+    assert len(list(photos.glob("train/*/*.JPEG"))) == 6
     big = next(photo_folder(photos.parent / "one", PhotoSpec(1, 1)).glob("train/*/*.JPEG"))
     with Image.open(big) as image:
         assert image.size == (500, 375) and image.format == "JPEG"
@@ -29,8 +29,8 @@ def test_the_drawn_jpegs_are_photo_sized_for_their_pixels(photos):
 
 def test_gpu_check_s_loader_step_times_the_device_and_the_worker_path_on_any_device(photos):
     rates = loader.device_rates(photos, torch.device("cpu"), 1, 3, passes=2, sides=(32,))
-    assert set(rates["32px"]) == {"device_decode", "device_path", "worker_path",
-                                  "worker_path_per_worker"} and min(rates["32px"].values()) > 0
+    assert set(rates["32px"]) == {"device_decode", "device_path", "worker_path"}
+    assert min(rates["32px"].values()) > 0
 
 
 def fields(value):
@@ -40,18 +40,25 @@ def fields(value):
     return [fields(value[0])] if isinstance(value, list) and value else None
 
 
+def within(new, old) -> bool:
+    """Every field of `new` is one of `old`, nested alike."""
+    if isinstance(new, dict):
+        return isinstance(old, dict) and all(k in old and within(v, old[k]) for k, v in new.items())
+    return new == old or isinstance(new, list) and isinstance(old, list) and within(new[0], old[0])
+
+
 @pytest.mark.slow
 def test_the_loader_benchmark_writes_the_record_the_plan_reads_and_its_table(tmp_path, monkeypatch):
-    """`--quick`: a few files, one pass; a record with the committed one's fields."""
-    record = loader.main(out=tmp_path / "out", work=tmp_path / "work", quick=True)
+    """`--quick`: a few files, one pass; the committed record's fields, as the plan reads both."""
+    loader.main(out=tmp_path / "out", work=tmp_path / "work", quick=True)
     written = json.loads((tmp_path / "out" / "results.json").read_text())
-    assert fields(written) == fields(json.loads((loader.OUT / "results.json").read_text()))
+    assert within(fields(written), fields(json.loads((loader.OUT / "results.json").read_text())))
     assert [(p["scale"], p["img_size"]) for p in written["pipelines"]] == [
         ("gpu", 128), ("paper", 224), ("rehearsal", 32)]
     assert all(v > 0 for p in written["pipelines"] for v in p["images_per_s"].values())
-    assert written["environment"]["threads"] == 1 and written["listing"]["files_per_s"] > 0
-    paper = record["pipelines"][1]["images_per_s"]["torchvision.io"]
+    assert written["environment"]["threads"] == 1
     monkeypatch.setattr(plan, "recorded_loader", lambda: written)
-    assert plan.loader_rates({"data": "/data/imagenet", "num_workers": 1}, 224, 1)[0] == paper
-    readme = (tmp_path / "out" / "README.md").read_text()
-    assert "| gpu | 128 | 64 |" in readme and "files/s" in readme and "load average" in readme
+    paper = written["pipelines"][1]["images_per_s"]
+    assert plan.loader_rates({"data": "/data/imagenet", "num_workers": 1}, 224, 1) == (
+        paper["torchvision.io"], paper["evaluation"])
+    assert "| gpu | 128 | 64 |" in (tmp_path / "out" / "README.md").read_text()

@@ -95,45 +95,6 @@ def test_the_rehearsal_shrinks_every_dimension_and_keeps_cells_apart():
         assert len(set(configs)) == len(configs), spec.name
 
 
-def test_gpu_check_says_so_and_fails_without_a_gpu(capsys):
-    if torch.cuda.is_available():
-        pytest.skip("this machine has a GPU: gpu-check would run")
-    assert bench.main(["gpu-check"]) == 2 and "no GPU to check" in capsys.readouterr().err
-
-
-def test_gpu_check_reports_every_step_and_keeps_those_finished_when_stopped(monkeypatch, tmp_path):
-    from benchmarks import gpu_check
-
-    def broken(out):
-        raise RuntimeError("the kernel is missing")
-
-    def stopped(out):
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(gpu_check, "no_gpu_reason", lambda: None)
-    monkeypatch.setattr(gpu_check, "STEPS", {"first": lambda out: {"x": 1.5}, "second": broken})
-    assert gpu_check.main(["--out", str(tmp_path / "a")]) == 1
-    written = json.loads((tmp_path / "a" / "gpu_check.json").read_text())
-    assert written["verdict"] == "FAILED: second" and written["steps"]["first"]["x"] == 1.5
-    assert "the kernel is missing" in written["steps"]["second"]["error"]
-    monkeypatch.setattr(gpu_check, "STEPS", {"first": lambda out: {"x": 1.5}, "second": stopped})
-    with pytest.raises(KeyboardInterrupt):  # killed at the device's time limit
-        gpu_check.main(["--out", str(tmp_path / "b")])
-    written = json.loads((tmp_path / "b" / "gpu_check.json").read_text())
-    assert written["verdict"].startswith("running")
-    assert written["steps"]["first"]["status"] == "passed"
-
-
-def test_the_speed_benchmark_times_the_half_precision_the_gpu_computes(monkeypatch):
-    from benchmarks.speed import precisions
-
-    assert list(precisions(torch.device("cpu"))) == ["float32", "bf16"]
-    monkeypatch.setattr("vitzoo.precision.native_bf16", lambda device: False)  # a T4 or a V100
-    assert list(precisions(torch.device("cuda", 0))) == ["float32", "fp16"]
-    monkeypatch.setattr("vitzoo.precision.native_bf16", lambda device: True)  # an A100, an H100
-    assert list(precisions(torch.device("cuda", 0))) == ["float32", "bf16"]
-
-
 @CUDA
 def test_on_a_gpu_the_probe_reports_what_does_not_fit():
     run = ABLATIONS["head"].runs(get_scale("paper", "imagenet"))[0]
