@@ -27,9 +27,6 @@ from vitzoo.layers.init import xavier_uniform_blocks_
 from vitzoo.registry import get_registry, resolve_config
 from vitzoo.timm_surface import TimmSurface
 
-# the MLP's nonlinearity by `ViTConfig.act`: exact GELU, or the official Flax code's tanh form
-ACTIVATIONS = {"gelu": F.gelu, "gelu_tanh": partial(F.gelu, approximate="tanh")}
-
 
 class Attention(nn.Module):
     """Multi-head self-attention, the MSA of eq. (2), with q, k and v from one fused projection:
@@ -126,7 +123,8 @@ class MLP(nn.Module):
         super().__init__()
         self.fc1 = nn.Linear(config.embed_dim, config.mlp_dim)
         self.fc2 = nn.Linear(config.mlp_dim, config.embed_dim)
-        self.act = ACTIVATIONS[config.act]
+        # exact GELU, or the official Flax code's tanh approximation (`ViTConfig.act`)
+        self.act = partial(F.gelu, approximate="tanh" if config.act == "gelu_tanh" else "none")
         self.dropout = nn.Dropout(config.dropout)
         for fc in (self.fc1, self.fc2):
             nn.init.xavier_uniform_(fc.weight)
