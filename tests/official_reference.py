@@ -125,12 +125,11 @@ class OfficialViT(nn.Module):  # R+ViT with `resnet_layers` (units per stage); N
     classifier: str = "token"  # or "gap"
     representation_size: int | None = None
     resnet_layers: tuple[int, ...] | None = None
-    resnet_width: int = 1
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         if self.resnet_layers is not None:
-            width = 64 * self.resnet_width
+            width = 64
             x = StdConv(width, (7, 7), (2, 2), padding="SAME", use_bias=False, name="conv_root")(x)
             x = nn.relu(group_norm("gn_root")(x))
             x = nn.max_pool(x, window_shape=(3, 3), strides=(2, 2), padding="SAME")
@@ -163,9 +162,9 @@ def _build(fields: Mapping[str, Any]) -> OfficialViT:
 
 
 @functools.lru_cache(maxsize=None)
-def _compiled_init(model: OfficialViT, img_size: int, in_chans: int) -> Any:
-    """`model.init` compiled once per input shape, unoptimised (it compiles faster)."""
-    dummy = jnp.zeros((1, img_size, img_size, in_chans), jnp.float32)
+def _compiled_init(model: OfficialViT, img_size: int) -> Any:
+    """`model.init` compiled once per input size, unoptimised (it compiles faster)."""
+    dummy = jnp.zeros((1, img_size, img_size, 3), jnp.float32)
     lowered = jax.jit(model.init).lower(jax.random.PRNGKey(0), dummy)
     return lowered.compile(compiler_options={"xla_backend_optimization_level": 0})
 
@@ -175,15 +174,14 @@ def _jitted_apply(model: OfficialViT) -> Any:
     return jax.jit(model.apply)
 
 
-def make_checkpoint(path: str | os.PathLike[str], *, img_size: int, in_chans: int = 3,
-                    seed: int = 0, groupnorm_4d: bool = False,
-                    **fields: Any) -> dict[str, np.ndarray]:
+def make_checkpoint(path: str | os.PathLike[str], *, img_size: int, seed: int = 0,
+                    groupnorm_4d: bool = False, **fields: Any) -> dict[str, np.ndarray]:
     """Initialise `OfficialViT(**fields)` at `img_size`, add noise of std 0.1 * rms(p) + 0.05 to
     every parameter p (so that the zero-initialised ones are not), save it with np.savez under
     the official flat keys and return what was written. `seed` seeds both."""
     model = _build(fields)
-    dummy = jnp.zeros((1, img_size, img_size, in_chans), jnp.float32)
-    params = _compiled_init(model, img_size, in_chans)(jax.random.PRNGKey(seed), dummy)["params"]
+    dummy = jnp.zeros((1, img_size, img_size, 3), jnp.float32)
+    params = _compiled_init(model, img_size)(jax.random.PRNGKey(seed), dummy)["params"]
     flat = {"/".join(k): np.asarray(v) for k, v in flatten_dict(dict(params)).items()}
     rng, out = np.random.default_rng(seed), {}
     for key in sorted(flat):
@@ -195,17 +193,15 @@ def make_checkpoint(path: str | os.PathLike[str], *, img_size: int, in_chans: in
     return out
 
 
-def official_logits(params_flat: Mapping[str, Any], images_nchw: np.ndarray, *,
-                    float64: bool = False, **fields: Any) -> np.ndarray:
-    """The flax model's logits (as float64) on NCHW images, computed in float32 (or float64)."""
-    dtype = np.float64 if float64 else np.float32
-    with jax.enable_x64(float64):
-        tree = {tuple(k.split("/")): jnp.asarray(np.asarray(v, dtype=dtype).reshape(-1)
-                                                 if is_group_norm(k) else np.asarray(v, dtype))
-                for k, v in params_flat.items()}
-        x = jnp.asarray(np.asarray(images_nchw).transpose(0, 2, 3, 1).astype(dtype))
-        logits = _jitted_apply(_build(fields))({"params": unflatten_dict(tree)}, x)
-        return np.asarray(logits, dtype=np.float64)
+def official_logits(params_flat: Mapping[str, Any], images_nchw: np.ndarray,
+                    **fields: Any) -> np.ndarray:
+    """The flax model's logits (as float64) on NCHW images, computed in float32."""
+    tree = {tuple(k.split("/")): jnp.asarray(np.asarray(v, np.float32).reshape(-1)
+                                             if is_group_norm(k) else np.asarray(v, np.float32))
+            for k, v in params_flat.items()}
+    x = jnp.asarray(np.asarray(images_nchw).transpose(0, 2, 3, 1).astype(np.float32))
+    logits = _jitted_apply(_build(fields))({"params": unflatten_dict(tree)}, x)
+    return np.asarray(logits, dtype=np.float64)
 
 
 def official_param_count(img_size: int, **fields: Any) -> int:

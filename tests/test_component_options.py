@@ -1,6 +1,6 @@
 """Each part of a model owns its options: a component declares them (its `Options` dataclass), the
-config carries them beside the part's name (`stem_options`, ...), and config.json, the Hub, the CLI,
-run keys and pretrained tags carry them too; a training run works out its model once."""
+config carries them beside the part's name (`stem_options`, ...), and config.json and the CLI carry
+them too; a training run works out its model once."""
 
 from __future__ import annotations
 
@@ -9,10 +9,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from hub_testing import TOKEN  # tests/hub_testing.py
 
 import vitzoo
-from benchmarks import suite
 from vitzoo.cli import build_parser
 from vitzoo.commands.train import config_from_args
 from vitzoo.config import ViTConfig
@@ -47,7 +45,7 @@ def test_a_components_options_are_checked_by_it_with_the_fix_named():
             vitzoo.create("vit_s16", stem=stem, stem_options=options, **SMALL)
 
 
-def test_the_option_travels_through_config_json_and_a_hub_round_trip(hub_server, tmp_path):
+def test_the_option_travels_through_config_json(tmp_path):
     model = vitzoo.create("vit_s16", stem="convstem",
                           stem_options={"extra_layers": 2}, **SMALL).eval()
     model.save_pretrained(tmp_path / "saved")
@@ -55,11 +53,8 @@ def test_the_option_travels_through_config_json_and_a_hub_round_trip(hub_server,
     assert saved["model"]["stem_options"] == {"extra_layers": 2}
     x = torch.randn(2, 3, 32, 32)
     again = vitzoo.from_pretrained(tmp_path / "saved").eval()
+    assert again.config == model.config
     torch.testing.assert_close(again(x), model(x), rtol=0, atol=0)
-    model.push_to_hub("alice/convstem", token=TOKEN)
-    pulled = vitzoo.from_pretrained("hf-hub:alice/convstem").eval()
-    assert pulled.config == model.config
-    torch.testing.assert_close(pulled(x), model(x), rtol=0, atol=0)
 
 
 def test_the_cli_has_a_flag_per_component_option_and_help_lists_them(capsys):
@@ -78,23 +73,15 @@ def test_the_cli_has_a_flag_per_component_option_and_help_lists_them(capsys):
 
 
 # ------------------------------------------------------------------ the paper's parts own theirs
-def test_the_hybrids_resnet_and_the_mlp_heads_width_are_their_parts_options(capsys):
-    """Given with the part they belong to, changed one by one; a new part starts from its defaults;
-    given as a model option (code or flag), they are unknown."""
+def test_the_hybrids_resnet_and_the_mlp_heads_width_are_their_parts_options():
+    """Given with the part they belong to, changed one by one; a new part starts from its
+    defaults."""
     config = vitzoo.get_config("vit_b16_hybrid", head="mlp",
                                head_options={"representation_size": 768})
     assert config.stem_options == {"layers": [3, 4, 9], "width": 1, "numerics": "official"}
     assert config.head_options == {"representation_size": 768}
     assert config.replace(stem_options={"numerics": "timm"}).stem_options["layers"] == [3, 4, 9]
     assert config.replace(stem="patch", patch_size=16).stem_options == {}
-    for call in (lambda: vitzoo.create("vit_b16_hybrid", resnet_layers=(3, 4, 9), device="meta"),
-                 lambda: config.replace(resnet_layers=(3, 4, 9))):
-        with pytest.raises(ConfigError, match="unknown model option 'resnet_layers'"):
-            call()
-    with pytest.raises(SystemExit) as exit_:
-        build_parser().parse_args(["train", "vit_b16_hybrid", "--resnet-layers", "3,4,9"])
-    assert exit_.value.code == 2
-    assert "unrecognized arguments: --resnet-layers" in capsys.readouterr().err
 
 
 # -------------------------------------------------------------------- committed records and tags
@@ -121,22 +108,6 @@ def test_every_committed_model_config_loads_and_builds_the_model_it_measured():
         assert vitzoo.count_params(model) == record["params"], record["key"]
         if written["stem"] == "resnet":
             assert model.config.stem_options == written["stem_options"], record["key"]
-
-
-def test_every_pretrained_tag_resolves_with_its_options_in_their_parts():
-    for name in vitzoo.list_pretrained():
-        config = vitzoo.resolve(name).config
-        if config.stem == "resnet":  # timm's ports need timm's ResNet numerics
-            assert config.stem_options["numerics"] == "timm", name
-
-
-def test_a_run_key_hashes_a_parts_options():
-    def key(layers: tuple) -> str:
-        options = {"stem_options": {"layers": layers}, "depth": 0}
-        return suite.Run("hybrid", "R1",
-                         {"model": "vit_b16_hybrid", "options": options, "train": {"steps": 1}}).key
-
-    assert key((1,)) == key((1,)) != key((2,))
 
 
 # ---------------------------------------------------------------- a run works its model out once

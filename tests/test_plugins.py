@@ -173,23 +173,6 @@ def test_a_plugin_with_a_misspelled_hook_is_an_error_at_load_time(tmp_path, monk
         sys.modules.pop("vitzoo_misspelled_fake", None)
 
 
-class Second:
-    @vitzoo.hookimpl
-    def vitzoo_pos_embeds(self):
-        return {"sincos_2d": nn.Identity}
-
-
-def test_two_plugins_registering_one_name_is_an_error_naming_both(plugins):
-    registered = get_registry().register(Second(), name="test-duplicate-plugin")
-    try:
-        with pytest.raises(PluginError, match="'sincos_2d' is registered twice: by plugin "
-                                              "'vitzoo-sincos' and by plugin 'test-duplicate"):
-            vitzoo.create("vit_ti16", **TINY)
-    finally:
-        get_registry().unregister(registered)
-    assert "sincos_2d" in vitzoo.list_components()["pos_embed"]
-
-
 # ---------------------------------------------------------------------------------- sincos_2d
 def test_sincos_is_the_formula_a_fixed_buffer_nothing_saves(plugins):
     for prefix in (1, 0):

@@ -14,8 +14,8 @@ import torch
 
 from vitzoo import inference  # noqa: F401  (`vitzoo.inference` after `import vitzoo`)
 from vitzoo.config import ViTConfig
-from vitzoo.errors import (CheckpointError, ConfigError, DataError, ExportError, HubError,
-                           InputError, PluginError, TrainingDiverged)
+from vitzoo.errors import (CheckpointError, ConfigError, DataError, HubError, PluginError,
+                           TrainingDiverged)
 from vitzoo.export import export_onnx
 from vitzoo.factory import (Resolved, create, from_pretrained, get_config, resolve, resolve_source,
                             transforms_for)
@@ -69,8 +69,8 @@ def count_flops(model: ViTConfig | VisionTransformer | str, backward: bool = Fal
     return counter.get_total_flops()
 
 
-__all__ = ["CheckpointError", "ConfigError", "DataError", "ExportError", "FeatureExtractor",
-           "FeatureInfo", "HubError", "InputError", "PluginError", "PretrainedTag",
+__all__ = ["CheckpointError", "ConfigError", "DataError", "FeatureExtractor", "FeatureInfo",
+           "HubError", "PluginError", "PretrainedTag",
            "TrainingDiverged", "VisionTransformer", "ViTConfig", "Resolved", "count_flops",
            "count_params", "create", "export_onnx", "from_pretrained", "get_config", "hookimpl",
            "list_components", "list_models", "list_pretrained", "list_weight_formats", "resolve",

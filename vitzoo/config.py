@@ -145,10 +145,6 @@ class ViTConfig(Options):
                 changes[key] = {**getattr(self, key), **changes[key]}
         return super().replace(**changes)
 
-    def part_options(self, part: str) -> dict[str, Any]:
-        """The options of one part ("stem", "pos_embed", "pool", "head"), as given."""
-        return getattr(self, PART_OPTIONS[part])
-
     @property
     def head_dim(self) -> int:
         return self.embed_dim // self.num_heads

@@ -11,10 +11,6 @@ class PluginError(RuntimeError):
     """Plugins disagree (two provide the same name) or a plugin broke its contract."""
 
 
-class InputError(ValueError):
-    """An input tensor the model cannot take."""
-
-
 class CheckpointError(ValueError):
     """Weights that do not fit the model: every missing, unexpected and mis-shaped tensor listed."""
 
@@ -31,10 +27,6 @@ class HubError(RuntimeError):
         self.not_cached = not_cached
 
 
-class ExportError(RuntimeError):
-    """A model a graph format cannot hold, or an export that failed or disagrees with PyTorch."""
-
-
 class DiskFull(OSError):
     """A write found its disk (or quota) full; errno is ENOSPC, so it is caught as any OSError."""
 
@@ -48,5 +40,5 @@ class TrainingDiverged(RuntimeError):
         self.inputs, self.step = inputs, step
 
 
-__all__ = ["ConfigError", "PluginError", "InputError", "CheckpointError", "DataError", "DiskFull",
-           "ExportError", "HubError", "TrainingDiverged"]
+__all__ = ["ConfigError", "PluginError", "CheckpointError", "DataError", "DiskFull", "HubError",
+           "TrainingDiverged"]

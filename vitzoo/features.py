@@ -10,8 +10,6 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
-from vitzoo.timm_surface import check_output_format
-
 DEFAULT_OUT_INDICES = 3  # timm's default for a ViT: the last three blocks
 
 
@@ -23,15 +21,10 @@ class FeatureInfo:
         self.info = [dict(entry, index=i) for i, entry in enumerate(info)]
         self.out_indices = tuple(out_indices)
 
-    def get_dicts(self, keys: Sequence[str] | None = None, idx: int | Sequence[int] | None = None):
-        chosen = self.out_indices if idx is None else idx
-        picked = [self.info[i] if keys is None else {k: self.info[i][k] for k in keys}
-                  for i in (chosen if isinstance(chosen, (list, tuple)) else [chosen])]
-        return picked if isinstance(chosen, (list, tuple)) else picked[0]
-
     def get(self, key: str, idx: int | Sequence[int] | None = None):
-        found = self.get_dicts([key], idx)
-        return [d[key] for d in found] if isinstance(found, list) else found[key]
+        if isinstance(idx, int):
+            return self.info[idx][key]
+        return [self.info[i][key] for i in (self.out_indices if idx is None else idx)]
 
     def channels(self, idx: int | Sequence[int] | None = None):
         return self.get("num_chs", idx)
@@ -59,7 +52,6 @@ class FeatureExtractor(nn.Module):
     def __init__(self, model: nn.Module, out_indices: int | Sequence[int] = DEFAULT_OUT_INDICES,
                  norm: bool = False, output_fmt: str = "NCHW") -> None:
         super().__init__()
-        check_output_format(output_fmt)
         self.out_indices = tuple(model.prune_intermediate_layers(out_indices, prune_norm=not norm))
         self.model, self.norm, self.output_fmt = model, norm, output_fmt
         self.feature_info = FeatureInfo(model.feature_info, self.out_indices)
@@ -72,5 +64,3 @@ class FeatureExtractor(nn.Module):
     def pretrained_cfg(self) -> dict[str, Any]:
         """The preprocessing the weights expect (timm's data helpers read it here too)."""
         return self.model.pretrained_cfg
-
-    default_cfg = pretrained_cfg

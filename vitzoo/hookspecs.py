@@ -1,12 +1,7 @@
-"""The extension points of vitzoo: one hook per kind of component, and one for weight formats.
-
-A plugin is a module or object with functions named like the hooks below, decorated with
-`vitzoo.hookimpl`, registered through the entry-point group ``vitzoo`` (the built-ins are one such
-plugin, `vitzoo/builtins.py`). Each hook returns a dict from names to classes (to instances for
-weight formats); two plugins giving one name are an error naming both. A component is an
-``nn.Module`` built from the `ViTConfig`; it may declare its own options as an ``Options`` dataclass
-(a `vitzoo.options.Options`), given as ``stem_options``, ... or ``--PART.OPTION``, and a classmethod
-``check(config)`` raising `ConfigError` for a config it cannot honour.
+"""The extension points of vitzoo (plugins/README.md): one hook per kind of component, named
+models, tags and weight formats. Each returns a dict from names to classes (to instances for weight
+formats). A component is an ``nn.Module`` built from the `ViTConfig`; it may declare its options as
+an ``Options`` dataclass and a classmethod ``check(config)`` raising `ConfigError`.
 """
 
 from __future__ import annotations

@@ -60,8 +60,6 @@ def for_inference(model: nn.Module, precision: torch.dtype | str = "auto",
     it first to keep it). `precision`: "auto", what its device computes fastest, or a dtype or
     its name (float32/fp32, bfloat16/bf16, float16/fp16). `compile=True` compiles it with frozen
     weights at the first call (each new input shape again)."""
-    if not isinstance(compile, bool):
-        raise ValueError(f"compile={compile!r}: use True or False")
     device = next(model.parameters(), torch.empty(0)).device
     if precision == "auto":
         choice = fastest(device)

@@ -22,13 +22,10 @@ from torch.utils.checkpoint import checkpoint
 
 from vitzoo.weights import native, publish
 from vitzoo.config import POOLS_OF_TIMM, ViTConfig
-from vitzoo.errors import ConfigError, InputError, PluginError
+from vitzoo.errors import ConfigError, PluginError
 from vitzoo.layers.init import xavier_uniform_blocks_
 from vitzoo.registry import get_registry, resolve_config
 from vitzoo.timm_surface import TimmSurface
-
-# the MLP's nonlinearity by `ViTConfig.act`: exact GELU, or the official Flax code's tanh form
-ACTIVATIONS = {"gelu": F.gelu, "gelu_tanh": partial(F.gelu, approximate="tanh")}
 
 
 class Attention(nn.Module):
@@ -92,9 +89,8 @@ class Attention(nn.Module):
         """The relative position bias of these queries to every token, if the model has one."""
         bias = None if self.relative is None else self.relative(q, grid)
         if bias is not None and not fx_tracing() and bias.shape[-2] != q.shape[2]:
-            raise PluginError(f"the position embedding {type(self.relative).__name__} returned an "
-                              f"attention bias of shape {tuple(bias.shape)} for queries of shape "
-                              f"{tuple(q.shape)}; it must give one row per query (hookspecs)")
+            raise PluginError(f"{type(self.relative).__name__} gave an attention bias of shape "
+                              f"{tuple(bias.shape)}, not one row per query (vitzoo/hookspecs.py)")
         return bias
 
 
@@ -127,7 +123,8 @@ class MLP(nn.Module):
         super().__init__()
         self.fc1 = nn.Linear(config.embed_dim, config.mlp_dim)
         self.fc2 = nn.Linear(config.mlp_dim, config.embed_dim)
-        self.act = ACTIVATIONS[config.act]
+        # exact GELU, or the official Flax code's tanh approximation (`ViTConfig.act`)
+        self.act = partial(F.gelu, approximate="tanh" if config.act == "gelu_tanh" else "none")
         self.dropout = nn.Dropout(config.dropout)
         for fc in (self.fc1, self.fc2):
             nn.init.xavier_uniform_(fc.weight)
@@ -242,13 +239,13 @@ class VisionTransformer(TimmSurface, nn.Module):
     def stride(self) -> tuple[int, int]:  # pixels per token along (height, width)
         return tuple(self.stem.stride)
 
-    def grid_size(self, img_size: tuple[int, int], error: type = ConfigError) -> tuple[int, int]:
+    def grid_size(self, img_size: tuple[int, int]) -> tuple[int, int]:
         """The token grid of an image size; an error if the stem's stride does not divide it."""
         (h, w), (sh, sw) = img_size, self.stride
         if h % sh or w % sw:
             near = (max(1, round(h / sh)) * sh, max(1, round(w / sw)) * sw)
-            raise error(f"img_size={tuple(img_size)} is not divisible by the stem's stride "
-                        f"{(sh, sw)} (stem={self.config.stem!r}); use e.g. {near}")
+            raise ConfigError(f"img_size={tuple(img_size)} is not divisible by the stem's stride "
+                              f"{(sh, sw)} (stem={self.config.stem!r}); use e.g. {near}")
         return (h // sh, w // sw)
 
     @property
@@ -264,42 +261,28 @@ class VisionTransformer(TimmSurface, nn.Module):
         self.config = config
 
     def check_input(self, x: torch.Tensor) -> tuple[int, int]:
-        """Refuse a batch the model cannot read, saying why; return its token grid (under torch.fx,
-        whose input has no shape, the configured one)."""
+        """The token grid of a batch of images (under torch.fx, whose input has no shape, the
+        configured one); torch itself refuses a wrong device, dtype or number of channels."""
         if fx_tracing():
             return self.grid
-        config, weight = self.config, next(self.parameters())
-        shape = tuple(x.shape) if isinstance(x, torch.Tensor) else None
-        if shape is None or len(shape) != 4:
-            hint = "; add a batch dimension with x.unsqueeze(0)" if len(shape or ()) == 3 else ""
-            raise InputError("expected a torch.Tensor of images (B, C, H, W), got "
-                             f"{shape or type(x).__name__}{hint}")
+        if x.ndim != 4:
+            raise ValueError(f"expected images (B, C, H, W), got shape {tuple(x.shape)}"
+                             + ("; add a batch dimension: x.unsqueeze(0)" if x.ndim == 3 else ""))
         if not x.is_floating_point():
-            raise InputError(f"expected floating-point images, got {x.dtype}; convert with "
-                             f"x.float() and normalise with mean={config.mean}, std={config.std}")
-        if x.shape[1] != config.in_chans:
-            raise InputError(f"expected {config.in_chans} input channels, got {tuple(x.shape)}")
-        if x.device != weight.device:
-            raise InputError(f"the input is on {x.device} but the model is on {weight.device}; "
-                             "move one of them with .to(device)")
-        if x.dtype != weight.dtype and not torch.is_autocast_enabled(x.device.type):
-            raise InputError(f"the input is {x.dtype} but the model's weights are {weight.dtype}; "
-                             f"convert with x.to({weight.dtype}), or run under torch.autocast")
-        size = (x.shape[2], x.shape[3])
-        if size != config.img_size and not config.dynamic_img_size:
-            raise InputError(f"input size {size} differs from the configured img_size "
-                             f"{config.img_size}; resize it, call model.set_img_size(...) or "
+            raise ValueError(f"expected floating-point images, got {x.dtype}; convert with "
+                             f"x.float(), normalise with mean={self.config.mean}, "
+                             f"std={self.config.std}")
+        size = tuple(x.shape[2:])
+        if size != self.config.img_size and not self.config.dynamic_img_size:
+            raise ValueError(f"input size {size} differs from the configured img_size "
+                             f"{self.config.img_size}; resize it, call model.set_img_size(...) or "
                              "build the model with dynamic_img_size=True")
-        return self.grid_size(size, InputError)
+        return self.grid_size(size)
 
     def embed(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
         """Images -> [x_class; x_p E] (eq. 1 before E_pos), and the token grid."""
         grid = self.check_input(x)
         tokens = self.stem(x)
-        if not fx_tracing() and tokens.shape[1:] != (grid[0] * grid[1], self.config.embed_dim):
-            raise PluginError(f"stem {self.config.stem!r} returned tokens of shape "
-                              f"{tuple(tokens.shape)} for a {grid[0]}x{grid[1]} grid; a stem "
-                              "returns (B, h * w, embed_dim)")
         if self.cls_token is not None:
             cls_token = self.cls_token.expand(tokens.shape[0], -1, -1).to(tokens.dtype)
             tokens = torch.cat([cls_token, tokens], dim=1)
@@ -357,16 +340,15 @@ class VisionTransformer(TimmSurface, nn.Module):
 
     def save_pretrained(self, directory, card: dict | None = None, format: str = "vitzoo") -> None:
         """Write config.json, model.safetensors and a model card (`card`: dataset, metrics, license,
-        tags) into `directory`, atomically, in the layout of `format`: vitzoo, timm, transformers
-        or auto (the first of timm and transformers that builds the model, else vitzoo)."""
+        tags) into `directory`, atomically, in the layout of `format` (docs/weights.md)."""
         self.check_describable("save")
         native.save_pretrained(self, directory, card=card, layout=format)
 
     def push_to_hub(self, repo_id: str, token: str | None = None, private: bool = False,
                     revision: str | None = None, commit_message: str = "Upload vitzoo model",
                     **kwargs) -> str:
-        """Upload what `save_pretrained` writes (format="auto" by default) to the Hub repo
-        `repo_id`, created when missing, as one commit; returns the commit URL."""
+        """Upload what `save_pretrained` writes (format="auto") to the Hub repo `repo_id` in one
+        commit; returns the commit URL."""
         self.check_describable("push")
         return publish.push_to_hub(self, repo_id, token=token, private=private, revision=revision,
                                    commit_message=commit_message, **kwargs)

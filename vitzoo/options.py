@@ -150,8 +150,4 @@ class Options:
 
     @classmethod
     def from_json(cls, text: str) -> Self:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{cls.KIND} options are not valid JSON ({exc})") from None
-        return cls.from_dict(data)
+        return cls.from_dict(json.loads(text))

@@ -49,14 +49,10 @@ def native_bf16(device: torch.device) -> bool:  # T4s and V100s only emulate it
         return torch.cuda.is_bf16_supported(including_emulation=False)
 
 
-def gpu_half(device: torch.device) -> torch.dtype:  # of a CUDA device
-    return torch.bfloat16 if native_bf16(device) else torch.float16
-
-
 def half_of(device: torch.device | str) -> torch.dtype:
-    """The half precision the benchmarks time on `device`: a CUDA GPU's `gpu_half`, else bf16."""
+    """The half precision of `device`: bf16, but fp16 on a CUDA GPU that only emulates bf16."""
     device = torch.device(device)
-    return gpu_half(device) if device.type == "cuda" else torch.bfloat16
+    return torch.float16 if device.type == "cuda" and not native_bf16(device) else torch.bfloat16
 
 
 def cpu_flags() -> frozenset[str]:
@@ -84,9 +80,9 @@ def fastest(device: torch.device | str, flags: frozenset[str] | None = None) -> 
     machine's where None)."""
     device = torch.device(device)
     if device.type == "cuda":
-        if gpu_half(device) == torch.bfloat16:
-            return Choice(torch.bfloat16, "the GPU computes bf16 natively")
-        return Choice(torch.float16, "the GPU only emulates bf16")
+        half = half_of(device)
+        return Choice(half, "the GPU only emulates bf16" if half == torch.float16
+                      else "the GPU computes bf16 natively")
     if device.type != "cpu":
         return Choice(torch.bfloat16, f"{device.type} computes bf16")
     have = sorted(set(CPU_BF16_FLAGS) & (cpu_flags() if flags is None else flags))
@@ -98,10 +94,8 @@ def fastest(device: torch.device | str, flags: frozenset[str] | None = None) -> 
 def training_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     """The autocast dtype (None: float32) `--precision` trains in on `device`: a rule is the GPU's
     half precision on CUDA and float32 elsewhere; a fixed value is itself (fp16 on CUDA only)."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision={precision!r} is not one of {', '.join(PRECISIONS)}")
     if precision in RULES:
-        precision = flag(gpu_half(device)) if device.type == "cuda" else "fp32"
+        precision = flag(half_of(device)) if device.type == "cuda" else "fp32"
     if precision == "fp16" and device.type != "cuda":
         raise ConfigError("--precision fp16 needs CUDA (use bf16 or fp32)")
     return FIXED[precision]

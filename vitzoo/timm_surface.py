@@ -9,8 +9,6 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
-from vitzoo.errors import ExportError
-
 OUTPUT_FORMATS = ("NCHW", "NLC")
 
 
@@ -28,11 +26,6 @@ def take_indices(blocks: int, indices: int | Sequence[int] | None) -> list[int]:
     return taken
 
 
-def check_output_format(output_fmt: str) -> None:
-    if output_fmt not in OUTPUT_FORMATS:
-        raise ValueError(f"output_fmt={output_fmt!r} is not one of {OUTPUT_FORMATS}")
-
-
 class TimmSurface:
     """Methods and attributes a timm VisionTransformer has, on vitzoo's model."""
 
@@ -44,7 +37,8 @@ class TimmSurface:
         ("NLC"), the class token apart (`return_prefix_tokens`: (features, prefix) pairs); `norm`
         applies the final LayerNorm to each. Returns (the final normed tokens, the intermediates),
         or the intermediates alone; `stop_early` runs no block after the last one taken."""
-        check_output_format(output_fmt)
+        if output_fmt not in OUTPUT_FORMATS:
+            raise ValueError(f"output_fmt={output_fmt!r} is not one of {OUTPUT_FORMATS}")
         taken = take_indices(len(self.encoder.blocks), indices)
         tokens, (h, w) = self.embed(x)
         outputs: list[torch.Tensor] = []
@@ -72,36 +66,25 @@ class TimmSurface:
                                   prune_head: bool = True) -> list[int]:
         """Drop what the blocks `indices` do not need, in place, as timm's ViT does: the later
         blocks, the final LayerNorm (`prune_norm`), fc_norm and the head (`prune_head`). Returns
-        the indices from the first block. Without its norms a model is not saved (no config
-        describes it)."""
+        the indices from the first block."""
         taken = take_indices(len(self.encoder.blocks), indices)
         kept = max(taken) + 1
         self.encoder.blocks = self.encoder.blocks[:kept]
         if isinstance(self.encoder.pos_embed, nn.ModuleList):  # one embedding per layer
             self.encoder.pos_embed = self.encoder.pos_embed[:kept]
-        pruned = list(getattr(self, "pruned_parts", []))
-        if prune_norm and not isinstance(self.encoder.norm, nn.Identity):
+        if prune_norm:
             self.encoder.norm = nn.Identity()
-            pruned.append("the final LayerNorm (prune_norm=True)")
         if prune_head:
-            if self.fc_norm is not None:
-                self.fc_norm = None
-                pruned.append("fc_norm (prune_head=True)")
+            self.fc_norm = None
             self.reset_classifier(0, head="linear")
         self.config = self.config.replace(depth=kept)
-        self.pruned_parts = pruned
         return taken
 
     def check_describable(self, action: str) -> None:
-        if getattr(self, "pruned_parts", None):  # pruning left less than the config describes
-            raise ExportError(f"cannot {action} this model: prune_intermediate_layers removed "
-                              f"{' and '.join(self.pruned_parts)}, which no config describes; "
-                              "save the model before pruning it, or prune without them")
-
-    def __prepare_scriptable__(self):  # torch.jit.script's first call on a module
-        raise ExportError("torch.jit.script cannot compile a vitzoo model (its parts take Python "
-                          "options TorchScript does not type): use torch.jit.trace, "
-                          "torch.export.export, torch.compile or vitzoo.export_onnx")
+        # one LayerNorm, before the pool or after it (fc_norm), is what every config describes
+        if isinstance(self.encoder.norm, nn.Identity) == (self.fc_norm is None):
+            raise ValueError(f"cannot {action} this model: prune_intermediate_layers removed a "
+                             "LayerNorm no config describes; save the model before pruning it")
 
     @property
     def num_features(self) -> int:
@@ -124,8 +107,6 @@ class TimmSurface:
                 "first_conv": "stem.proj" if config.stem == "patch" else "stem",
                 "classifier": "head.fc",
                 **({"tag": tag.tag, "hf_hub_id": tag.hub_id} if tag is not None else {})}
-
-    default_cfg = pretrained_cfg  # timm's other name
 
     def get_classifier(self) -> nn.Module:  # nn.Identity with no classes
         return getattr(self.head, "fc", self.head)

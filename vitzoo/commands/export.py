@@ -58,7 +58,7 @@ def run_export(args) -> int:
     model = load(args.model, args.no_weights, options)
     path = export_onnx(model, args.output, batch_size=args.batch_size, opset_version=args.opset,
                        check=not args.no_check, force=args.force,
-                       external_data=args.external_data or None)
+                       external_data=args.external_data)
     checked = ("not checked" if args.no_check
                else "onnxruntime agrees with PyTorch within 1e-4 at batch 1 and 3")
     size = "x".join(map(str, (model.config.in_chans, *model.config.img_size)))

@@ -12,7 +12,6 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 
 from vitzoo.layers.init import lecun_normal_
 
@@ -60,11 +59,10 @@ class StdConv2d(nn.Conv2d):
         super().__init__(in_channels, out_channels, kernel_size, stride, padding=0, bias=False)
         self.numerics = numerics
         lecun_normal_(self.weight)
-        self._standardized: tuple[tuple, torch.Tensor] | None = None  # (key, weight) in eval
 
-    def standardize(self, w: torch.Tensor) -> torch.Tensor:
+    def standardized_weight(self) -> torch.Tensor:
         # in float32 whatever the weight's dtype: bf16 weights round the result once
-        w, dtype, eps = w.float(), w.dtype, self.numerics.ws_eps
+        w, dtype, eps = self.weight.float(), self.weight.dtype, self.numerics.ws_eps
         if self.numerics.ws_eps_in_sqrt:
             # batch normalisation with the filters as channels: one fused kernel each way
             flat = F.batch_norm(w.reshape(1, w.shape[0], -1), None, None, training=True,
@@ -72,24 +70,6 @@ class StdConv2d(nn.Conv2d):
             return flat.reshape(w.shape).to(dtype)
         std, mean = torch.std_mean(w, dim=(1, 2, 3), keepdim=True, correction=0)
         return ((w - mean) / (std + eps)).to(dtype)
-
-    def standardized_weight(self) -> torch.Tensor:
-        w = self.weight
-        # compiled: a formula Inductor folds into a constant with frozen weights (a cache mutated
-        # in the graph would recompile at every call); a traced weight has no storage to key on
-        if torch.compiler.is_compiling():
-            return self.standardize(w)
-        if torch.is_grad_enabled() or self.training or is_fx_symbolic_tracing():
-            self._standardized = None
-            return self.standardize(w)
-        # in eval without autograd the weight does not change between calls: computed once, in the
-        # dtype the convolution runs in (the meta device has no autocast to ask about)
-        autocast = w.device.type != "meta" and torch.is_autocast_enabled(w.device.type)
-        dtype = torch.get_autocast_dtype(w.device.type) if autocast else w.dtype
-        key = (w.data_ptr(), w._version, dtype, w.device)  # a new tensor, or one changed in place
-        if self._standardized is None or self._standardized[0] != key:
-            self._standardized = (key, self.standardize(w).to(dtype))
-        return self._standardized[1]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return conv2d_same(x, self.standardized_weight(), self.stride[0])

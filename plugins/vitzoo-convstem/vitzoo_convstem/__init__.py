@@ -61,7 +61,6 @@ class ConvStem(nn.Module):
 
     def __init__(self, config: ViTConfig) -> None:
         super().__init__()
-        self.check(config)
         p, extra = config.patch_size, ConvStemOptions.from_dict(config.stem_options).extra_layers
         layers, in_channels = [], config.in_chans
         for i, width in enumerate(stem_channels(config.embed_dim, p)):

@@ -41,7 +41,6 @@ class SinCosPosEmbed2d(nn.Module):
 
     def __init__(self, config: ViTConfig, grid: tuple[int, int], num_prefix_tokens: int) -> None:
         super().__init__()
-        self.check(config)
         self.embed_dim, self.num_prefix_tokens = config.embed_dim, num_prefix_tokens
         self.grid = tuple(grid)
         device = torch.empty(0).device  # where a factory would build (`with torch.device("meta")`)
