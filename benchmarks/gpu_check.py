@@ -50,9 +50,8 @@ def peak_tflops(device_name: str) -> float | None:
 
 def no_gpu_reason() -> str | None:
     """Why CUDA cannot be used here, or None when it can."""
-    from vitzoo.train.distributed import cuda_unavailable
-
-    return None if torch.cuda.is_available() else cuda_unavailable() or "torch sees no CUDA GPU"
+    build = " (a CPU build of torch)" if torch.version.cuda is None else ""
+    return None if torch.cuda.is_available() else "torch sees no CUDA GPU" + build
 
 
 def run_child(argv: list[str], limit: float) -> dict[str, Any]:
@@ -74,20 +73,17 @@ def run_child(argv: list[str], limit: float) -> dict[str, Any]:
 # ---------------------------------------------------------------- the steps
 def environment(out: Path) -> dict[str, Any]:
     from vitzoo.precision import native_bf16
-    from vitzoo.train.distributed import unsupported_gpu
 
     gpus = [{"index": i, "name": torch.cuda.get_device_name(i),
              "capability": ".".join(map(str, torch.cuda.get_device_capability(i))),
              "memory_gb": round(torch.cuda.get_device_properties(i).total_memory / 2**30, 1),
-             "native_bf16": native_bf16(torch.device("cuda", i)), "unsupported": unsupported_gpu(i)}
+             "native_bf16": native_bf16(torch.device("cuda", i))}
             for i in range(torch.cuda.device_count())]
     try:
         smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
                              capture_output=True, text=True, timeout=20).stdout.split()
     except (OSError, subprocess.SubprocessError):
         smi = []
-    if any(g["unsupported"] for g in gpus):
-        raise RuntimeError("; ".join(g["unsupported"] for g in gpus if g["unsupported"]))
     return {"torch": torch.__version__, "cuda": torch.version.cuda, "gpus": gpus,
             "arch_list": torch.cuda.get_arch_list(), "driver": smi[0] if smi else None}
 
