@@ -85,7 +85,8 @@ def test_an_empty_path_is_refused_before_anything_is_written(tmp_path, monkeypat
     assert args.out == " runs/a"  # a value with something in it is read as given
 
 
-@pytest.mark.parametrize("argv", [["train", "--bogus"], ["train", "--step", "1"], ["list", "--markd"]])
+@pytest.mark.parametrize("argv", [["train", "--bogus"], ["train", "--step", "1"],
+                                  ["list", "--markd"]])
 def test_an_unknown_or_abbreviated_option_is_refused(argv, capsys):
     with pytest.raises(SystemExit) as exited:
         main(argv)

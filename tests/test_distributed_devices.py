@@ -1,6 +1,7 @@
 """Each process on its own GPU, whoever made the process group (torchrun through vitzoo, or the
 caller's `init_process_group` / `mp.spawn`), and the ranks agreeing on host numbers without a
-device sync. Shown on the CPU with gloo groups and a stand-in for torch.cuda, and on GPUs with NCCL."""
+device sync. Shown on the CPU with gloo groups and a stand-in for torch.cuda, and on GPUs with
+NCCL."""
 
 import os
 

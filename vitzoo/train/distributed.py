@@ -122,7 +122,7 @@ def gather_strided(part: torch.Tensor, total: int, env: Env) -> torch.Tensor:
 
 
 def gather_objects(value: Any, env: Env) -> list:
-    """Every rank's small picklable `value`, in rank order."""
+    """Every rank's picklable `value`, in rank order."""
     if not env.distributed:
         return [value]
     values: list = [None] * env.world_size
