@@ -3,8 +3,6 @@ standing in for torch.cuda / torch.mps), and on a GPU (skipped without one) wher
 
 import json
 import multiprocessing
-import re
-import warnings
 
 import pytest
 import torch
@@ -18,10 +16,8 @@ from vitzoo.train import checkpoint, distributed, fit, inputs, loop, report
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
-def fake_gpus(monkeypatch, count: int, capability=(9, 0), arches=("sm_80", "sm_90")) -> None:
+def fake_gpus(monkeypatch, count: int) -> None:
     for name, value in dict(is_available=lambda: True, device_count=lambda: count,
-                            get_device_capability=lambda device=None: capability,
-                            get_arch_list=lambda: list(arches),
                             get_device_name=lambda device=None: "Some GPU").items():
         monkeypatch.setattr(torch.cuda, name, value)
 
@@ -114,60 +110,9 @@ def test_auto_precision_is_bf16_only_on_gpus_that_have_it_natively(monkeypatch, 
 def test_each_rank_takes_its_own_gpu_and_a_named_gpu_is_that_gpu(monkeypatch):
     fake_gpus(monkeypatch, 2)
     assert distributed.pick_device("cuda", 1) == distributed.pick_device("cuda:1") == torch.device(
-        "cuda", 1)
-    with pytest.raises(RuntimeError, match=r"LOCAL_RANK 2 .* 2 visible CUDA devices.*per_node 2"):
-        distributed.pick_device("auto", 2)
-    with pytest.raises(RuntimeError, match="only 2 visible CUDA devices"):
-        distributed.pick_device("cuda:2")
+        "cuda", 1) == distributed.pick_device("auto", 1)
     fake_gpus(monkeypatch, 1)  # SLURM's --gpu-bind: each task sees its own GPU as device 0
     assert distributed.pick_device("cuda", 5) == torch.device("cuda", 0)
-
-
-@pytest.mark.parametrize("announced", ["driver list", "device node", "CPU build", "none"])
-def test_a_gpu_this_torch_cannot_use_is_named_with_the_fix(tmp_path, monkeypatch, announced):
-    """`auto` trains on the CPU, saying why (an old driver, a CPU build of torch); `cuda` fails
-    saying so; without a GPU, `auto` settles for the CPU quietly."""
-    gpus, node = tmp_path / "gpus", tmp_path / "nvidia0"
-    gpus.mkdir()
-    monkeypatch.setattr(distributed, "NVIDIA_PROBES", (gpus, node))
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
-    monkeypatch.setattr(torch.version, "cuda", None if announced == "CPU build" else "13.0")
-    (gpus / "0000:01:00.0").mkdir() if announced != "device node" else node.touch()
-    if announced == "none":
-        (gpus / "0000:01:00.0").rmdir()
-    said = ("torch is built without CUDA; install a CUDA build" if announced == "CPU build" else
-            r"driver is likely older than torch's CUDA 13\.0 needs \(driver 580 or newer")
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        assert distributed.pick_device("auto") == torch.device("cpu")
-    if announced == "none":
-        assert caught == []
-        return
-    assert re.search(f"{said}.*training on the CPU instead", str(caught[0].message))
-    with pytest.raises(RuntimeError, match=rf"--device cuda: .*{said}"):
-        distributed.pick_device("cuda")
-
-
-@pytest.mark.parametrize(("capability", "arches", "runs"), [
-    ((7, 0), ("sm_75", "sm_80", "sm_90"), False),  # a V100 and the CUDA 13 wheel
-    ((8, 6), ("sm_80",), True),  # machine code of 8.0 runs on later minors of 8
-    ((8, 0), ("sm_86",), False),  # ... not on earlier ones
-    ((9, 0), ("sm_80",), False),  # ... nor on another major
-    ((10, 0), ("sm_90a",), False),  # architecture-specific: that GPU alone
-    ((12, 0), ("sm_80", "compute_90"), True),  # PTX is compiled for later GPUs when loaded
-    ((7, 0), ("compute_70",), True)])
-def test_a_gpu_older_than_the_builds_kernels_is_an_error_at_start(monkeypatch, capability,
-                                                                  arches, runs):
-    fake_gpus(monkeypatch, 1, capability, arches)
-    sm = f"sm_{capability[0]}{capability[1]}"
-    for name in ("cuda", "auto"):
-        if runs:
-            assert distributed.pick_device(name) == torch.device("cuda", 0)
-        else:
-            with pytest.raises(RuntimeError, match=rf"--device {name}: GPU 0 \(Some GPU\) has "
-                                                   rf"compute capability .* includes {sm}"):
-                distributed.pick_device(name)
 
 
 def test_the_training_loader_lives_through_the_run_and_each_evaluation_ends_its_workers(
@@ -187,49 +132,12 @@ def test_the_training_loader_lives_through_the_run_and_each_evaluation_ends_its_
     assert made == [True] and alive == [1, 1, 1]
 
 
-def _gather_in_group(rank: int, world: int, store_path: str, results) -> None:
-    store = torch.distributed.FileStore(store_path, world)
-    torch.distributed.init_process_group("gloo", store=store, rank=rank, world_size=world)
-    env = distributed.Env(rank, world, rank, torch.device("cpu"))
-    mine = torch.arange(7, dtype=torch.float32)[rank::world].unsqueeze(1) * 10
-    results[rank] = distributed.gather_strided(mine, 7, env).flatten().tolist()
-    torch.distributed.destroy_process_group()
-
-
-@pytest.mark.slow
-def test_features_shared_between_processes_are_gathered_in_order(tmp_path):
-    """Rank r extracts rows r, r + W, ...; every rank gets all rows back in order."""
-    import torch.multiprocessing as mp
-
-    with mp.Manager() as manager:
-        results = manager.dict()
-        mp.spawn(_gather_in_group, args=(2, str(tmp_path / "store"), results), nprocs=2)
-        gathered = dict(results)
-    assert gathered == {0: [0.0, 10.0, 20.0, 30.0, 40.0, 50.0, 60.0]} | {1: gathered[0]}
-
-
 def test_every_rank_checks_the_run_directory_before_rank_0_writes_to_it(tmp_path, monkeypatch):
     seen, real = [], distributed.barrier
     monkeypatch.setattr(distributed, "barrier", lambda env: (seen.append(sorted(
         p.name for p in (tmp_path / "run").glob("*"))), real(env)))
     fit(tiny_config(tmp_path, steps=2, warmup=1))
     assert seen[0] == [] and "summary.json" in seen[-1]  # the last after rank 0's last write
-
-
-def test_checkpoints_and_the_best_weights_are_host_copies_not_views(tmp_path, monkeypatch):
-    from vitzoo.weights import native
-
-    handed, real = [], native.save_state_dict
-    monkeypatch.setattr(native, "save_state_dict", lambda sd, path, metadata=None: (
-        handed.append(sd), real(sd, path, metadata))[1])
-    trainer = loop.Trainer.from_config(tiny_config(tmp_path, steps=4, checkpoint_every=2,
-                                                   keep_best=True, val_size=32, eval_every=2))
-    trainer.run()
-    live = {t.untyped_storage().data_ptr() for t in trainer.model.state_dict().values()}
-    copies = [*handed, trainer.best["weights"]]
-    assert len(handed) == 3  # steps 2 and 4, and the final model
-    assert all(t.device.type == "cpu" and t.untyped_storage().data_ptr() not in live
-               for state_dict in copies for t in state_dict.values())
 
 
 # ---------------------------------------------------------------------------- on a GPU only
@@ -252,10 +160,8 @@ def test_on_cuda_fp16_bf16_and_workers_train_and_a_resume_is_exact(tmp_path):
 
 
 @CUDA
-def test_this_gpu_is_one_the_build_has_kernels_for_and_computes_bf16_as_torch_says():
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert distributed.pick_device("auto") == torch.device("cuda", 0)
+def test_auto_takes_this_gpu_and_its_random_state_is_restored():
+    assert distributed.pick_device("auto") == torch.device("cuda", 0)
     assert precision.native_bf16(torch.device("cuda", 0)) == torch.cuda.is_bf16_supported(
         including_emulation=False)
     rngs = checkpoint.rng_state(torch.device("cuda", 0))

@@ -1,15 +1,11 @@
 """Files vitzoo writes are written all or nothing: a save refused or failed keeps every byte of the
-earlier save, a save killed in its swap is repaired by the next one, and a write that fails names
-its destination and blames the folder or the disk, not a temporary file or the network. Files get
-the permissions the user's umask gives."""
+earlier save, and a write that fails names its destination and blames the folder or the disk, not
+a temporary file or the network. Files get the permissions the user's umask gives."""
 
 from __future__ import annotations
 
 import errno
 import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -69,45 +65,6 @@ def test_a_save_replaces_a_save_whole_and_keeps_a_runs_other_files(tmp_path):
     assert (tmp_path / "run" / "metrics.jsonl").read_text() == "{}\n"
     for where in ("saved", "run"):
         assert_same_model(vitzoo.from_pretrained(tmp_path / where).eval(), model)
-
-
-def crash_in_the_swap(directory: Path, seed: int) -> None:
-    """save_pretrained over an earlier save in another process, killed between the swap's two
-    renames: the earlier save moved aside, the new one not yet in place."""
-    script = textwrap.dedent(f"""
-        import os, sys
-        sys.path.insert(0, {str(Path(__file__).parent)!r})
-        from hub_testing import tiny
-        import vitzoo.io as io
-        renames, real = [], os.rename
-        def rename(src, dst):
-            renames.append(src)
-            if len(renames) == 2:
-                os._exit(9)
-            real(src, dst)
-        io.os.rename = rename
-        tiny({seed}).save_pretrained({str(directory)!r})
-    """)
-    assert subprocess.run([sys.executable, "-c", script]).returncode == 9
-
-
-@pytest.mark.parametrize("next_save", ["succeeds", "fails"])
-def test_a_save_killed_in_its_swap_is_recovered_by_the_next_save(tmp_path, next_save):
-    """Loading says where the earlier save waits; the next save puts its model in place, or,
-    failing, brings the earlier one back; no staging or moved-aside folder is left."""
-    first, second = tiny(0), tiny(2)
-    first.save_pretrained(tmp_path / "saved")
-    crash_in_the_swap(tmp_path / "saved", seed=1)
-    with pytest.raises(FileNotFoundError, match=r"an interrupted save left the earlier one in "):
-        vitzoo.from_pretrained(tmp_path / "saved")
-    if next_save == "succeeds":
-        second.save_pretrained(tmp_path / "saved")
-    else:
-        with pytest.raises(ConfigError):
-            second.save_pretrained(tmp_path / "saved", card={"metrics": {"accuracy": None}})
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["saved"]
-    assert_same_model(vitzoo.from_pretrained(tmp_path / "saved"),
-                      second if next_save == "succeeds" else first)
 
 
 def test_a_write_that_cannot_start_names_the_destination_not_a_temporary_file(tmp_path, capsys):

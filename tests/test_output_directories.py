@@ -31,8 +31,9 @@ def holding(tmp_path: Path, what: str) -> Path:
     return where
 
 
-SAID = {"notes": "already holds files of its own (README.md)", "run": "already holds a run",
-        "saved model": "already holds a saved model", "file": "is a file, not a directory"}
+SAID = {"notes": "already holds README.md;", "run": "already holds README.md, checkpoints",
+        "saved model": "already holds README.md, config.json, model.safetensors;",
+        "file": "is a file, not a directory"}
 
 
 @pytest.mark.parametrize("what", sorted(SAID))
@@ -55,8 +56,8 @@ def test_a_source_is_never_written_over(tmp_path, capsys, given):
     source = tmp_path / "src" / ("model.safetensors" if given == "weights file" else "")
     before = snapshot(tmp_path)
     assert main(["convert", str(source), str(tmp_path / "src")]) == 2
-    assert "already holds the source being converted" in capsys.readouterr().err
-    with pytest.raises(ValueError, match="already holds the --pretrained source"):
+    assert "already holds README.md, config.json" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="already holds README.md, config.json"):
         fit(short_config(tmp_path / "src", pretrained=str(source)))
     assert snapshot(tmp_path) == before
 

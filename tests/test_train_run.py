@@ -1,10 +1,8 @@
 """A training run end to end: what it writes, what it learns, its recipes, precisions and
 switches, and how bad data stops it before any work."""
 
-import csv
 import json
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
@@ -14,7 +12,7 @@ from train_testing import TINY, lines, losses, short_config, tiny_config
 import vitzoo
 from vitzoo.errors import DataError
 from vitzoo.layers.pos_embed import resample_grid
-from vitzoo.train import TrainConfig, Trainer, fit, report
+from vitzoo.train import TrainConfig, Trainer, fit
 
 FASHION = Path("/usr/share/datasets/fashion-mnist")
 
@@ -31,10 +29,6 @@ def test_a_run_writes_its_settings_metrics_checkpoint_model_and_summary(tmp_path
     assert (run / "checkpoints" / "latest").read_text() == "step_00000006\n"
     assert [s for s, _ in losses(run)] == list(range(1, 7))
     assert [r["step"] for r in lines(run) if "eval_top1" in r] == [3, 6]
-    with (run / "metrics.csv").open(newline="") as table:  # the same numbers, as a table
-        rows = list(csv.DictReader(table))
-    assert [{k: v for k, v in row.items() if v} for row in rows] == [
-        {k: str(v) for k, v in line.items()} for line in lines(run)]
 
 
 @pytest.mark.slow
@@ -126,12 +120,7 @@ def test_a_time_budget_ends_the_run_on_time():
     assert summary["total_steps"] is None and summary["step"] > 0
 
 
-def test_a_missing_tensorboard_is_said_once_and_metrics_csv_has_the_numbers(tmp_path, monkeypatch):
+def test_a_missing_tensorboard_is_said_and_the_run_goes_on(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # not installed
-    monkeypatch.setattr(report, "_warned", [])
     with pytest.warns(UserWarning, match=r"tensorboard is not installed.*pip install tensorboard"):
-        fit(short_config(tmp_path / "run", tensorboard=True))
-    assert (tmp_path / "run" / "metrics.csv").read_text().startswith("step,epoch,loss")
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # once per process, not once per run
-        fit(short_config(tmp_path / "again", tensorboard=True))
+        assert fit(short_config(tmp_path / "run", tensorboard=True))["status"] == "finished"

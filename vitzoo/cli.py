@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import pkgutil
 import sys
 
-import vitzoo.commands
 from vitzoo.argvalues import ArgumentParser
 from vitzoo.version import __version__
 
@@ -29,8 +27,8 @@ examples:
 
 `vitzoo COMMAND --help` lists a command's options."""
 
-# the order a user meets the commands in; a module not named here comes after them
-ORDER = ("listing", "predict", "train", "evaluate", "shard", "weights", "export", "bench")
+# the modules of vitzoo/commands, in the order a user meets them
+COMMANDS = ("listing", "predict", "train", "evaluate", "shard", "weights", "export", "bench")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,8 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"vitzoo {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                 help="one of these:")
-    names = [m.name for m in pkgutil.iter_modules(vitzoo.commands.__path__)]
-    for name in sorted(names, key=lambda n: (ORDER.index(n) if n in ORDER else len(ORDER), n)):
+    for name in COMMANDS:
         importlib.import_module(f"vitzoo.commands.{name}").add_parser(sub)
     return parser
 

@@ -40,18 +40,17 @@ def converter(annotation: Any):
 
 
 def add_dataclass_flags(parser, cls, exclude=(), dest_prefix: str = "", flag_prefix: str = "--",
-                        defaults: Any = None, show_defaults: bool = True) -> list[str]:
+                        show_defaults: bool = True) -> list[str]:
     """A flag per field of `cls` (`flag_prefix` + its name with dashes), stored under `dest_prefix`
-    + its name, absent unless given; the help shows the default (`defaults`' value where given,
-    none without `show_defaults`). Returns the destinations."""
+    + its name, absent unless given; the help shows the default unless not `show_defaults`.
+    Returns the destinations."""
     hints = typing.get_type_hints(cls)
     dests = []
     for f in dataclasses.fields(cls):
         if f.name in exclude:
             continue
         kind, rules = hints[f.name], f.metadata
-        default = getattr(defaults, f.name) if defaults is not None else (
-            f.default if f.default is not dataclasses.MISSING else f.default_factory())
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         name = str(kind).replace("typing.", "").replace("<class '", "").replace("'>", "")
         shown = ", ".join(filter(None, [" ".join(filter(None, [name, rules.get("range")])),
                                         f"default {default!r}" if show_defaults else ""]))

@@ -52,7 +52,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    import torch
     from safetensors.torch import load_file
 
     import vitzoo
@@ -65,12 +64,6 @@ def run_eval(args: argparse.Namespace) -> int:
     given = vars(args)
     opts = EvalOptions(**{k: given[k] for k in EvalOptions.field_names() if k in given})
     model_dir = Path(args.model_dir)
-    if not (model_dir / "config.json").exists():
-        raise FileNotFoundError(f"{model_dir} holds no saved model (config.json): a finished run "
-                                "or a save_pretrained directory is needed")
-    if opts.ema and not (model_dir / EMA_WEIGHTS_NAME).is_file():
-        raise FileNotFoundError(f"--ema: {model_dir} holds no moving average of the weights "
-                                f"({EMA_WEIGHTS_NAME}); train with --model-ema to keep one")
     data, data_dir = opts.data, opts.data_dir
     if (model_dir / "train_config.json").exists():
         trained = TrainConfig.from_json((model_dir / "train_config.json").read_text("utf-8"))
@@ -86,7 +79,6 @@ def run_eval(args: argparse.Namespace) -> int:
         except Exception as exc:  # safetensors raises its own types
             raise read_failed(model_dir / EMA_WEIGHTS_NAME, exc) from exc
     model = model.to(pick_device(opts.device)).eval()
-    torch.manual_seed(opts.seed)
     transform = datasets.build_transform(model.config.img_size, None)
     load = dict(img_size=model.config.img_size, in_chans=model.config.in_chans, seed=opts.seed)
     train_raw, test_raw = (datasets.load_split(data, split, data_dir, **load)

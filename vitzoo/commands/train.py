@@ -62,9 +62,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
             options.setdefault(PART_OPTIONS[kind], {})[option] = value
     train = {k: given[k] for k in set(TrainConfig.field_names()) - NOT_FLAGS if k in given}
     if resume := given.get("resume"):
-        run = Path(resume if isinstance(resume, str) else given.get("out", ""))
-        if not str(run) or not (run / "train_config.json").exists():
-            raise FileNotFoundError(f"--resume: no run at {run!s:.200} (no train_config.json)")
+        run = Path(resume if isinstance(resume, str) else given.get("out", "."))
         saved = TrainConfig.from_json((run / "train_config.json").read_text(encoding="utf-8"))
         if given.get("model", saved.model) != saved.model:
             raise ConfigError(f"--resume {run}: the run trains {saved.model}, not {given['model']}")

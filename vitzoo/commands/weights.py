@@ -92,8 +92,7 @@ def run_convert(args) -> int:
     import vitzoo
 
     check_new_directory(Path(args.destination), "the destination",
-                        writer="convert writes only into", source=args.source,
-                        source_name="the source being converted")
+                        writer="convert writes only into")
     options = {k: v for k, v in (("num_heads", args.num_heads), ("img_size", args.img_size),
                                  ("num_classes", args.num_classes)) if v is not None}
     model = (vitzoo.create(args.model, pretrained=args.source, **options) if args.model

@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import errno
 import json
-import os
 import random
 import shutil
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +24,11 @@ import torch
 from safetensors.torch import load_file
 
 from vitzoo.errors import CheckpointError, ConfigError, DiskFull
-from vitzoo.io import atomic_path, free_bytes, out_of_space, write_text
+from vitzoo.io import atomic_path, out_of_space, write_text
 from vitzoo.train.config import RESUMABLE, TrainConfig
 from vitzoo.train.optim import EMA_WEIGHTS_NAME
 from vitzoo.weights.files import read_failed
-from vitzoo.weights.layout import CONFIG_NAME, WEIGHTS_NAME
+from vitzoo.weights.layout import WEIGHTS_NAME
 from vitzoo.weights.native import save_pretrained, save_state_dict
 
 LATEST = "latest"
@@ -67,33 +65,21 @@ def host_copy(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {name: t.detach().to("cpu", copy=True) for name, t in model.state_dict().items()}
 
 
-class OnHost:
-    """`model` as save_pretrained reads it, its weights copied to the host, not beside them."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        self._model = model
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.__dict__["_model"], name)
-
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        return host_copy(self._model)
-
-
 def save_model(model: torch.nn.Module, ema: torch.nn.Module | None, path: Path, **kwargs) -> None:
     """save_pretrained's files in `path`, and the moving average's weights beside them."""
-    save_pretrained(OnHost(model), path, **kwargs)
+    save_pretrained(model, path, **kwargs)
     if ema is not None:
-        save_state_dict(host_copy(ema), path / EMA_WEIGHTS_NAME, metadata={"format": "pt"})
+        save_state_dict(ema.state_dict(), path / EMA_WEIGHTS_NAME, metadata={"format": "pt"})
 
 
 def disk_full(run: Path, where: Path, what: str, needed: int, kept: Path | None) -> DiskFull:
     """A full disk's error: the file, the space it needs and has, what is kept, how to finish."""
     have = (f"the last good checkpoint, {kept.name}, is kept in {kept.parent}" if kept
             else "no earlier checkpoint was written, so the run resumes from its start")
+    free = shutil.disk_usage(run).free
     return DiskFull(errno.ENOSPC, f"the disk is full: {what} could not be written to {where} (it "
-                    f"needs about {needed / 1e6:.1f} MB; {free_bytes(where) / 1e6:.1f} MB are free "
-                    f"there); {have}. Free some space and run `vitzoo train --resume {run}`")
+                    f"needs about {needed / 1e6:.1f} MB; {free / 1e6:.1f} MB are free there); "
+                    f"{have}. Free some space and run `vitzoo train --resume {run}`")
 
 
 def tensor_bytes(tree: Any) -> int:
@@ -119,7 +105,8 @@ def save(directory: Path, step: int, model: torch.nn.Module, state: dict[str, An
         if latest(directory) != path:
             shutil.rmtree(path, ignore_errors=True)
         # torch.save's C++ writer says "unexpected pos" on a full disk
-        if out_of_space(exc) or isinstance(exc, RuntimeError) and free_bytes(directory) < 2**26:
+        full = isinstance(exc, RuntimeError) and shutil.disk_usage(directory.parent).free < 2**26
+        if out_of_space(exc) or full:
             needed = tensor_bytes(model.state_dict()) + tensor_bytes(state)
             raise disk_full(directory.parent, path, f"checkpoint {path.name} ({WEIGHTS_NAME} and "
                             f"{STATE_NAME})", needed, latest(directory)) from exc
@@ -131,17 +118,15 @@ def save(directory: Path, step: int, model: torch.nn.Module, state: dict[str, An
     return path
 
 
-def _complete(path: Path) -> bool:
-    return all((path / name).is_file() for name in (STATE_NAME, WEIGHTS_NAME, CONFIG_NAME))
-
-
 def latest(directory: Path) -> Path | None:
-    """The complete checkpoint `latest` names, or None."""
-    try:
-        path = directory / (directory / LATEST).read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError):
+    """The checkpoint `latest` names (never one outside `directory`); None before the first."""
+    pointer = directory / LATEST
+    if not pointer.exists():
         return None
-    return path if path.parent == directory and _complete(path) else None
+    path = directory / pointer.read_text(encoding="utf-8").strip()
+    if path.parent != directory:
+        raise CheckpointError(f"{pointer} names {path}, which is not a checkpoint of {directory}")
+    return path
 
 
 def load(path: Path, model: torch.nn.Module, device: torch.device,
@@ -166,57 +151,19 @@ def load(path: Path, model: torch.nn.Module, device: torch.device,
     return state
 
 
-def load_last(directory: Path, model: torch.nn.Module, device: torch.device,
-              ema: torch.nn.Module | None = None) -> tuple[Path, dict[str, Any]] | None:
-    """The newest checkpoint that reads: `latest`'s, else (warned) the newest complete one; None
-    when the run committed none."""
-    pointed = latest(directory)
-    paths = ([pointed] if pointed else []) + sorted(
-        (p for p in directory.glob("step_*") if p.is_dir() and _complete(p) and p != pointed),
-        reverse=True)
-    if (directory / LATEST).exists() and pointed is None:
-        if not paths:
-            raise CheckpointError(f"cannot resume: {directory / LATEST} names no complete "
-                                  "checkpoint, and there is none; restore one, or choose another "
-                                  "--out")
-        warnings.warn(f"{directory / LATEST} names no complete checkpoint: resuming from the "
-                      f"newest complete checkpoint, {paths[0].name}")
-    if not paths:
-        return None
-    problems = []
-    for i, path in enumerate(paths):
-        try:
-            return path, load(path, model, device, ema)
-        except CheckpointError as exc:
-            problems.append(str(exc))
-            if i + 1 < len(paths):
-                warnings.warn(f"{exc}: resuming from the previous checkpoint, {paths[i + 1].name}")
-    raise CheckpointError(f"cannot resume, no checkpoint reads: {'; '.join(problems)}. Restore "
-                          "the files, or choose another --out")
-
-
 # ---------------------------------------------------------------------------- the run directory
-def check_new_directory(directory: Path, option: str, *, writer: str, source: str | None = None,
-                        source_name: str = "the source", run_hint: str = "") -> None:
+def check_new_directory(directory: Path, option: str, *, writer: str, run_hint: str = "") -> None:
     """A directory a command fills (`train --out`, `convert`, `pull`) is new or empty. `writer`
     says who needs it; `run_hint` is added when it holds a run."""
     another = f"choose another {option if option.startswith('-') else 'directory'}"
     if directory.exists() and not directory.is_dir():
         raise ValueError(f"{option} {directory} is a file, not a directory; {another}")
     entries = sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []
-    if not entries:
-        return
-    read = Path(source).resolve() if source and os.path.exists(source) else None
-    if read and (directory.resolve() == read or directory.resolve() in read.parents):
-        held = f"{source_name} {source} (writing there would overwrite what is read)"
-    elif "train_config.json" in entries or "checkpoints" in entries:
-        held = "a run" + run_hint
-    elif CONFIG_NAME in entries:
-        held = "a saved model (config.json)"
-    else:
-        held = f"files of its own ({', '.join(entries[:5])}{', ...' if len(entries) > 5 else ''})"
-    raise ValueError(f"{option} {directory} already holds {held}; {writer} an empty or new "
-                     f"directory: {another}")
+    if entries:
+        held = ", ".join(entries[:4]) + (", ..." if len(entries) > 4 else "")
+        hint = run_hint if "train_config.json" in entries else ""
+        raise ValueError(f"{option} {directory} already holds {held}{hint}; {writer} an empty or "
+                         f"new directory: {another}")
 
 
 def prepare_run_dir(cfg: TrainConfig) -> Path | None:
@@ -225,9 +172,8 @@ def prepare_run_dir(cfg: TrainConfig) -> Path | None:
         return None
     run = Path(cfg.out)
     if not cfg.resume:
-        check_new_directory(run, "--out", writer="a new run needs", source=cfg.pretrained,
-                            source_name="the --pretrained source",
-                            run_hint="; pass --resume to continue it")
+        check_new_directory(run, "--out", writer="a new run needs",
+                            run_hint=" (a run: pass --resume to continue it)")
         return run
     saved = run / "train_config.json"
     if not saved.exists():
@@ -239,22 +185,3 @@ def prepare_run_dir(cfg: TrainConfig) -> Path | None:
         detail = ", ".join(f"{k}: {before.get(k)!r} -> {now[k]!r}" for k in changed)
         raise ConfigError(f"cannot resume {run} with different settings ({detail})")
     return run
-
-
-def finished_summary(cfg: TrainConfig) -> dict | None:
-    """The summary of the finished run `cfg` resumes (its last checkpoint is the summary's step),
-    said in a line; None for any other run."""
-    if not (cfg.resume and cfg.out):
-        return None
-    run = prepare_run_dir(cfg.resolved())
-    try:
-        summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    last = latest(run / "checkpoints")
-    if not (isinstance(summary, dict) and summary.get("status") == "finished" and last
-            and last.name == f"step_{summary.get('step', -1):08d}"):
-        return None
-    if not cfg.quiet and os.environ.get("RANK", "0") == "0":
-        print(f"{run} is finished (step {summary['step']}): nothing to resume, nothing changed")
-    return summary

@@ -30,7 +30,7 @@ DEFAULT_EPOCHS = 10
 # what may differ between a run and its resumption: none of them changes what is computed
 RESUMABLE = {"resume", "stop_at", "quiet", "num_workers", "log_every", "eval_every", "out",
              "checkpoint_every", "checkpoint_every_min", "keep_checkpoints", "device", "compile",
-             "tensorboard", "download", "decode"}
+             "tensorboard", "download", "decode", "fewshot"}
 
 
 PATHS = ("pretrained", "data", "data_dir", "out")  # "" would be the current directory, or none
@@ -141,10 +141,8 @@ class TrainConfig(Options):
                                          or len(set(self.classes)) < len(self.classes)):
             raise ConfigError(f"classes={self.classes}: name each class once, e.g. 0,1,2,3,4")
         if self.keep_best and not (self.val_size and self.eval_every):
-            missing = [flag for flag, value in (("--val-size N", self.val_size),
-                                                ("--eval-every K", self.eval_every)) if not value]
             raise ConfigError("keep_best picks the best evaluation on a validation set: give "
-                              f"{' and '.join(missing)} (> 0)")
+                              "--val-size and --eval-every (> 0)")
         if self.resume and not self.out:
             raise ConfigError("resume needs the run directory (out)")
 

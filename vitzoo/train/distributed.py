@@ -12,24 +12,16 @@ import atexit
 import contextlib
 import datetime
 import os
-import re
 import signal
-import socket
 import threading
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from vitzoo.errors import ConfigError
-
 COLLECTIVE_TIMEOUT = datetime.timedelta(minutes=10)  # over a ViT-H checkpoint's write, under 30
-NVIDIA_PROBES = (Path("/proc/driver/nvidia/gpus"), Path("/dev/nvidia0"))  # a driver's GPUs
-MINIMUM_DRIVER = {"11": "450", "12": "525", "13": "580"}  # of each CUDA major release
 
 
 @dataclass
@@ -50,76 +42,22 @@ class Env:
         return self.world_size > 1
 
 
-def cuda_unavailable() -> str | None:
-    """Why torch cannot use this machine's NVIDIA GPU (a CPU build, an old driver), or None."""
-    if not any(os.access(p, os.R_OK) and (not p.is_dir() or any(p.iterdir()))
-               for p in NVIDIA_PROBES):
-        return None
-    if torch.version.cuda is None:
-        return "there is an NVIDIA GPU, but torch is built without CUDA; install a CUDA build"
-    driver = MINIMUM_DRIVER.get(torch.version.cuda.split(".")[0], "?")
-    return (f"there is an NVIDIA GPU, but its driver is likely older than torch's CUDA "
-            f"{torch.version.cuda} needs (driver {driver} or newer): update it")
-
-
-def runs_on(arch: str, major: int, minor: int) -> bool:
-    """Whether code of `arch` runs on compute capability major.minor: sm_XY on X.Y and the later
-    minors of X, PTX compute_XY on X.Y and any later GPU, sm_XYa on X.Y alone."""
-    found = re.fullmatch(r"(sm|compute)_(\d+)(\d)(a?)", arch)
-    if found is None:
-        return False
-    built, specific = (int(found[2]), int(found[3])), found[4]
-    if specific:
-        return built == (major, minor)
-    if found[1] == "compute":
-        return built <= (major, minor)
-    return built[0] == major and built[1] <= minor
-
-
-def unsupported_gpu(index: int) -> str | None:
-    """Why this torch build has no kernels for GPU `index` (too old for it), or None."""
-    arches, (major, minor) = torch.cuda.get_arch_list(), torch.cuda.get_device_capability(index)
-    if not arches or torch.version.hip or any(runs_on(a, major, minor) for a in arches):
-        return None
-    return (f"GPU {index} ({torch.cuda.get_device_name(index)}) has compute capability "
-            f"{major}.{minor}, and torch has kernels for {', '.join(arches)} only: install a "
-            f"torch whose build includes sm_{major}{minor} (for an older CUDA), or --device cpu")
-
-
 def pick_device(name: str, local_rank: int = 0) -> torch.device:
-    """`auto`: CUDA, else MPS, else the CPU (warning of a GPU torch cannot use); `cuda`: the local
-    rank's GPU, or the one GPU a process sees (SLURM's --gpu-bind); `cuda:N`: GPU N."""
-    cuda, mps = torch.cuda.is_available(), torch.backends.mps.is_available()
-    if name == "auto" and not cuda and (why := cuda_unavailable()):
-        where = "MPS" if mps else "CPU"
-        warnings.warn(f"--device auto: {why}; training on the {where} instead", stacklevel=2)
-    device = ("cuda" if cuda else "mps" if mps else "cpu") if name == "auto" else name
-    if device == "mps" and not mps:
-        raise RuntimeError("--device mps: MPS is not available")
-    if not device.startswith("cuda"):
-        return torch.device(device)
-    if not cuda:
-        raise RuntimeError(f"--device {name}: {cuda_unavailable() or 'no CUDA device'}")
-    index, gpus = torch.device(device).index, torch.cuda.device_count()
-    if index is None and gpus > 1 and local_rank >= gpus:
-        raise RuntimeError(f"LOCAL_RANK {local_rank} has no GPU of its own among the {gpus} "
-                           f"visible CUDA devices: start at most {gpus} processes a node "
-                           f"(torchrun --nproc_per_node {gpus})")
-    index = (local_rank if gpus > 1 else 0) if index is None else index
-    if index >= gpus:
-        raise RuntimeError(f"--device {name}: there are only {gpus} visible CUDA devices")
-    if why := unsupported_gpu(index):
-        raise RuntimeError(f"--device {name}: {why}")
-    return torch.device("cuda", index)
+    """`auto`: CUDA, else MPS, else the CPU; `cuda`: the local rank's GPU, or the one GPU a process
+    sees (SLURM's --gpu-bind); `cuda:N`: GPU N."""
+    if name == "auto":
+        name = ("cuda" if torch.cuda.is_available() else
+                "mps" if torch.backends.mps.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", local_rank if torch.cuda.device_count() > 1 else 0)
+    return device
 
 
 def setup(device: str) -> Env:
     """This process's rank, world and device, and the group when torchrun started several
     processes (a caller's own group is used as it is). A GPU becomes the current device."""
     joined, launched = dist.is_initialized(), int(os.environ.get("WORLD_SIZE", "1"))
-    if launched > 1 and device.startswith("cuda") and torch.device(device).index is not None:
-        raise ConfigError(f"--device {device} under torchrun puts every process on one GPU; use "
-                          "--device cuda (CUDA_VISIBLE_DEVICES chooses the GPUs)")
     rank = dist.get_rank() if joined else int(os.environ.get("RANK", "0"))
     world = dist.get_world_size() if joined else launched
     # a caller's group without LOCAL_RANK (mp.spawn): the rank on its node picks the GPU
@@ -135,22 +73,7 @@ def setup(device: str) -> Env:
         rank, world = dist.get_rank(), dist.get_world_size()
     if not dist.is_initialized():
         return Env(rank, world, local_rank, dev)
-    env = Env(rank, world, local_rank, dev, *host_agreement(dev))
-    if dev.type == "cuda" and world > 1:
-        uuid = str(getattr(torch.cuda.get_device_properties(dev), "uuid", dev.index))
-        refuse_shared_gpus(gather_objects((socket.gethostname(), uuid), env))
-    return env
-
-
-def refuse_shared_gpus(identities: list[tuple[str, str]]) -> None:
-    """Each rank's (host, GPU UUID): two ranks on one GPU fail on every rank alike."""
-    ranks: dict[tuple[str, str], list[str]] = {}
-    for rank, identity in enumerate(identities):
-        ranks.setdefault(tuple(identity), []).append(str(rank))
-    for (host, gpu), together in ranks.items():
-        if len(together) > 1:
-            raise ConfigError(f"ranks {', '.join(together)} all work on GPU {gpu} of {host}: "
-                              "start one process per GPU (under SLURM: --gpus-per-task=1)")
+    return Env(rank, world, local_rank, dev, *host_agreement(dev))
 
 
 _HOST_GROUP: dict[str, Any] = {}  # made once a process: a group cannot be made again
@@ -180,7 +103,7 @@ def all_reduce(tensor: torch.Tensor, env: Env) -> torch.Tensor:
 
 
 def host_max(values: list[float], env: Env) -> list[float]:
-    """The largest of each host number over the ranks, with no device sync."""
+    """The largest of each host number over the ranks, with no device sync where gloo reaches."""
     if not env.distributed:
         return values
     agreed = torch.tensor(values, dtype=torch.float64, device=env.host_device)
@@ -192,19 +115,14 @@ def gather_strided(part: torch.Tensor, total: int, env: Env) -> torch.Tensor:
     """The `total` rows of which rank r holds rows r, r + W, ..., in order, on every rank."""
     if not env.distributed:
         return part
-    world, rows = env.world_size, -(-total // env.world_size)
-    padded = torch.zeros((rows, *part.shape[1:]), dtype=part.dtype, device=env.device)
-    padded[: len(part)] = part.to(env.device)
-    shares = [torch.empty_like(padded) for _ in range(world)]
-    dist.all_gather(shares, padded)
-    whole = torch.empty((total, *part.shape[1:]), dtype=part.dtype, device=part.device)
-    for rank, share in enumerate(shares):
-        whole[rank::world] = share[: len(range(rank, total, world))].to(part.device)
+    whole = torch.empty((total, *part.shape[1:]), dtype=part.dtype)
+    for rank, share in enumerate(gather_objects(part.cpu(), env)):
+        whole[rank :: env.world_size] = share
     return whole
 
 
 def gather_objects(value: Any, env: Env) -> list:
-    """Every rank's small picklable `value`, in rank order."""
+    """Every rank's picklable `value`, in rank order."""
     if not env.distributed:
         return [value]
     values: list = [None] * env.world_size

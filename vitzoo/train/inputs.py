@@ -7,7 +7,6 @@ evaluation gives rank r the images r, r + W, ...; a share that fails fails every
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import torch
@@ -48,17 +47,9 @@ def load_splits(cfg: TrainConfig, base) -> tuple[Dataset, Dataset | None, Datase
         train_raw, test_raw = (datasets.keep_classes(s, cfg.classes, cfg.data)
                                for s in (train_raw, test_raw))
         info = datasets.classes_kept(info, cfg.classes)
-    left = len(train_raw) - cfg.val_size
-    if cfg.val_size and left < cfg.batch_size:
-        raise ConfigError(f"val_size={cfg.val_size} leaves {max(0, left)} of the {len(train_raw)} "
-                          f"training images, less than a batch ({cfg.batch_size}); lower "
-                          "--val-size or --batch-size")
     # held out before train_limit: the training subsets of one seed nest and never validate
     train_raw, val_raw = datasets.split_validation(train_raw, cfg.val_size)
     train_raw = datasets.subset(train_raw, cfg.train_limit, cfg.seed)
-    if val_raw is not None and cfg.train_limit and cfg.train_limit > len(train_raw):
-        warnings.warn(f"train_limit={cfg.train_limit} is more than the {len(train_raw)} training "
-                      "images left beside the validation split: training on them all", stacklevel=3)
     return train_raw, val_raw, datasets.subset(test_raw, cfg.test_limit, cfg.seed), info
 
 
@@ -88,10 +79,6 @@ class GlobalBatchSampler(Sampler):
 
     def set_epoch(self, epoch: int, start_step: int = 0) -> None:
         self.epoch, self.start_step = epoch, start_step
-
-    def __len__(self) -> int:
-        return (self.steps - self.start_step) * (self.global_batch // self.world_size
-                                                 // self.micro_batch)
 
     def __iter__(self) -> Iterator[list[tuple[int, int]]]:
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
@@ -131,12 +118,8 @@ class Inputs:
         self.train_loader = None
 
     def describe(self) -> str:
-        if self.decode == "workers":
-            return "images decoded in the loader workers"
-        if self.train_on_device:
-            return f"image files decoded on {self.device} (the loader workers read bytes)"
-        return (f"training images decoded in the loader workers (their augmentation is not "
-                f"{self.device}'s), evaluation images on {self.device}")
+        where = f"on {self.device}" if self.train_on_device else "in the loader workers"
+        return f"training images decoded {where}"
 
     def micro_batches(self, start_step: int, steps_per_epoch: int
                       ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:

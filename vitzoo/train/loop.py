@@ -24,7 +24,7 @@ from vitzoo import data as datasets
 from vitzoo.errors import ConfigError, TrainingDiverged
 from vitzoo.io import write_text
 from vitzoo.model import choose_attention
-from vitzoo.precision import FIXED, autocast, flag, sum_dtype, training_dtype
+from vitzoo.precision import autocast, flag, sum_dtype, training_dtype
 from vitzoo.train import checkpoint, distributed, inputs, report
 from vitzoo.train.config import TrainConfig
 from vitzoo.train.optim import ModelEMA, build_optimizer, plan_length
@@ -42,7 +42,7 @@ def loss_fn(logits: torch.Tensor, targets: torch.Tensor, label_smoothing: float)
 def fit(config: TrainConfig) -> dict[str, Any]:
     """Train as `config` says; the summary (also RUN/summary.json). For the model as well:
     `trainer = Trainer.from_config(config)`, `trainer.run()`, `trainer.model`."""
-    return checkpoint.finished_summary(config) or Trainer.from_config(config).run()
+    return Trainer.from_config(config).run()
 
 
 def resolve_model(cfg: TrainConfig) -> vitzoo.Resolved:
@@ -134,29 +134,20 @@ class Trainer:
             print(message, file=sys.stderr, flush=True)
 
     def resume(self) -> None:
-        """The state a checkpoint holds: the last readable one's, or a fresh one."""
+        """The state the last checkpoint holds, or a fresh one."""
         cfg, env, device = self.cfg, self.env, self.device
         self.step, self.train_seconds, self.images_seen = 0, 0.0, 0
         self.loss_value = self.grad_norm = None  # the last read: a run resumed at its end has them
         self.best: dict[str, Any] = {"step": None, "val_top1": None, "weights": None}
-        ema = self.ema.module if self.ema is not None else None
-        found = cfg.resume and checkpoint.load_last(self.run_dir / "checkpoints", self.model,
-                                                    device, ema)
-        self.resume_from = found[0] if found else None
-        if not found:
+        self.resume_from = checkpoint.latest(self.run_dir / "checkpoints") if cfg.resume else None
+        if self.resume_from is None:
             if cfg.resume and env.is_main:  # said quiet or not
                 print(f"no checkpoint in {self.run_dir}: starting from step 0", file=sys.stderr)
             torch.manual_seed(cfg.seed + 1 + env.rank)  # dropout, drop-path, mixing: per rank
             self.scaler = torch.amp.GradScaler(device.type, enabled=self.amp_dtype == torch.float16)
             return
-        saved = found[1]
-        if FIXED[saved["precision"]] != self.amp_dtype:  # a run's numbers keep their precision
-            if saved["precision"] == "fp16" and device.type != "cuda":
-                raise ConfigError(f"the checkpoint was trained in fp16, which needs CUDA, and this "
-                                  f"run is on {device}: resume it on a GPU")
-            self.say(f"resuming in {saved['precision']}, the precision the checkpoint was trained "
-                     f"in, not {flag(self.amp_dtype)}, which {device} would choose")
-            self.amp_dtype = FIXED[saved["precision"]]
+        saved = checkpoint.load(self.resume_from, self.model, device, self.ema and self.ema.module)
+        self.amp_dtype = training_dtype(saved["precision"], device)  # a run keeps its precision
         self.scaler = torch.amp.GradScaler(device.type, enabled=self.amp_dtype == torch.float16)
         self.optimizer.load_state_dict(saved["optimizer"])
         self.schedule.load_state_dict(saved["schedule"])

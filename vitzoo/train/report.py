@@ -1,12 +1,10 @@
 """What a run reports: RUN/metrics.jsonl as it trains, a JSON line per log and evaluation (a
-resumed run drops those its checkpoint had not reached), the same as a table in metrics.csv and
-TensorBoard's logs; once it stops the saved model and summary.json, its record.
+resumed run drops those its checkpoint had not reached), and TensorBoard's logs; once it stops the
+saved model and summary.json, its record.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import signal
 import time
@@ -25,19 +23,17 @@ from vitzoo.train.checkpoint import disk_full, latest, save_model, tensor_bytes
 from vitzoo.train.inputs import shared_features
 from vitzoo.weights.layout import CONFIG_NAME, WEIGHTS_NAME
 
-_warned: list[bool] = []  # a missing tensorboard is said once a process
-
 
 def json_text(document: Any) -> str:
     return json.dumps(document, indent=2) + "\n"
 
 
 class Metrics:
-    """metrics.jsonl, metrics.csv and TensorBoard's logs, written by rank 0 (a no-op elsewhere)."""
+    """metrics.jsonl and TensorBoard's logs, written by rank 0 (a no-op elsewhere)."""
 
     def __init__(self, run: Path | None, enabled: bool, resume_step: int,
                  tensorboard: bool) -> None:
-        self.run, self.file, self.tb, self.records = run, None, None, []
+        self.file, self.tb, records = None, None, []
         if run is None or not enabled:
             return
         path = run / "metrics.jsonl"
@@ -47,8 +43,8 @@ class Metrics:
             except ValueError:
                 continue
             if isinstance(record, dict) and record.get("step", 0) <= resume_step:
-                self.records.append(record)
-        write_text(path, "".join(json.dumps(r) + "\n" for r in self.records))
+                records.append(record)
+        write_text(path, "".join(json.dumps(r) + "\n" for r in records))
         self.file = open(path, "a", encoding="utf-8")
         if tensorboard:
             try:
@@ -56,11 +52,8 @@ class Metrics:
 
                 self.tb = SummaryWriter(str(run / "tensorboard"))
             except ImportError:
-                if not _warned:
-                    _warned.append(True)
-                    warnings.warn("tensorboard is not installed, so this run writes no TensorBoard "
-                                  "logs (pip install tensorboard; --no-tensorboard silences this); "
-                                  "metrics.csv holds the numbers", stacklevel=2)
+                warnings.warn("tensorboard is not installed, so this run writes no TensorBoard "
+                              "logs: pip install tensorboard, or --no-tensorboard", stacklevel=2)
 
     def write(self, record: dict[str, Any], tensorboard: bool = True) -> None:
         """One line: `record`'s step and values (to TensorBoard too unless not `tensorboard`)."""
@@ -68,21 +61,13 @@ class Metrics:
             return
         self.file.write(json.dumps(record) + "\n")
         self.file.flush()
-        self.records.append(record)
         for key, value in record.items() if self.tb is not None and tensorboard else ():
             if key != "step" and isinstance(value, (int, float)):
                 self.tb.add_scalar(key, value, record["step"])
 
     def close(self) -> None:
-        if self.file is None:
-            return
-        self.file.close()
-        columns = list(dict.fromkeys(["step", *(key for r in self.records for key in r)]))
-        table = io.StringIO()
-        writer = csv.DictWriter(table, columns, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(self.records)
-        write_text(self.run / "metrics.csv", table.getvalue())
+        if self.file is not None:
+            self.file.close()
         if self.tb is not None:
             self.tb.close()
 
@@ -126,22 +111,17 @@ def record(trainer, final: dict[str, float], val_final: dict[str, float],
 
 def finish(trainer, final: dict[str, float], val_final: dict[str, float]) -> dict[str, Any]:
     """Few-shot accuracy (each rank a share of the features), the summary, and from rank 0 the
-    saved model and summary.json; a few-shot failure is raised once they are written."""
+    saved model and summary.json."""
     cfg, run, model, ema = trainer.cfg, trainer.run_dir, trainer.model, trainer.ema
     done, ema = trainer.status == "finished", ema and ema.module
-    fewshot, error = {}, None
-    if cfg.fewshot and done:
-        try:
-            features = shared_features(model, trainer.env, trainer.inputs.eval_batches)
-            fewshot = fewshot_linear_accuracy(model, trainer.inputs.train_eval_set,
-                                              trainer.inputs.test_set, cfg.fewshot, draws=5,
-                                              seed=cfg.seed, features=features)
-        except Exception as exc:  # raised once the trained model and summary.json are written
-            error = exc
+    fewshot = {}
+    if cfg.fewshot and done:  # a failure here keeps the last checkpoint: --resume finishes
+        features = shared_features(model, trainer.env, trainer.inputs.eval_batches)
+        fewshot = fewshot_linear_accuracy(model, trainer.inputs.train_eval_set,
+                                          trainer.inputs.test_set, cfg.fewshot, draws=5,
+                                          seed=cfg.seed, features=features)
     model.eval()
     summary = record(trainer, final, val_final, fewshot)
-    if error is not None:
-        summary["fewshot_error"] = f"{type(error).__name__}: {error}"
     if trainer.env.is_main and run is not None:
         try:
             if done or not (run / CONFIG_NAME).exists():
@@ -155,10 +135,6 @@ def finish(trainer, final: dict[str, float], val_final: dict[str, float]) -> dic
             raise disk_full(run, run, f"the trained model ({WEIGHTS_NAME}) and summary.json",
                             tensor_bytes(model.state_dict()), latest(run / "checkpoints")) from exc
     distributed.barrier(trainer.env)
-    if error is not None:
-        error.add_note(f"few-shot evaluation failed after training; the trained model and "
-                       f"summary.json are saved{f' in {run}' if run else ''}")
-        raise error
     if done:
         trainer.say(f"done: {trainer.step} steps in {trainer.train_seconds:.0f} s, test top-1 "
                     f"{final['top1']:.4f}" + (f" -> {run}" if run else ""))

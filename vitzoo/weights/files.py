@@ -16,7 +16,6 @@ import torch
 
 from vitzoo.config import ViTConfig
 from vitzoo.errors import CheckpointError
-from vitzoo.io import interrupted_swap
 from vitzoo.weights import ConvertedWeights, WeightFormat, converting, hub, native
 from vitzoo.weights.timm import TimmFormat
 from vitzoo.weights.transformers import TransformersFormat
@@ -191,10 +190,7 @@ def open_source(source, formats: dict[str, WeightFormat]) -> Source:
         opened.location = f"{text} (cached at {directory})"
         return opened
     if not os.path.exists(text):
-        kept = interrupted_swap(text)
-        raise FileNotFoundError(f"no checkpoint at {text!r}" + (
-            f": an interrupted save left the earlier one in {kept}; the next save puts it back"
-            if kept else f". {SUPPORTED}"))
+        raise FileNotFoundError(f"no checkpoint at {text!r}. {SUPPORTED}")
     if os.path.isdir(text):
         return open_directory(text, formats)
     return convert(load_file(text), {}, text, formats)
