@@ -3,9 +3,9 @@
 LIST: ablations (benchmarks/ablations/), `all`, `speed`, `loader`; or `gpu-check` alone. A run is
 an ablation's cell at the scale with a seed, and is done when its record exists: an interrupted
 suite continues, and a run resumes from its checkpoint. Runs go to a process pool (`--workers`),
-PyTorch's elastic launcher (`--processes-per-run`, `--gpus-per-run`) or SLURM (`--launcher
-slurm`); `--dry-run` prints the plan (runs, FLOPs, minutes) and writes nothing; `--report-only`
-writes the tables, figures and verdicts of the runs measured so far.
+PyTorch's elastic launcher (`--gpus-per-run`) or SLURM (`--launcher slurm`); `--dry-run` prints
+the plan (runs, FLOPs, minutes) and writes nothing; `--report-only` writes the tables, figures
+and verdicts of the runs measured so far.
 """
 
 from __future__ import annotations
@@ -16,16 +16,16 @@ import dataclasses
 import importlib.util
 import json
 import math
-import shutil
 import sys
 import time
 from pathlib import Path
 
+import torch
+
 from benchmarks import plan as planning
 from benchmarks.ablations import ABLATIONS
-from benchmarks.assignment import LAUNCHERS, assign, common_share
 from benchmarks.figures import MATPLOTLIB_MISSING
-from benchmarks.runner import execute, records
+from benchmarks.runner import assign, execute, records
 from benchmarks.scales import SCALES, get_scale
 from benchmarks.slurm import MEM_BASE_GB, MEM_PER_LOADER_WORKER_GB, SIGNAL_DELAY_S, SlurmOptions
 from benchmarks.spec import Ablation, Scale, report
@@ -61,22 +61,18 @@ def build_parser(prog: str = PROG) -> ArgumentParser:
     p.add_argument("names", nargs="+", help=f"{', '.join(ABLATIONS)}, all, speed or loader")
     p.add_argument("--scale", choices=tuple(SCALES), default="cpu",
                    help="how big the runs are (benchmarks/scales.py; default cpu)")
-    p.add_argument("--quick", action="store_true", help="the same as --scale quick (for tests)")
     p.add_argument("--seeds", type=count, help="seeds per cell instead of the scale's")
     p.add_argument("--data", help="the dataset of --scale paper or gpu: an ImageFolder directory, "
                    "its shards (`vitzoo shard`), cifar10 or cifar100")
-    p.add_argument("--data-dir", help="where the named dataset's files are")
     p.add_argument("--device", default="cpu", help="cpu, cuda (each run its own GPUs), or auto")
     p.add_argument("--out", type=Path, help=f"results root (default "
                    f"{committed if prog == PROG else BENCH_OUT}; the rehearsal's {REHEARSAL_OUT})")
     p.add_argument("--committed", action="store_true",
                    help=f"write into the checkout's committed results, {committed}/")
     p.add_argument("--workers", type=count, default=1, help="CPU: runs at once, a process each")
-    p.add_argument("--processes-per-run", type=count,
-                   help="CPU: data-parallel gloo processes of a run (default: the scale's)")
     p.add_argument("--gpus-per-run", type=count, help="CUDA: GPUs of a run, one process each "
                    "(default: every visible GPU); the GPUs are cut into sets of this size")
-    p.add_argument("--launcher", choices=LAUNCHERS, default="local",
+    p.add_argument("--launcher", choices=("local", "slurm"), default="local",
                    help="local (a process pool or PyTorch's elastic launcher) or slurm (submitit)")
     slurm = p.add_argument_group("SLURM (--launcher slurm)")
     slurm.add_argument("--nodes", type=count, help="nodes of each run's job (default 1)")
@@ -96,7 +92,7 @@ def build_parser(prog: str = PROG) -> ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="print the plan; train nothing")
     p.add_argument("--gpus", type=count, default=8, help="planning GPUs not here: GPUs per node")
     p.add_argument("--gpu-tflops", type=number, default=planning.STATED_GPU_TFLOPS,
-                   help="planning GPUs not here: training TFLOP/s per GPU")
+                   help="the plan's training TFLOP/s per GPU")
     p.add_argument("--report-only", action="store_true",
                    help="write the tables, figures and verdicts of the results so far")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -106,7 +102,6 @@ def build_parser(prog: str = PROG) -> ArgumentParser:
 def parse(argv: list[str] | None, prog: str = PROG) -> argparse.Namespace:
     parser = build_parser(prog)
     args = parser.parse_args(argv)
-    args.scale = "quick" if args.quick else args.scale
     names = list(ABLATIONS) if "all" in args.names else args.names
     if unknown := [n for n in names if n not in ABLATIONS and n not in NOT_ABLATIONS]:
         parser.error(f"unknown ablation {unknown[0]!r}; choose from {', '.join(ABLATIONS)}, all, "
@@ -128,18 +123,18 @@ def parse(argv: list[str] | None, prog: str = PROG) -> argparse.Namespace:
     if args.scale == "rehearsal" and data is None:
         data = str((args.out / "data" / "imagenet").resolve())
     try:
-        scale = get_scale(args.scale, data, args.data_dir)
+        scale = get_scale(args.scale, data)
         args.scale_settings = dataclasses.replace(scale, seeds=args.seeds or scale.seeds)
+        shares = [t["batch_size"] // (t.get("micro_batch") or 1) for n in names
+                  if n in ABLATIONS and ABLATIONS[n].parallel for run in ABLATIONS[n].runs(scale)
+                  for t in planning.trainings(run)]
         args.assignment = assign(
             args.device, args.launcher, gpus_per_run=args.gpus_per_run, workers=args.workers,
-            processes_per_run=args.processes_per_run or scale.processes_per_run,
-            stated_gpus=args.gpus, nodes=args.nodes or 1, gpus_per_node=args.gpus_per_node,
-            share=common_share(train for n in names if n in ABLATIONS and ABLATIONS[n].parallel
-                               for run in ABLATIONS[n].runs(scale)
-                               for train in planning.trainings(run)))
+            processes_per_run=scale.processes_per_run, gpus=args.gpus_per_node or args.gpus,
+            nodes=args.nodes or 1, share=math.gcd(*shares))
     except ValueError as exc:
         parser.error(str(exc))
-    gpus_here = args.assignment.present or args.dry_run or args.launcher == "slurm"
+    gpus_here = torch.cuda.is_available() or args.dry_run or args.launcher == "slurm"
     if args.assignment.device == "cuda" and not gpus_here:
         parser.error(f"--device {args.device}: no CUDA GPU is visible here (--dry-run plans for "
                      "GPUs that are not here)")
@@ -206,11 +201,6 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
 
         return gpu_check.main(argv[1:])
     args = parse(argv, prog)
-    missing = [name for name in ("sbatch", "srun", "sacct") if shutil.which(name) is None]
-    if args.launcher == "slurm" and missing and not (args.dry_run or args.report_only):
-        print(f"{prog}: error: --launcher slurm needs {', '.join(missing)}, not found here: run "
-              "from a SLURM login node, or plan with --dry-run", file=sys.stderr)
-        return 2
     scale, start = args.scale_settings, time.perf_counter()
     if scale.name == "rehearsal":  # its data, written once (a dry run plans it: writes nothing)
         from benchmarks.rehearsal_data import image_folder
@@ -233,11 +223,6 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
               flush=True)
     if args.dry_run:
         return 0
-    problem = next((p for p in plans.values() if p.problem and p.to_measure), None)
-    if args.launcher == "slurm" and problem:  # a job's time limit comes from the plan
-        print(f"\nnothing submitted: the plan of {problem.name} found a problem: {problem.problem}",
-              file=sys.stderr, flush=True)
-        return 2
     names = [n for n in args.names if n != "loader"] if args.report_only else args.names
     with contextlib.ExitStack() as serving:
         if scale.name == "rehearsal" and "transfer" in names and not args.report_only:
@@ -247,7 +232,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
 
             serving.enter_context(serve_weights(args.out / "hub", rehearsal_tags()))
         for i, name in enumerate(names, 1):
-            left = sum(p.minutes for n in names[i - 1:] if (p := plans.get(n)) and not p.problem)
+            left = sum(p.minutes for n in names[i - 1:] if (p := plans.get(n)))
             print(f"\n== [{i}/{len(names)}] {name}"
                   + (f", about {left:.0f} min left (estimated)" if name in plans else ""))
             if name in NOT_ABLATIONS:

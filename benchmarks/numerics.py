@@ -1,10 +1,9 @@
-"""The guard of NUMERICS_VERSION (`benchmarks.suite`): two tiny runs, trained as the ablations
-train theirs, whose numbers tests/numerics_trace.json records with their version. A change that
-moves training's numbers fails tests/test_numerics.py until the version is bumped and the trace
-re-recorded (`python -m benchmarks.numerics --record`, which refuses to overwrite a trace of the
-current version with other numbers). The runs: the small scales' ViT and a hybrid, 8 steps on
-256 Fashion-MNIST images in one CPU thread; their numbers: the loss at every step, and the test
-loss, test accuracy and 5-shot accuracy at the end.
+"""The guard of NUMERICS_VERSION (`benchmarks.suite`): two tiny runs trained as the ablations
+train theirs (the small scales' ViT and a hybrid, 8 steps on 256 Fashion-MNIST images in one CPU
+thread), whose numbers tests/numerics_trace.json records with their version: the loss at every
+step, the test loss, test accuracy and 5-shot accuracy. A change that moves them fails
+tests/test_numerics.py until the version is bumped and the trace re-recorded (RECORD, which
+refuses to overwrite a trace of the current version with other numbers).
 """
 
 from __future__ import annotations
@@ -63,12 +62,9 @@ def differences(recorded: dict, measured: dict) -> list[str]:
     """What differs between two traces beyond TOLERANCE, one line each."""
     out = []
     for name in sorted(set(recorded) | set(measured)):
-        if name not in recorded or name not in measured:
-            out.append(f"{name}: in {'the measured' if name in measured else 'the recorded'} "
-                       "trace only")
-            continue
-        for key in sorted(set(recorded[name]) | set(measured[name])):
-            a, b = recorded[name].get(key), measured[name].get(key)
+        old, new = recorded.get(name, {}), measured.get(name, {})
+        for key in sorted(set(old) | set(new)):
+            a, b = old.get(key), new.get(key)
             xs, ys = (a if isinstance(a, list) else [a]), (b if isinstance(b, list) else [b])
             if len(xs) != len(ys) or not all(
                     x is not None and y is not None

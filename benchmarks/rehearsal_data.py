@@ -1,16 +1,13 @@
-"""The rehearsal's dataset: a small ImageNet of JPEG files in ImageNet's layout, which loader
-workers decode as they decode ImageNet's:
-
-    ROOT/train/n00000000/n00000000_0.JPEG ...
-    ROOT/val/n00000000/ILSVRC2012_val_00000001.JPEG ...
-
-Each class is stripes of its own angle, frequency and colour at a random phase, with noise: a
-small model learns them in a few steps. A dry run writes nothing: it plans the folder, and the
-plan counts its images as the written folder will hold them (`planned`).
+"""The rehearsal's dataset: a small ImageNet of JPEG files in ImageNet's layout
+(ROOT/train/n00000000/n00000000_0.JPEG, ROOT/val/n00000000/ILSVRC2012_val_00000001.JPEG), which
+loader workers decode as they decode ImageNet's. Each class is stripes of its own angle, frequency
+and colour at a random phase, with noise: a small model learns them in a few steps. A dry run
+writes nothing: it plans the folder, and the plan counts its images as written (`planned`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -88,10 +85,9 @@ def planned(root: str | os.PathLike) -> FolderSpec | None:
 
 def written_once(root: str | os.PathLike, spec: Any, write: Callable[[Path], None]) -> Path:
     """`root` as `write(folder)` makes it for the dataclass `spec`, made now unless its spec.json
-    says it holds that. Written beside it and renamed into place, so that a reader sees all or
+    says it holds that: written beside it and renamed into place, so that a reader sees all or
     nothing; a folder of another spec is replaced, one of other files refused."""
-    root = Path(root)
-    stamp = json.dumps(asdict(spec), sort_keys=True)
+    root, stamp = Path(root), json.dumps(asdict(spec), sort_keys=True)
 
     def done() -> bool:
         return (root / "spec.json").is_file() and (root / "spec.json").read_text() == stamp
@@ -107,12 +103,9 @@ def written_once(root: str | os.PathLike, spec: Any, write: Callable[[Path], Non
             return root
         if root.exists() and not (root / "spec.json").is_file() and any(root.iterdir()):
             raise FileExistsError(f"{root} holds other files; remove it or choose another folder")
-        shutil.rmtree(root, ignore_errors=True)
-        try:
+        shutil.rmtree(root, ignore_errors=True)  # a folder of another spec
+        with contextlib.suppress(OSError):  # another process renamed its copy in first
             os.replace(staging, root)
-        except OSError:  # another process renamed its copy in first
-            if not done():
-                raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return root

@@ -1,42 +1,113 @@
-"""How an ablation's runs are executed: a run is done when its record exists in the ablation's
-results store, and `execute` hands the others to a backend as the assignment says: this process,
-a pool of processes (one run each), PyTorch's elastic launcher for a run of several processes on
-its own GPU set, or SLURM jobs through submitit (benchmarks/slurm.py). A run being trained holds
-the lock of a claim file in its folder, so that two invocations on one --out share the runs.
+"""Runs = spec x scale x seeds, and a run is done when its record exists. `assign` cuts the
+machine into slots, the runs at once: CPU workers of `processes_per_run` gloo processes each, or
+disjoint sets of the visible GPUs, one process per GPU; under SLURM a job of `nodes` x GPUs per
+run. `execute` trains each run without a record on a free slot: in this process, in a process
+pool, through PyTorch's elastic launcher for a run of several processes, or as SLURM jobs
+(benchmarks/slurm.py). A run being trained holds a lock on a file in its folder, so that two
+invocations on one --out share the runs.
 """
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
-import json
 import multiprocessing
 import os
 import time
 import uuid
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable
 
 import torch
 from tqdm import tqdm
 
-from benchmarks.assignment import Assignment
 from benchmarks.suite import ResultStore, Run, make_record, run_folder
 
 # imported once by the launching process's fork server, so that each rank forks from it
 PRELOAD = ["torch", "torchvision", "vitzoo", "vitzoo.train", "benchmarks.training",
            "benchmarks.runner"]
-CLAIM = "claim.lock"
-WATCH_S = 2.0  # how often the runs in flight are read for progress
 CLAIM_POLL_S = 10.0  # how often a run another invocation holds is looked for
+
+
+@dataclass(frozen=True)
+class Assignment:
+    launcher: str  # "local" or "slurm"
+    device: str  # "cpu" or "cuda"
+    processes_per_run: int
+    slots: tuple[tuple[str, ...], ...]  # the runs at once, each its GPUs' ids (() on a CPU)
+    threads_per_process: int
+    nodes: int = 1
+
+    def keyed_threads(self, trains: bool) -> int | None:
+        """The threads a run's key holds: a training run's on this machine's CPU, else None."""
+        local_cpu = self.device == "cpu" and self.launcher == "local"
+        return self.threads_per_process if trains and local_cpu else None
+
+    def alone(self) -> Assignment:
+        """A timing ablation's: one process, one run at a time, every thread."""
+        return replace(self, processes_per_run=1, nodes=1, slots=self.slots[:1] or ((),),
+                       threads_per_process=self.threads_per_process * self.processes_per_run)
+
+    def describe(self) -> str:
+        where = (f"{self.processes_per_run} GPU(s)" if self.device == "cuda" else
+                 f"{self.processes_per_run} CPU process(es) of {self.threads_per_process} "
+                 "thread(s)")
+        if self.launcher == "slurm":
+            return f"each run a SLURM job of {self.nodes} node(s), {where} in all (queued)"
+        return f"{len(self.slots)} run(s) at once, each {where}"
+
+
+def check_divides(processes: int, share: int, flag: str) -> None:
+    """A run's processes share its batches' micro-batches (`share`; 0: anything) equally."""
+    if share and share % processes:
+        fits = ", ".join(str(p) for p in range(1, min(share, max(processes, 8)) + 1)
+                         if share % p == 0)
+        raise ValueError(f"{flag} {processes}: a run's processes share its batches' {share} "
+                         f"micro-batches equally; choose one of {fits}")
+
+
+def assign(device: str, launcher: str = "local", *, gpus_per_run: int | None = None,
+           processes_per_run: int = 1, workers: int = 1, gpus: int = 8, nodes: int = 1,
+           share: int = 0) -> Assignment:
+    """The slots (module docstring). `gpus`: a node's GPUs where none is here (a plan, SLURM)."""
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"--device {device}: each run gets its own GPUs, so say cpu or --device "
+                         "cuda with --gpus-per-run (CUDA_VISIBLE_DEVICES chooses them)")
+    if launcher == "slurm":
+        per_node = gpus if device == "cuda" else processes_per_run
+        check_divides(per_node * nodes, share, "--nodes x --gpus-per-node =")
+        return Assignment(launcher, device, per_node * nodes, (), 1, nodes)
+    if device == "cpu":
+        threads = torch.get_num_threads() // (workers * processes_per_run)
+        return Assignment(launcher, "cpu", processes_per_run, ((),) * workers, max(1, threads))
+    count = torch.cuda.device_count() if torch.cuda.is_available() else gpus
+    per_run = gpus_per_run or max((p for p in range(1, count + 1) if not share or share % p == 0),
+                                  key=lambda p: (count // p * p, p))  # the most GPUs busy
+    if per_run > count:
+        raise ValueError(f"--gpus-per-run {per_run}: this machine has {count} visible GPU(s)")
+    check_divides(per_run, share, "--gpus-per-run")
+    ids = visible_gpus(count)
+    slots = tuple(ids[i * per_run:(i + 1) * per_run] for i in range(count // per_run))
+    return Assignment(launcher, "cuda", per_run, slots, max(1, (os.cpu_count() or 1) // count))
+
+
+def visible_gpus(count: int) -> tuple[str, ...]:
+    """The ids (indices, UUIDs or MIG ids) a child must be given for the GPUs this process sees."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is None or not torch.cuda.is_available():
+        return tuple(str(i) for i in range(count))
+    # CUDA stops at the first entry it cannot use: the count is what it kept
+    return tuple(entry.strip() for entry in listed.split(",") if entry.strip())[:count]
 
 
 def claim(folder: Path) -> IO | None:
     """The run in `folder` claimed for this process (an open file holding its lock), or None where
     another process holds it. The lock ends with its holder, killed or not."""
     folder.mkdir(parents=True, exist_ok=True)
-    handle = open(folder / CLAIM, "a")
+    handle = open(folder / "claim.lock", "a")
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return handle
@@ -45,42 +116,6 @@ def claim(folder: Path) -> IO | None:
         return None
 
 
-def run_progress(folder: Path) -> tuple[float, str] | None:
-    """(the fraction a run has trained, its step in words), from its folder's settings and last
-    whole metrics line; None before its first line. A run is whole only once recorded."""
-    train = Path(folder) / "train"
-    try:
-        config = json.loads((train / "train_config.json").read_text())
-        lines = (train / "metrics.jsonl").read_text().splitlines()
-    except (OSError, ValueError):
-        return None
-    for line in reversed(lines):
-        with contextlib.suppress(ValueError):  # a half-written line
-            if "train_seconds" in (last := json.loads(line)):
-                break
-    else:
-        return None
-    if config.get("steps"):
-        return min(last["step"] / config["steps"], 0.99), f"step {last['step']}/{config['steps']}"
-    if config.get("epochs") and last.get("epoch") is not None:
-        return (min(last["epoch"] / config["epochs"], 0.99),
-                f"step {last['step']}, epoch {last['epoch']:.2f}/{config['epochs']:g}")
-    return None
-
-
-def show_progress(bar: Any, store: ResultStore, runs: list[Run], shown: dict[str, float]) -> None:
-    """Move the bar (a unit a run) by what the runs in flight have trained, naming their steps."""
-    words = []
-    for run in runs:
-        if (found := run_progress(run_folder(store, run))) is not None:
-            bar.update(max(found[0] - shown.get(run.key, 0.0), 0.0))
-            shown[run.key] = max(found[0], shown.get(run.key, 0.0))
-            words.append(f"{run.label} seed {run.seed} {found[1]}")
-    if words:
-        bar.set_postfix_str("; ".join(words), refresh=True)
-
-
-# ---------------------------------------------------------------------------- local backends
 def rank_main(measure: Callable[..., dict], run: Run, device: str, out: str,
               threads: int) -> dict | None:
     """What each rank of an elastic launch runs; rank 0's outcome is the run's."""
@@ -132,7 +167,6 @@ def launch(measure: Callable[..., dict], run: Run, out: Path, assignment: Assign
 def train_one(measure: Callable[..., dict], run: Run, out: Path, assignment: Assignment,
               slot: tuple[str, ...], in_pool: bool) -> dict:
     """One run on its slot: one CPU process in this process, else through the elastic launcher."""
-    out.mkdir(parents=True, exist_ok=True)
     started, start = time.time(), time.perf_counter()
     threads = assignment.threads_per_process
     if assignment.device == "cpu" and assignment.processes_per_run == 1:
@@ -146,7 +180,8 @@ def train_one(measure: Callable[..., dict], run: Run, out: Path, assignment: Ass
 
 
 class _InThisProcess:
-    """A pool of one that runs what is submitted at once, in this process (its main thread)."""
+    """A pool of one that runs what is submitted at once, in this process's main thread (where
+    training's signal handlers can be set)."""
 
     def submit(self, fn: Callable, *args: Any) -> Future:
         future: Future = Future()
@@ -167,25 +202,22 @@ def execute(runs: Iterable[Run], measure: Callable[..., dict], store: ResultStor
     invocation holds is waited for; a failed run starts no further run, and is raised once the
     runs going are in. Under SLURM: `benchmarks.slurm.submit(..., **slurm)`."""
     runs = list(runs)
-    store.refresh()
     if assignment.launcher == "slurm":
         from benchmarks import slurm as cluster
 
-        cluster.submit([r for r in runs if store.get(r.key) is None], measure, store, assignment,
-                       quiet=quiet, **slurm)
+        cluster.submit(runs, measure, store, assignment, quiet=quiet, **slurm)
         return records(runs, store)
     at_once = len(assignment.slots)
-    bar = tqdm(total=len(runs), initial=sum(store.get(r.key) is not None for r in runs),
-               unit="run", disable=quiet, dynamic_ncols=True, desc=runs[0].ablation if runs else "",
-               bar_format="{l_bar}{bar}| {n:.2f}/{total_fmt} runs [{elapsed}<{remaining}{postfix}]")
     # spawn, not fork: a forked child of a process that has used OpenMP threads can hang
     pool = (ProcessPoolExecutor(at_once, mp_context=multiprocessing.get_context("spawn"))
             if at_once > 1 else _InThisProcess())
+    bar = tqdm(total=len(runs), unit="run", disable=quiet, desc=runs[0].ablation if runs else "")
     going: dict[Future, tuple[Run, tuple[str, ...], IO]] = {}
-    free, shown, failure, said = list(assignment.slots), {}, None, False
+    free, failure, said = list(assignment.slots), None, False
     try:
         while True:
             store.refresh()
+            bar.update(sum(store.get(r.key) is not None for r in runs) - bar.n)
             started = {run.key for run, _, _ in going.values()}
             left = [r for r in runs if store.get(r.key) is None and r.key not in started]
             for run in left:
@@ -204,7 +236,7 @@ def execute(runs: Iterable[Run], measure: Callable[..., dict], store: ResultStor
                 said = True
                 time.sleep(CLAIM_POLL_S)
                 continue
-            for future in wait(list(going), WATCH_S, return_when=FIRST_COMPLETED)[0]:
+            for future in wait(list(going), return_when=FIRST_COMPLETED)[0]:
                 run, slot, handle = going.pop(future)
                 free.append(slot)
                 handle.close()
@@ -214,9 +246,7 @@ def execute(runs: Iterable[Run], measure: Callable[..., dict], store: ResultStor
                         run, done["outcome"], done["wall_s"], assignment.device, launcher="local",
                         processes=assignment.processes_per_run, threads=done["threads"],
                         started=done["started"], **({"gpus": list(slot)} if slot else {})))
-                    bar.update(1.0 - shown.pop(run.key, 0.0))
                 failure = failure or future.exception()
-            show_progress(bar, store, [run for run, _, _ in going.values()], shown)
     finally:
         for _, _, handle in going.values():  # interrupted
             handle.close()

@@ -91,14 +91,11 @@ SCALES = {
 }
 
 
-def get_scale(name: str, data: str | None = None, data_dir: str | None = None) -> Scale:
+def get_scale(name: str, data: str | None = None) -> Scale:
     """The named scale, on `data` if given (the paper's and gpu scales need it: ImageNet is not
     shipped; the rehearsal's is the folder it writes)."""
-    if name not in SCALES:
-        raise ValueError(f"unknown scale {name!r}; choose from {', '.join(SCALES)}")
     if name in ("paper", "gpu", "rehearsal") and not data:
         raise ValueError(f"--scale {name} needs --data (an ImageFolder directory such as "
                          "ImageNet's, its shards from `vitzoo shard`, cifar10 or cifar100)")
-    train = dict(SCALES[name].train, **({"data": data} if data else {}),
-                 **({"data_dir": data_dir} if data_dir else {}))
+    train = dict(SCALES[name].train, **({"data": data} if data else {}))
     return dataclasses.replace(SCALES[name], model=dict(SCALES[name].model), train=train)

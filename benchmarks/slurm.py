@@ -1,12 +1,12 @@
 """Runs as SLURM jobs through submitit's SlurmExecutor, submitted from a login node, which sees
 neither the compute nodes' CPUs nor their GPUs: a job asks for what the plan says.
 
-A run is one job of `nodes` x tasks, one process per GPU (gloo processes on the CPU), asking for
-its loader workers + 2 CPUs a task (srun too: Slurm 22.05-23.02 do not pass sbatch's on), memory
-for the process and its workers, --requeue, srun's --kill-on-bad-exit, and the plan's time x 1.5
-with USR2 before its end. On USR2 or a preemption the loop checkpoints, rank 0 has submitit
-requeue the job, and it resumes. Rank 0 stores the record. JOB in the run's folder names its job:
-a later invocation follows it, or submits the run again once it ended without a record.
+A run is one job of `nodes` x tasks, one process per GPU (gloo processes on the CPU), with its
+loader workers + 2 CPUs a task (srun too: Slurm 22.05-23.02 do not pass sbatch's on), --requeue,
+and the plan's time x 1.5 with USR2 before its end. On USR2 or a preemption the loop checkpoints,
+rank 0 has submitit requeue the job, and it resumes. Rank 0 stores the record. JOB in the run's
+folder names its job: a later invocation follows it, or submits the run again once it ended
+without a record.
 """
 
 from __future__ import annotations
@@ -18,27 +18,23 @@ import re
 import signal
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from benchmarks.assignment import Assignment
 from benchmarks.suite import ResultStore, Run, make_record, run_folder
 from vitzoo.io import write_text
+
+if TYPE_CHECKING:  # the runner imports this module
+    from benchmarks.runner import Assignment
 
 JOB = "job.json"  # a run's job, in its folder
 MEM_BASE_GB = 8.0  # the training process: torch, the CUDA context, the model, a checkpoint's copy
 MEM_PER_LOADER_WORKER_GB = 2.0
-# USR2 before the limit: an evaluation under way ends, then a checkpoint is written (a ViT-L/16's
-# with AdamW's moments, to a busy shared disk)
-SIGNAL_DELAY_S = 120 + 60
+SIGNAL_DELAY_S = 120 + 60  # USR2 before the limit: an evaluation ends, a checkpoint is written
 MIN_WORK_S = 5 * 60  # a job's least training before its warning: a shorter limit only requeues
 MAX_REQUEUES = 20
 POLL_S = 30.0  # how often the jobs are followed
-# what a launcher in the submitting shell leaves, which sbatch would export to the job's ranks
-LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-                      "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME",
-                      "MASTER_ADDR", "MASTER_PORT", "TORCH_NCCL_ASYNC_ERROR_HANDLING")
 
 
 @dataclass(frozen=True)
@@ -55,8 +51,7 @@ class SlurmOptions:
 
 def job_parameters(assignment: Assignment, options: SlurmOptions, run: Run,
                    minutes: float) -> dict[str, Any]:
-    """The run's job, as submitit's SlurmExecutor parameters; ValueError for a time limit that
-    leaves no time to train."""
+    """The run's job, as submitit's SlurmExecutor parameters."""
     workers = int(run.config["train"].get("num_workers") or 0)
     cpus = options.cpus_per_task or workers + 2
     per_node = assignment.processes_per_run // assignment.nodes
@@ -64,15 +59,14 @@ def job_parameters(assignment: Assignment, options: SlurmOptions, run: Run,
     delay = options.signal_delay_s or SIGNAL_DELAY_S
     if limit * 60 - delay < MIN_WORK_S:
         raise ValueError(f"a time limit of {limit} min with USR2 {delay} s before it leaves under "
-                         f"{MIN_WORK_S // 60} minutes of training: give a longer --time-limit-min "
-                         "or a shorter --signal-delay-s")
+                         f"{MIN_WORK_S // 60} minutes to train: raise --time-limit-min")
     memory = options.mem_per_task_gb or MEM_BASE_GB + MEM_PER_LOADER_WORKER_GB * workers
+    where = {k: v for k, v in asdict(options).items() if k in ("partition", "account") and v}
     return dict(nodes=assignment.nodes, ntasks_per_node=per_node,
                 gpus_per_node=per_node if assignment.device == "cuda" else None,
                 cpus_per_task=cpus, mem=f"{math.ceil(memory * per_node)}GB", time=limit,
                 signal_delay_s=delay, additional_parameters={"requeue": True},
-                srun_args=[f"--cpus-per-task={cpus}", "--kill-on-bad-exit=1"],
-                **{k: v for k, v in vars(options).items() if k in ("partition", "account") and v})
+                srun_args=[f"--cpus-per-task={cpus}", "--kill-on-bad-exit=1"], **where)
 
 
 class RunJob:
@@ -94,8 +88,8 @@ class RunJob:
             environ["CUDA_VISIBLE_DEVICES"] = ""
         elif not (environ.get("SLURM_JOB_GPUS") or environ.get("SLURM_STEP_GPUS")):
             environ.pop("CUDA_VISIBLE_DEVICES", None)  # the submitting shell's, not SLURM's
-        for name in [*LAUNCHER_VARIABLES, *(n for n in environ if n.startswith("TORCHELASTIC_"))]:
-            environ.pop(name, None)
+        for name in [n for n in environ if n.startswith("TORCHELASTIC_")]:  # a torchrun shell's
+            del environ[name]
         job = submitit.JobEnvironment()
         ranks = submitit.helpers.TorchDistributedEnvironment()
         # from the job id: jobs submitted together (maybe on one node) differ; a requeue keeps it
@@ -163,20 +157,17 @@ def submit(runs: list[Run], measure: Callable[..., dict], store: ResultStore,
     watcher = SlurmJob.watcher
     store.refresh()
     runs = [run for run in runs if store.get(run.key) is None]
-    entries = {run.key: json.loads(path.read_text()) for run in runs
-               if (path := run_folder(store, run) / JOB).exists()}
-    for entry in entries.values():
+    jobs = {run.key: json.loads(path.read_text()) for run in runs
+            if (path := run_folder(store, run) / JOB).exists()}
+    for entry in jobs.values():
         watcher.register_job(entry["job_id"])
     watcher.update()
-    todo = []
-    for run in runs:
-        if (entry := entries.get(run.key)) is not None:
-            if not watcher.is_done(entry["job_id"], mode="cache"):
-                continue  # its job still holds its place
-            if not quiet:
-                print(f"job {entry['job_id']} of {run.label!r} seed {run.seed} ended without a "
-                      f"result; submitting it again:\n{job_failure(entry)}", flush=True)
-        todo.append(run)
+    todo = [run for run in runs
+            if run.key not in jobs or watcher.is_done(jobs[run.key]["job_id"], mode="cache")]
+    for run in todo:
+        if run.key in jobs and not quiet:
+            print(f"job {jobs[run.key]['job_id']} of {run.label!r} seed {run.seed} ended without "
+                  f"a result; submitting it again:\n{job_failure(jobs[run.key])}", flush=True)
     # every request made before anything is submitted: one that cannot hold its work is refused
     asked = [job_parameters(assignment, options, run, minutes(run)) for run in todo]
     folder = store.directory / "jobs"
@@ -184,27 +175,25 @@ def submit(runs: list[Run], measure: Callable[..., dict], store: ResultStore,
         executor = SlurmExecutor(folder=str(folder), max_num_timeout=MAX_REQUEUES)
         executor.update_parameters(job_name=f"{run.ablation}-{run.key}", **parameters)
         job = executor.submit(RunJob(measure, run, store.directory, assignment))
-        entries[run.key] = {"key": run.key, "job_id": str(job.job_id), "folder": str(folder)}
-        write_text(run_folder(store, run) / JOB, json.dumps(entries[run.key], indent=1) + "\n")
+        jobs[run.key] = {"key": run.key, "job_id": str(job.job_id), "folder": str(folder)}
+        write_text(run_folder(store, run) / JOB, json.dumps(jobs[run.key], indent=1) + "\n")
         if not quiet:
             print(f"submitted {run.label!r} seed {run.seed} as job {job.job_id}: "
                   + ", ".join(f"{k} {v}" for k, v in parameters.items() if v), flush=True)
-    waiting = {run.key: run for run in runs} if wait else {}
+    waiting, ended = ({run.key: run for run in runs} if wait else {}), set()
     while waiting:
         time.sleep(POLL_S)
-        store.refresh()
         watcher.update()
+        store.refresh()
         for key, run in list(waiting.items()):
-            job_id = entries[key]["job_id"]
-            if store.get(key) is None and not watcher.is_done(job_id, mode="cache"):
-                continue
-            if store.get(key) is None:  # a record written just before the end may show late on NFS
-                time.sleep(min(POLL_S, 15.0))
-                store.refresh()
-            if store.get(key) is None:
+            job_id = jobs[key]["job_id"]
+            if store.get(key) is not None:
+                del waiting[key]
+            elif key in ended:  # ended a poll ago: a record written at its end may show late
                 raise RuntimeError(
                     f"job {job_id} of {run.label!r} seed {run.seed} ended "
                     f"({watcher.get_state(job_id, mode='cache')}) without storing a result: "
-                    f"{job_failure(entries[key])}\nThe other jobs go on; run the same command "
+                    f"{job_failure(jobs[key])}\nThe other jobs go on; run the same command "
                     "again: it collects them and submits this run again, from its checkpoint.")
-            del waiting[key]
+            elif watcher.is_done(job_id, mode="cache"):
+                ended.add(key)

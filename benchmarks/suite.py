@@ -1,9 +1,7 @@
 """Runs and their results: a run keyed by a hash of its config, the results store that many
 processes share with no lock, the record of a measured run, and the reports' tables and figures.
-
-A key hashes the config, not the code: the code is named by NUMERICS_VERSION, stored in every
-record. A record of another version is not a result of the current code, so the store does not
-count it as measured; only `--report-only` reports it.
+The code is named by NUMERICS_VERSION, stored in every record: a record of another version is not
+a result of the current code, so the store does not count it as measured.
 """
 
 from __future__ import annotations
@@ -55,12 +53,11 @@ class Run:
 
 
 class ResultStore:
-    """An ablation's results.json, shared by every process that measures its runs, with no lock (a
-    cluster's file system may hold none across nodes). `add` writes a record atomically as a file
-    of its own in its run's folder; results.json is the union of what it held and every record
-    file (of two for one key, the later written), rewritten by whoever adds or reads when the union
-    differs, and again until the record files did not change while it wrote. `numerics`: the
-    version whose records count as measured (None: every record); `order`: a sort key of records."""
+    """An ablation's results.json, shared with no lock (a cluster's file system may hold none):
+    `add` writes a record as a file of its own in its run's folder, and results.json is the union
+    of what it held and every record file (of two for one key, the later), rewritten by whoever
+    reads a union that differs, until the record files stay put while it writes. `numerics`: the
+    version whose records count (None: every record); `order`: a sort key of records."""
 
     def __init__(self, directory: Path, order: Callable[[dict], Any] | None = None,
                  numerics: int | None = NUMERICS_VERSION) -> None:
@@ -117,8 +114,7 @@ class ResultStore:
 
 def make_record(run: Run, outcome: dict[str, Any], wall_s: float, device: str,
                 **launch: Any) -> dict[str, Any]:
-    """What the store keeps of a measured run: its settings, the numerics version, the outcome,
-    the wall time, how it was launched, and where (`benchmarks.machine.environment`)."""
+    """A measured run: its settings, numerics version, outcome, wall time, launch and machine."""
     return {"key": run.key, "ablation": run.ablation, "label": run.label, "group": run.group,
             "config": run.config, "seed": run.seed, "numerics": NUMERICS_VERSION,
             "wall_s": round(wall_s, 2), **outcome, **environment(device), **launch}
@@ -131,8 +127,7 @@ def record_folder(directory: Path, key: str, numerics: int) -> Path:
 
 
 def run_folder(store: ResultStore, run: Run) -> Path:
-    """Where a run trains (checkpoints, weights, logs, its record and its job): one folder per
-    numerics version, so that a run of other code is neither read nor resumed."""
+    """Where a run trains, one folder per numerics version: other code's is never resumed."""
     return record_folder(store.directory, run.key, NUMERICS_VERSION)
 
 
@@ -160,16 +155,10 @@ def _proc_status_gb(name: str) -> float:
         return next(int(line.split()[1]) for line in f if line.startswith(name + ":")) / 2**20
 
 
-def resident_memory_gb() -> float:
-    """The process's resident memory now (Linux)."""
-    return _proc_status_gb("VmRSS")
-
-
-def peak_memory_growth_gb(fn: Callable[[], object], since_gb: float | None = None) -> float:
-    """Peak resident memory while `fn` runs, above `since_gb` (default: what the process holds
-    before it); the high-water mark is reset first (Linux: /proc/self/clear_refs)."""
+def peak_memory_growth_gb(fn: Callable[[], object]) -> float:
+    """Peak resident memory while `fn` runs above what the process held before (Linux)."""
     with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-    before = resident_memory_gb() if since_gb is None else since_gb
+        f.write("5")  # resets the high-water mark
+    before = _proc_status_gb("VmRSS")
     fn()
     return _proc_status_gb("VmHWM") - before

@@ -1,8 +1,7 @@
-"""How a training run of an ablation is measured, and the sizes of its data.
-
-A run's config holds `model` (a zoo name), `options` (ViTConfig fields) and `train` (TrainConfig
-fields). Measuring trains it with `vitzoo.train.Trainer` in the run's folder, then reads its test
-accuracy, the paper's 5-shot linear accuracy, the accuracy during training, and the training FLOPs.
+"""How a training run of an ablation is measured, and the sizes of its data. A run's config holds
+`model` (a zoo name), `options` (ViTConfig fields) and `train` (TrainConfig fields); measuring
+trains it with `vitzoo.train.Trainer` in the run's folder and reads its test accuracy, the paper's
+5-shot linear accuracy, the accuracy during training and the training FLOPs.
 """
 
 from __future__ import annotations
@@ -42,14 +41,13 @@ def measure(run: Run, device: str, out: Path) -> dict[str, Any]:
 
 
 def train(run: Run, device: str, out: Path) -> tuple[vitzoo.VisionTransformer, dict[str, Any]]:
-    """Train the run in OUT/train (on the results' disk) and return the model and its outcome, on
-    every process of the run. An unfinished run there resumes from its last checkpoint; a finished
-    one is read back, not trained again. A run stopped by a signal raises Interrupted."""
+    """Train the run in OUT/train and return the model and its outcome, on every process of the
+    run. An unfinished run there resumes from its last checkpoint; a finished one is read back.
+    A run stopped by a signal raises Interrupted."""
     folder = Path(out) / "train"
-    summary_path = folder / "summary.json"
-    if summary_path.exists() and json.loads(summary_path.read_text()).get("status") == "finished":
-        summary = json.loads(summary_path.read_text())
-        return _outcome(vitzoo.from_pretrained(folder), summary, folder)
+    summary = folder / "summary.json"
+    if summary.exists() and json.loads(summary.read_text()).get("status") == "finished":
+        return _outcome(vitzoo.from_pretrained(folder), json.loads(summary.read_text()), folder)
     # a progress bar only for a run alone in a terminal: several would overwrite each other
     quiet = multiprocessing.parent_process() is not None or not sys.stderr.isatty()
     config = TrainConfig(model=run.config["model"], model_options=dict(run.config["options"]),
@@ -89,8 +87,7 @@ def _outcome(model: vitzoo.VisionTransformer, summary: dict, folder: Path) -> di
             "model_config": summary["model_config"], "world_size": summary["world_size"]}
 
 
-# (training, test) images of the named datasets; a dataset that is none of these and not here
-# (a dry run of the paper's scale without --data) is taken to be ImageNet-1k
+# (training, test) images of the named datasets; a folder not here is taken to be ImageNet-1k
 DATASET_IMAGES = {"fashion-mnist": (60_000, 10_000), "cifar10": (50_000, 10_000),
                   "cifar100": (50_000, 10_000), "oxford-pets": (3_680, 3_669),
                   "flowers102": (2_040, 6_149), "synthetic": (10_000, 2_000)}
@@ -137,6 +134,16 @@ def model_options(run: Run) -> dict:
     gray = train.get("data", "fashion-mnist") == "fashion-mnist"
     return {**run.config["options"], "num_classes": dataset_classes(train),
             "in_chans": 1 if gray else 3}
+
+
+def image_flops(run: Run) -> float:
+    """Training FLOPs (forward and backward) of one image in the run's model."""
+    return _flops(run.config["model"], json.dumps(model_options(run), sort_keys=True))
+
+
+@functools.lru_cache(maxsize=None)
+def _flops(model: str, options: str) -> float:
+    return float(vitzoo.count_flops(vitzoo.get_config(model, **json.loads(options)), backward=True))
 
 
 def train_images(train: dict) -> int:

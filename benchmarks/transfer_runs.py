@@ -1,12 +1,10 @@
 """How a run of the transfer benchmark (`benchmarks.ablations.transfer`) is measured, each
-training in a folder of its own under the run's, and what its rehearsal needs.
-
-- small scales (the config has `transfer`): pre-train upstream in OUT/train, the 5-shot linear
-  accuracy of its frozen features on the downstream classes, then fine-tune on them in OUT/finetune.
-- the paper's scales (the config has `sweep`): fine-tune the tag's weights at each learning rate
-  of the sweep on the training set less a development split (OUT/lr<LR>), then on the whole
-  training set at the rate best on it (OUT/final; ties: the first).
-- the rehearsal: small JPEG folders for the datasets, and stand-in weights on a loopback Hub.
+training in a folder of its own under the run's. Small scales (the config has `transfer`):
+pre-train upstream in OUT/train, the 5-shot linear accuracy of its frozen features on the
+downstream classes, then fine-tune on them in OUT/finetune. The paper's (`sweep`): fine-tune the
+tag's weights at each rate of the sweep on the training set less a development split (OUT/lr<LR>),
+then on the whole set at the rate best on it (OUT/final). The rehearsal's: small JPEG folders for
+the datasets, and stand-in weights on a loopback Hub.
 """
 
 from __future__ import annotations
@@ -24,9 +22,7 @@ from benchmarks.training import train, train_settings
 
 
 def measure(run: Run, device: str, out: Path) -> dict[str, Any]:
-    if "sweep" in run.config:
-        return measure_finetune(run, device, Path(out))
-    return measure_transfer(run, device, Path(out))
+    return (measure_finetune if "sweep" in run.config else measure_transfer)(run, device, Path(out))
 
 
 def _trained(run: Run, settings: dict, device: str, out: Path):
@@ -112,7 +108,7 @@ def rehearsal_repo(tag: str) -> str:
     return f"rehearsal/{tag}"
 
 
-def rehearsal_weights(tag: str, seed: int = 0) -> vitzoo.VisionTransformer:
+def rehearsal_weights(tag: str) -> vitzoo.VisionTransformer:
     """The tag's model shrunk as the rehearsal shrinks models, its head kept; random weights."""
     import torch
 
@@ -121,13 +117,13 @@ def rehearsal_weights(tag: str, seed: int = 0) -> vitzoo.VisionTransformer:
 
     pretrained = get_registry().get("pretrained_tag", tag)
     options = rehearsal_model(pretrained.model, {"img_size": PRETRAINING_SIDE})
-    torch.manual_seed(seed)
+    torch.manual_seed(0)
     return vitzoo.create(pretrained.model, **options, num_classes=pretrained.num_classes)
 
 
-def publish_rehearsal_weights(tags: list[str], endpoint: str, token: str | None = None) -> None:
+def publish_rehearsal_weights(tags: list[str], endpoint: str) -> None:
     for tag in tags:
-        rehearsal_weights(tag).push_to_hub(rehearsal_repo(tag), token=token, endpoint=endpoint)
+        rehearsal_weights(tag).push_to_hub(rehearsal_repo(tag), endpoint=endpoint)
 
 
 @contextlib.contextmanager

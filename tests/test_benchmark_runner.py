@@ -1,9 +1,6 @@
 """The runner: two invocations on one --out never train a run twice at once, a failed run stops
-the queue and keeps the runs going, runs at once train on disjoint GPU sets, and the progress bar
-moves inside the runs in flight."""
+the queue and keeps the runs going, and runs at once train on disjoint GPU sets."""
 
-import io
-import json
 import os
 import subprocess
 import sys
@@ -13,11 +10,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from tqdm import tqdm
 
 from benchmarks import runner
-from benchmarks.assignment import assign
-from benchmarks.runner import claim, execute, run_progress, show_progress
+from benchmarks.runner import assign, claim, execute
 from benchmarks.suite import ResultStore, Run, make_record, run_folder
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,17 +100,12 @@ def _report_gpus(run, device, out):
             "rank": int(os.environ["RANK"]), "world": int(os.environ["WORLD_SIZE"])}
 
 
-def fake_gpus(monkeypatch, count: int) -> None:
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "Fake GPU")
-
-
 @pytest.mark.slow
 def test_runs_at_once_see_only_their_own_gpu_set(monkeypatch, tmp_path):
     """Under a parent CUDA_VISIBLE_DEVICES (fake GPUs), through the elastic launcher."""
-    fake_gpus(monkeypatch, 4)
-    monkeypatch.setattr("benchmarks.machine.gpu_name", lambda device: "Fake GPU")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setattr("benchmarks.suite.environment", lambda device: {"gpu": "Fake GPU"})
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
     runs = [Run("x", "r", {}, seed) for seed in range(2)]
     found = execute(runs, _report_gpus, ResultStore(tmp_path), assign("cuda", gpus_per_run=2),
@@ -125,29 +115,3 @@ def test_runs_at_once_see_only_their_own_gpu_set(monkeypatch, tmp_path):
     assert all(r["visible"] == ",".join(r["gpus"]) for r in found)  # the record names them
     (a, b) = sorted((r["started"], r["started"] + r["wall_s"]) for r in found)
     assert b[0] < a[1]  # at once
-
-
-def write_run(folder: Path, config: dict, lines: list[dict], tail: str = "") -> None:
-    (folder / "train").mkdir(parents=True, exist_ok=True)
-    (folder / "train" / "train_config.json").write_text(json.dumps(config))
-    (folder / "train" / "metrics.jsonl").write_text(
-        "".join(json.dumps(line) + "\n" for line in lines) + tail)
-
-
-def test_the_bar_moves_by_what_the_runs_in_flight_have_trained(tmp_path):
-    output, store = io.StringIO(), ResultStore(tmp_path)
-    bar = tqdm(total=4, file=output, mininterval=0)
-    runs, shown = [Run("x", "learned", {"a": 1}), Run("x", "none", {"a": 2})], {}
-    assert run_progress(run_folder(store, runs[0])) is None
-    write_run(run_folder(store, runs[0]), {"steps": 100},
-              [{"step": 40, "epoch": 0.4, "train_seconds": 4.0}, {"step": 40, "eval_top1": 0.3}],
-              tail='{"step": 6')  # a line half-written
-    show_progress(bar, store, runs, shown)
-    assert bar.n == 0.4 and "learned seed 0 step 40/100" in output.getvalue()
-    write_run(run_folder(store, runs[1]), {"epochs": 4.0},
-              [{"step": 30, "epoch": 1.0, "train_seconds": 9.0}])
-    write_run(run_folder(store, runs[0]), {"steps": 10},
-              [{"step": 10, "epoch": 1.0, "train_seconds": 1.0}])
-    show_progress(bar, store, runs, shown)
-    assert bar.n == pytest.approx(0.99 + 0.25)  # whole only once recorded
-    assert "none seed 0 step 30, epoch 1.00/4" in output.getvalue()

@@ -1,6 +1,7 @@
-"""The ablation suite: every ablation runs at --quick and writes its results, table, figures and
-verdicts; a second invocation measures nothing again; --report-only reports what is there; the
-committed results are complete, meet their floors, and keep the keys today's code computes."""
+"""The ablation suite: every ablation runs at --scale quick and writes its results, table,
+figures and verdicts; a second invocation measures nothing again; --report-only reports what is
+there; the committed results are complete, meet their floors, and keep the keys today's code
+computes."""
 
 import ast
 import json
@@ -24,9 +25,9 @@ SAYS = {"pos_embed": "paper (5-shot, ImageNet) |", "data": "training images",
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    """`python -m benchmarks all --quick`, every run in this process."""
+    """`python -m benchmarks all --scale quick`, every run in this process."""
     out = tmp_path_factory.mktemp("results")
-    assert bench.main(["all", "--quick", "--quiet", "--out", str(out)]) == 0
+    assert bench.main(["all", "--scale", "quick", "--quiet", "--out", str(out)]) == 0
     return out
 
 
@@ -74,7 +75,7 @@ def test_the_data_and_transfer_ablations_record_what_their_findings_judge(result
 @pytest.mark.slow
 def test_a_second_invocation_measures_nothing_again(results):
     before = {a: (results / a / "results.json").read_text() for a in ABLATIONS}
-    assert bench.main(["all", "--quick", "--quiet", "--out", str(results)]) == 0
+    assert bench.main(["all", "--scale", "quick", "--quiet", "--out", str(results)]) == 0
     assert {a: (results / a / "results.json").read_text() for a in ABLATIONS} == before
 
 
@@ -212,7 +213,7 @@ def test_vitzoo_bench_runs_the_benchmarks_in_a_child_from_the_callers_directory(
 
     monkeypatch.chdir(tmp_path)
     path = list(sys.path)
-    assert main(["bench", "pos_embed", "--quick", "--report-only", "--out", "here"]) == 0
+    assert main(["bench", "pos_embed", "--scale", "quick", "--report-only", "--out", "here"]) == 0
     assert sys.path == path
     assert "Results, figures and README in here/pos_embed" in capfd.readouterr().out
 

@@ -18,11 +18,10 @@ submitit = pytest.importorskip("submitit", reason="needs submitit (pip install -
 
 import cloudpickle  # noqa: E402
 
-from benchmarks import plan as planning  # noqa: E402
 from benchmarks import slurm  # noqa: E402
 from benchmarks.__main__ import main  # noqa: E402
 from benchmarks.ablations import ABLATIONS  # noqa: E402
-from benchmarks.assignment import assign  # noqa: E402
+from benchmarks.runner import assign  # noqa: E402
 from benchmarks.rehearsal_data import image_folder  # noqa: E402
 from benchmarks.scales import get_scale  # noqa: E402
 from benchmarks.slurm import SlurmOptions, job_parameters  # noqa: E402
@@ -105,26 +104,16 @@ def test_a_login_node_without_gpus_submits_gpu_jobs_asking_for_what_they_need(
     assert "submitted " not in capsys.readouterr().out and len(asked(cluster, "sbatch")) == 4
 
 
-def test_a_plan_with_a_problem_submits_nothing_and_names_it(cluster, tmp_path, monkeypatch, capsys):
-    def unplannable(spec, scale, *args, **kwargs):
-        return planning.AblationPlan(spec.name, 4, 4, 1e18, math.nan, None, problem="no room")
-
-    monkeypatch.setattr(planning, "plan_ablation", unplannable)
-    assert main([*GPU_JOBS, "--data", str(tmp_path), "--out", str(tmp_path / "out")]) == 2
-    assert "nothing submitted: the plan of head found a problem: no room" in capsys.readouterr().err
-    assert asked(cluster, "sbatch") == []
-
-
 def test_a_jobs_time_limit_is_the_plans_with_a_margin_and_must_leave_time_to_train():
     run = ABLATIONS["head"].runs(get_scale("gpu", "imagenet"))[0]
-    cuda = assign("cuda", "slurm", gpus_per_node=8)
+    cuda = assign("cuda", "slurm", gpus=8)
     made = job_parameters(cuda, SlurmOptions(), run, minutes=40.0)
     assert (made["time"], made["signal_delay_s"], made["mem"], made["cpus_per_task"]) == \
         (60, 180, "192GB", 10)
     own = job_parameters(cuda, SlurmOptions(cpus_per_task=4, mem_per_task_gb=6.5,
                                             time_limit_min=30), run, minutes=math.nan)
     assert (own["cpus_per_task"], own["mem"], own["time"]) == (4, "52GB", 30)
-    with pytest.raises(ValueError, match="--signal-delay-s"):  # no time left to train
+    with pytest.raises(ValueError, match="--time-limit-min"):  # no time left to train
         job_parameters(cuda, SlurmOptions(time_limit_min=10, signal_delay_s=400), run, 1.0)
 
 

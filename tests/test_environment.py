@@ -41,4 +41,4 @@ def test_every_environment_variable_of_the_source_is_tried_above():
         read |= set(re.findall(r"""(?:environ(?:\.get\(|\[)|env_\w+\()\s*["'](VITZOO_\w+)""",
                                source))
         read |= set(re.findall(r"""^[A-Z_]+ = ["'](VITZOO_[A-Z_]+)["']""", source, re.M))
-    assert read - {"VITZOO_COMMIT"} == set(ENVIRONMENT)  # VITZOO_COMMIT: any text is a commit
+    assert read == set(ENVIRONMENT)

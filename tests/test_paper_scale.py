@@ -96,19 +96,6 @@ def test_the_rehearsal_shrinks_every_dimension_and_keeps_cells_apart():
 
 
 @CUDA
-def test_on_a_gpu_the_probe_reports_what_does_not_fit():
-    run = ABLATIONS["head"].runs(get_scale("paper", "imagenet"))[0]
-    from benchmarks import plan
-
-    key = plan._model_key(run)
-    precision = plan.run_precision(run, "cuda")
-    assert plan.probe_images_per_s(key, "cuda", 1, precision) > 0
-    huge = json.dumps({**json.loads(key), "model": "vit_h14", "batch": 65_536})
-    with pytest.raises(plan.OutOfMemory, match="does not fit"):
-        plan.probe_images_per_s(huge, "cuda", 1, precision)
-
-
-@CUDA
 @pytest.mark.slow
 def test_on_a_gpu_the_rehearsal_trains_each_run_on_its_gpu_set(tmp_path):
     rehearse(tmp_path, "--device", "cuda")

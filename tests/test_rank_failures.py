@@ -83,8 +83,7 @@ def _fail_on_rank_1(run, device, out):
 
 @pytest.mark.slow
 def test_a_failing_rank_fails_its_run_through_the_elastic_launcher_with_its_error(tmp_path):
-    from benchmarks.assignment import assign
-    from benchmarks.runner import execute
+    from benchmarks.runner import assign, execute
     from benchmarks.suite import ResultStore, Run
 
     store = ResultStore(tmp_path)

@@ -6,8 +6,7 @@ import json
 import multiprocessing
 import shutil
 
-from benchmarks.assignment import assign
-from benchmarks.runner import execute
+from benchmarks.runner import assign, execute
 from benchmarks.suite import (COMMITTED_THREADS, NUMERICS_VERSION, RECORD, RESULTS, ResultStore,
                               Run, record_folder, run_folder)
 

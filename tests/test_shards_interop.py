@@ -110,8 +110,7 @@ def test_the_rehearsal_run_on_shards_equals_the_run_on_its_folder(tmp_path):
     """One rehearsal run (the head ablation's first: two gloo processes, a loader worker decoding
     JPEGs) on the folder and on its shards: the same final loss, test accuracy and curve."""
     from benchmarks.ablations import ABLATIONS
-    from benchmarks.assignment import assign
-    from benchmarks.runner import execute
+    from benchmarks.runner import assign, execute
     from benchmarks.scales import get_scale
     from benchmarks.suite import ResultStore, Run
     from benchmarks.training import measure
