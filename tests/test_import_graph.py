@@ -309,9 +309,8 @@ def test_the_docs_layer_table_is_the_layers():
 
 
 def test_no_module_takes_the_name_of_a_standard_library_module():
-    """A module named like one of the standard library's (vitzoo/inspect.py was) shadows it for any
-    script run from inside its folder. One compiled in or frozen (builtins, io) cannot be shadowed; one
-    read from a file can, and no vitzoo module may take its name."""
+    """One read from a file (not compiled in or frozen) would be shadowed for any script run from
+    inside the module's folder."""
     names = {name.rpartition(".")[2] for name in module_names()}
     clashes = names & set(sys.stdlib_module_names)
     shadowable = {name for name in clashes
