@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 from PIL import Image
 
@@ -63,3 +64,10 @@ def test_a_head_without_class_names_is_refused(tmp_path, capsys, tiny):
     assert "nameless has a head of 5 classes without names" in capsys.readouterr().err
     assert main(["predict", str(tmp_path), "--model", str(tmp_path / "nameless")]) == 2
     assert f"cannot read image {str(tmp_path)!r}" in capsys.readouterr().err
+
+
+def test_a_top_below_one_is_refused_before_anything_loads(capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["predict", "cat.png", "--model", "vit_ti16", "--top", "0"])
+    assert exited.value.code == 2
+    assert "argument --top: must be at least 1, got 0" in capsys.readouterr().err

@@ -80,6 +80,8 @@ class Registry:
         """Each plugin's names of `kind`, a name two plugins give refused naming both."""
         table, owner = {}, {}
         for impl in getattr(self.pm.hook, KINDS[kind]).get_hookimpls():
+            if impl.wrapper or impl.hookwrapper:  # a wrapper provides no names
+                continue
             for name, value in impl.function().items():
                 if name in owner:
                     raise PluginError(f"{kind} {name!r} is registered twice: by plugin "

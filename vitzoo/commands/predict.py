@@ -9,6 +9,8 @@ import os
 
 import torch
 
+from vitzoo.argvalues import positive_int
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("predict", help="classify images with pretrained weights: the top-k labels "
@@ -19,7 +21,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="a pretrained tag MODEL.TAG[@REVISION] (`vitzoo list --pretrained`), a "
                         "model for its default tag, a saved model's directory, or a Hub repo "
                         "hf-hub:ORG/NAME[@REVISION]")
-    p.add_argument("--top", type=int, default=5, help="how many classes to show per image")
+    p.add_argument("--top", default=5, type=positive_int, metavar="K",
+                   help="how many classes to show per image")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run_predict)
 
