@@ -4,8 +4,8 @@ Each split (train/, and val/ or test/) becomes `OUT/<split>-000000.tar`, ...: it
 order training lists them, each sample the file's own bytes under its extension in lower case
 (`.JPEG` -> `.jpg`) and its class index as text (`.cls`). A shard holds up to `shard_mb` megabytes
 (one sample at least) or `samples_per_shard` samples. `OUT/_info.json` is timm's WebDataset listing
-with the class names. Each shard is renamed into place once written, its index beside it: run
-again after a stop, and the complete shards of the same plan (a digest of the files) are kept.
+with the class names. Each shard is renamed into place once written: run again after a stop,
+and the complete shards of the same plan (a digest of the files) are kept.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ MB = 1_000_000
 DEFAULT_SHARD_MB = 1000  # ~1 GB: ImageNet-1k's training set in ~140 shards
 INFO, PLAN = INFO_FILES[0], ".vitzoo-shard-plan.json"
 # what vitzoo writes in OUT: shards, their indexes, the info, the plan, and their temporary names
-_OURS = re.compile(r"^\.?((train|val|validation|test)-\d{6}\.tar(\.idx)?|_info\.json|"
+_OURS = re.compile(r"^\.?((train|val|validation|test)-\d{6}\.tar|_info\.json|"
                    r"\.vitzoo-shard-plan\.json)(\.[0-9a-f]{12}\.tmp)?$")
 
 
@@ -118,7 +118,7 @@ def _write_shard(path: Path, split: dict, first: int, stop: int, pool, progress)
                     member.size = len(payload)
                     tar.addfile(member, io.BytesIO(payload))
                 progress.update(len(data))
-    load_index(path)  # the index, beside the shard
+    load_index(path)  # indexed now, while its headers are in the page cache
 
 
 def _digest(path: Path) -> str | None:
