@@ -239,7 +239,7 @@ def test_wrong_input_and_a_crowded_out_are_refused_naming_the_fix(tmp_path, writ
         (tmp_path / "flat" / split / "cat").mkdir(parents=True)
     empty = refused(str(tmp_path / "flat"), str(tmp_path / "o"))
     assert "holds no images" in empty
-    assert "holds shards already" in refused(str(written[1]), str(tmp_path / "o"))
+    assert "has no train/ subdirectory" in refused(str(written[1]), str(tmp_path / "o"))
     inside = refused(str(written[0]), str(written[0] / "train" / "out"))
     assert "inside the folder being sharded" in inside
     with pytest.raises(ConfigError, match="samples_per_shard must be > 0"):

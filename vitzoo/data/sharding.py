@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from vitzoo.data.folders import FolderImages, _folder_split, check_data
-from vitzoo.data.shards import INFO_FILES, is_shards, load_index
+from vitzoo.data.shards import INFO_FILES, load_index
 from vitzoo.errors import DataError
 from vitzoo.io import atomic_path, write_text
 from vitzoo.options import check_number
@@ -49,11 +49,6 @@ def _shard_bounds(sizes: list[int], shard_mb: float, samples_per_shard: int | No
     return [*bounds, len(sizes)]
 
 
-def _stat(path: str) -> tuple[int, int]:
-    stat = os.stat(path)
-    return stat.st_size, stat.st_mtime_ns
-
-
 def _read(path: str) -> bytes:
     with open(path, "rb") as f:
         return f.read()
@@ -65,8 +60,6 @@ def plan_shards(folder: Path, shard_mb: float, samples_per_shard: int | None, po
     if not folder.is_dir():
         raise DataError(f"{folder}: no such folder; give an ImageFolder tree "
                         "(FOLDER/train/<class>/<images> and FOLDER/val/...)")
-    if is_shards(str(folder)):
-        raise DataError(f"{folder} holds shards already: train on it with --data {folder}")
     check_data(str(folder.resolve()))
     plan: dict = {"splits": {}}
     digest = hashlib.sha256()
@@ -78,7 +71,8 @@ def plan_shards(folder: Path, shard_mb: float, samples_per_shard: int | None, po
                             "both splits the same classes")
         stats = []
         for start in range(0, len(listed), 10_000):  # a chunk at a time, not millions of futures
-            stats += pool.map(_stat, listed.paths[start:start + 10_000])
+            stats += [(s.st_size, s.st_mtime_ns)
+                      for s in pool.map(os.stat, listed.paths[start:start + 10_000])]
         sizes, labels = [s for s, _ in stats], listed.targets.tolist()
         bounds = _shard_bounds(sizes, shard_mb, samples_per_shard)
         cut = len(str(split_dir)) + 1
@@ -137,7 +131,6 @@ def write_shards(folder, out, shard_mb: float = DEFAULT_SHARD_MB,
     from tqdm import tqdm
 
     check_number("shard_mb", shard_mb, float, "> 0")
-    check_number("threads", threads, int, "> 0")
     if samples_per_shard is not None:
         check_number("samples_per_shard", samples_per_shard, int, "> 0")
     folder, out = Path(folder), Path(out)
