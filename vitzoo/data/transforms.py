@@ -131,31 +131,18 @@ class Normalizer:
 
 
 # ---------------------------------------------------------------------------- decoded on the device
-# JPEG start-of-frame markers (baseline, progressive, lossless, arithmetic): they hold the size
-_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 BOX = ("top", "left", "height", "width")
 
 
 def jpeg_size(encoded: torch.Tensor) -> tuple[int, int] | None:
-    """(height, width) from a JPEG's frame header, or None for anything but a readable JPEG."""
-    data = memoryview(encoded.numpy())
-    n, i = len(data), 2
-    if n < 4 or data[0] != 0xFF or data[1] != 0xD8:
+    """(height, width) from a JPEG's header, or None for anything but a readable JPEG."""
+    from PIL import Image
+
+    try:  # Pillow reads the header only
+        with Image.open(io.BytesIO(encoded.numpy().tobytes())) as image:
+            return image.size[::-1] if image.format in ("JPEG", "MPO") else None
+    except (OSError, SyntaxError, ValueError):
         return None
-    while i + 4 <= n and data[i] == 0xFF:
-        marker = data[i + 1]
-        if marker == 0xFF:  # fill byte
-            i += 1
-        elif marker == 0x01 or 0xD0 <= marker <= 0xD8:  # markers without a length
-            i += 2
-        elif marker in _SOF:
-            if i + 9 > n:
-                return None
-            height, width = (data[i + 5] << 8) | data[i + 6], (data[i + 7] << 8) | data[i + 8]
-            return (height, width) if height and width else None
-        else:
-            i += 2 + ((data[i + 2] << 8) | data[i + 3])
-    return None
 
 
 def holds_files(dataset: Dataset) -> bool:
