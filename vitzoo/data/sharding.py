@@ -1,11 +1,10 @@
 """An ImageFolder written as WebDataset tar shards (`vitzoo shard FOLDER OUT`).
 
 Each split (train/, and val/ or test/) becomes `OUT/<split>-000000.tar`, ...: its images in the
-order training lists them, each sample the file's own bytes under its extension in lower case
-(`.JPEG` -> `.jpg`) and its class index as text (`.cls`). A shard holds up to `shard_mb` megabytes
-(one sample at least) or `samples_per_shard` samples. `OUT/_info.json` is timm's WebDataset listing
-with the class names. Each shard is renamed into place once written: run again after a stop,
-and the complete shards of the same plan (a digest of the files) are kept.
+order training lists them, each the file's own bytes (`.JPEG` as `.jpg`) and its class (`.cls`),
+`shard_mb` megabytes (one sample at least) or `samples_per_shard` samples a shard, each renamed
+into place once written. `OUT/_info.json`, timm's listing with the class names, comes last. Run
+again after a stop: the complete shards of the same plan (a digest of the files) are kept.
 """
 
 from __future__ import annotations
