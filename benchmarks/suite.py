@@ -57,11 +57,10 @@ class ResultStore:
     `add` writes a record as a file of its own in its run's folder, and results.json is the union
     of what it held and every record file (of two for one key, the later), rewritten by whoever
     reads a union that differs, until the record files stay put while it writes. `numerics`: the
-    version whose records count (None: every record); `order`: a sort key of records."""
+    version whose records count (None: every record)."""
 
-    def __init__(self, directory: Path, order: Callable[[dict], Any] | None = None,
-                 numerics: int | None = NUMERICS_VERSION) -> None:
-        self.directory, self.order, self.numerics = Path(directory), order, numerics
+    def __init__(self, directory: Path, numerics: int | None = NUMERICS_VERSION) -> None:
+        self.directory, self.numerics = Path(directory), numerics
         self.path = self.directory / "results.json"
         self.runs: list[dict[str, Any]] = []
         self.refresh()
@@ -88,8 +87,6 @@ class ResultStore:
             kept = [r for r in held if newest.get(r["key"], r) == r]
             kept_keys = {r["key"] for r in kept}
             self.runs = kept + [r for key, r in newest.items() if key not in kept_keys]
-            if self.order is not None:
-                self.runs.sort(key=self.order)
             if self.runs == held:
                 return
             write_text(self.path, json.dumps({"runs": self.runs}, indent=1, sort_keys=True) + "\n")

@@ -62,7 +62,7 @@ def shared_cells(results: Path) -> list[list[tuple[str, str]]]:
 
 
 def findings_table(results: Path, link_prefix: str) -> str:
-    rows, judged, incomplete, mixed, versions = [], [], [], [], defaultdict(list)
+    rows, judged, incomplete, versions = [], [], [], defaultdict(list)
     for name, spec in ABLATIONS.items():
         path = results / name / "findings.json"
         if not path.exists() or not spec.findings:
@@ -74,7 +74,6 @@ def findings_table(results: Path, link_prefix: str) -> str:
         readme = results / name / "README.md"
         settings = readme.read_text() if readme.exists() else ""
         incomplete += [name] if "\n**Incomplete" in settings else []
-        mixed += [name] if "\n**Mixed" in settings else []
         for version in recorded.get("numerics", [0]):  # without versions: runs before them
             versions[version].append(name)
     if not rows:
@@ -86,8 +85,6 @@ def findings_table(results: Path, link_prefix: str) -> str:
              + dependence(shared_cells(results)))
     if incomplete:
         text += f" Incomplete (a suite still running or interrupted): {', '.join(incomplete)}."
-    if mixed:
-        text += f" **Tables that mix code versions (numerics versions): {', '.join(mixed)}.**"
     if len(versions) > 1:
         text += (" **The tables come from code of different numerics versions: " + "; ".join(
             f"version {v}: {', '.join(names)}" for v, names in sorted(versions.items())) + ".**")
