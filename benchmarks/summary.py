@@ -126,11 +126,9 @@ def main() -> int:
                "`python -m benchmarks.summary` from each ablation's `findings.json`; each "
                "ablation's README has its table, settings (date, commit, CPU) and figures.\n\n"
                + findings_table(RESULTS, "") + "\n")
-    text = BENCHMARKS_README.read_text()
-    if START in text and END in text:
-        table = f"{START}\n{findings_table(RESULTS, 'results/')}\n{END}"
-        text = re.sub(re.escape(START) + ".*?" + re.escape(END), lambda _: table, text, flags=re.S)
-        write_text(BENCHMARKS_README, text)
+    table = f"{START}\n{findings_table(RESULTS, 'results/')}\n{END}"
+    write_text(BENCHMARKS_README, re.sub(re.escape(START) + ".*?" + re.escape(END), lambda _: table,
+                                         BENCHMARKS_README.read_text(), flags=re.S))
     print(findings_table(RESULTS, ""))
     return 0
 
