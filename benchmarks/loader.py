@@ -2,9 +2,10 @@
 training at each scale that reads image files; gpu-check's `loader` step times the GPU's decoding.
 
 Paths timed, the fastest of a few passes: `torchvision.io` (the workers' path) and `device path`
-(the workers' share when the GPU decodes). No photographs ship with the project: the JPEGs are drawn with photographs' statistics (a decoder's
-time follows the entropy it decodes, not what the picture shows): ImageNet's most common size, a
-1/f luminance spectrum, occluding shapes, sensor noise, quality 90 with 4:2:0 chroma (~110 KB).
+(the workers' share when the GPU decodes). No photographs ship with the project: the JPEGs are
+drawn with photographs' statistics (a decoder's time follows the entropy it decodes, not what the
+picture shows): ImageNet's most common size, a 1/f luminance spectrum, occluding shapes, sensor
+noise, quality 90 with 4:2:0 chroma (~110 KB).
 """
 
 from __future__ import annotations
@@ -18,10 +19,9 @@ from typing import Any, Callable
 import torch
 from torch.utils.data import DataLoader, default_collate
 
-from benchmarks.machine import environment
 from benchmarks.rehearsal_data import FolderSpec, image_folder, written_once
 from benchmarks.scales import SCALES, rehearsal_model
-from benchmarks.suite import RESULTS, markdown_table
+from benchmarks.suite import RESULTS, environment, markdown_table
 from vitzoo import data as datasets
 from vitzoo.data.transforms import EncodedSamples, collate_encoded, decode_batch, device_ops
 from vitzoo.io import write_text

@@ -21,8 +21,7 @@ import torch._dynamo
 
 import vitzoo
 from benchmarks.figures import plt, save
-from benchmarks.machine import environment
-from benchmarks.suite import RESULTS, ResultStore, markdown_image, markdown_table
+from benchmarks.suite import RESULTS, ResultStore, environment, markdown_image, markdown_table
 from vitzoo.inference import compile_for_inference, compile_for_training, for_inference
 from vitzoo.io import write_text
 from vitzoo.model import choose_attention
