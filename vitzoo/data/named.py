@@ -8,6 +8,7 @@ to put the archives (an archive put there by hand is checked and extracted by `-
 
 from __future__ import annotations
 
+import errno
 import socket
 import tarfile
 import zipfile
@@ -28,6 +29,9 @@ TORCHVISION = {
     "flowers102": ("Flowers102", "flowers-102", 102, ({"split": "train"}, {"split": "val"}),
                    ({"split": "test"},)),
 }
+# what a folder or disk says when it cannot take the files, not the network
+FOLDER_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR,
+                 errno.EEXIST}
 DOWNLOAD_TIMEOUT_S = 60  # per network read: a silent mirror ends the download instead of hanging
 
 
@@ -57,7 +61,10 @@ def open_split(name: str, data_dir, kwargs: dict, download: bool = False):
         return cls(str(root), download=download, **kwargs)
     except (RuntimeError, OSError, EOFError, ValueError, tarfile.TarError,
             zipfile.BadZipFile) as exc:
-        raise DataError(f"{name} in {root}: {exc}; {how_to_get(name, root)}") from None
+        fix = ("the folder or its disk is at fault, not the network: give another --data-dir or "
+               "free space" if getattr(exc, "errno", None) in FOLDER_ERRNOS
+               else how_to_get(name, root))
+        raise DataError(f"{name} in {root}: {exc}; {fix}") from None
     finally:
         socket.setdefaulttimeout(previous)
 

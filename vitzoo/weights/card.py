@@ -5,6 +5,8 @@ vitzoo's."""
 
 from __future__ import annotations
 
+import math
+
 from vitzoo.config import ViTConfig
 from vitzoo.errors import ConfigError
 from vitzoo.weights.layout import HUB_PREFIX
@@ -66,6 +68,17 @@ def choose(config: ViTConfig, requested: str = "auto") -> str:
     return requested
 
 
+def well_typed(option: str, value) -> bool:
+    """Whether a card option's value is what the Hub's card data takes."""
+    if option == "tags":
+        return isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
+    if option == "metrics":
+        return isinstance(value, dict) and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            for v in value.values())
+    return isinstance(value, str)
+
+
 def render(model, card: dict | None, layout: str) -> str:
     """The model card of `model` written in `layout`: the card options (`OPTIONS`) and its use."""
     from huggingface_hub import EvalResult, ModelCardData
@@ -73,6 +86,9 @@ def render(model, card: dict | None, layout: str) -> str:
     card, c = dict(card or {}), model.config
     if unknown := sorted(set(card) - set(OPTIONS)):
         raise ConfigError(f"unknown model card options {unknown}: give {', '.join(OPTIONS)}")
+    if wrong := [k for k, v in card.items() if not well_typed(k, v)]:
+        raise ConfigError(f"model card options {wrong} have the wrong type: tags is a list of str, "
+                          "metrics a dict of finite numbers, the others str")
     name = card.get("model_name") or card.get("repo_id", "").split("/")[-1] or "vitzoo-model"
     dataset, metrics = card.get("dataset"), card.get("metrics") or {}
     results = [EvalResult(task_type="image-classification", dataset_type=dataset,
