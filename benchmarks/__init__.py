@@ -1,1 +1,1 @@
-"""Benchmarks that reproduce the paper's ablations and measure speed: `python -m benchmarks --help`."""
+"""Benchmarks that reproduce the paper's ablations and measure speed (`python -m benchmarks`)."""

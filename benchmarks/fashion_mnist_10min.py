@@ -23,8 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as a script from a checkout
 
-from benchmarks.machine import environment  # noqa: E402
-from benchmarks.suite import ResultStore, markdown_table  # noqa: E402
+from benchmarks.suite import ResultStore, environment, markdown_table  # noqa: E402
 from vitzoo.argvalues import ArgumentParser  # noqa: E402
 from vitzoo.io import write_text  # noqa: E402
 from vitzoo.train import TrainConfig, fit  # noqa: E402

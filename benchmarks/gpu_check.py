@@ -26,7 +26,7 @@ import torch
 
 import vitzoo
 from benchmarks import speed
-from benchmarks.machine import environment as recorded_environment
+from benchmarks.suite import environment as recorded_environment
 from vitzoo.argvalues import ArgumentParser
 from vitzoo.io import write_text
 from vitzoo.precision import half_of, native_bf16

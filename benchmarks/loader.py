@@ -1,12 +1,11 @@
 """python -m benchmarks loader: the images/s one loader worker (one process, one thread) feeds
-training at each scale that reads image files; benchmarks/plan.py plans with its record,
-benchmarks/results/loader/results.json, and gpu-check's `loader` step times the GPU's decoding.
+training at each scale that reads image files; gpu-check's `loader` step times the GPU's decoding.
 
-Paths timed, the fastest of a few passes: `pil` (PIL decodes), `torchvision.io` (the workers'
-path), `device path` (the workers' share when the GPU decodes), `evaluation` (decode and resize).
-No photographs ship with the project: the JPEGs are drawn with photographs' statistics (a decoder's
-time follows the entropy it decodes, not what the picture shows): ImageNet's most common size, a
-1/f luminance spectrum, occluding shapes, sensor noise, quality 90 with 4:2:0 chroma (~110 KB).
+Paths timed, the fastest of a few passes: `torchvision.io` (the workers' path) and `device path`
+(the workers' share when the GPU decodes). No photographs ship with the project: the JPEGs are
+drawn with photographs' statistics (a decoder's time follows the entropy it decodes, not what the
+picture shows): ImageNet's most common size, a 1/f luminance spectrum, occluding shapes, sensor
+noise, quality 90 with 4:2:0 chroma (~110 KB).
 """
 
 from __future__ import annotations
@@ -20,18 +19,16 @@ from typing import Any, Callable
 import torch
 from torch.utils.data import DataLoader, default_collate
 
-from benchmarks.machine import environment
 from benchmarks.rehearsal_data import FolderSpec, image_folder, written_once
 from benchmarks.scales import SCALES, rehearsal_model
-from benchmarks.suite import RESULTS, markdown_table
+from benchmarks.suite import RESULTS, environment, markdown_table
 from vitzoo import data as datasets
-from vitzoo.data.folders import FileImages
 from vitzoo.data.transforms import EncodedSamples, collate_encoded, decode_batch, device_ops
 from vitzoo.io import write_text
 
 OUT, WORK = RESULTS / "loader", Path("runs") / "loader"  # WORK: the drawn files, kept
 FILE_SCALES = ("gpu", "paper", "rehearsal")
-PATHS = ("pil", "torchvision.io", "device path", "evaluation")
+PATHS = ("torchvision.io", "device path")
 SPECTRUM = 0.92  # luminance amplitude ~ 1/f^SPECTRUM: files of about 110 KB at quality 90
 
 
@@ -90,15 +87,6 @@ def photo_folder(root: Path, spec: PhotoSpec = PhotoSpec(), device="cpu") -> Pat
 
 
 # ---------------------------------------------------------------- one worker's rates
-class PILImages(FileImages):
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
-        from PIL import Image
-        from torchvision.transforms.v2.functional import pil_to_tensor
-
-        with Image.open(self.paths[index]) as image:
-            return pil_to_tensor(image.convert("RGB")), int(self.targets[index])
-
-
 def best_rate(fetch: Callable, keys: list, batch: int, collate: Callable, passes: int) -> float:
     """Images/s of `fetch` over `keys`, collated `batch` at a time: the fastest of `passes`."""
     best = float("inf")
@@ -125,16 +113,10 @@ def measure_pipelines(folder: Path, scale: str, passes: int) -> dict[str, Any]:
     files = datasets.load_split(str(folder), "train")
     augmented = datasets.build_transform((side, side), augment)
     train = datasets.Transformed(files, augmented, seed=0)
-    pil = datasets.Transformed(PILImages(files.paths, files.targets.tolist(), files.classes),
-                               augmented, seed=0)
-    plain = datasets.Transformed(files, datasets.build_transform((side, side), None))
-    keys, indices = [(0, i) for i in range(len(files))], list(range(len(files)))
-    rates = {"pil": best_rate(pil.__getitem__, keys, micro, default_collate, passes),
-             "torchvision.io": best_rate(train.__getitem__, keys, micro, default_collate, passes),
+    keys = [(0, i) for i in range(len(files))]
+    rates = {"torchvision.io": best_rate(train.__getitem__, keys, micro, default_collate, passes),
              "device path": best_rate(EncodedSamples(train, device_ops(augmented)).__getitem__,
-                                      keys, micro, collate_encoded, passes),
-             "evaluation": best_rate(plain.__getitem__, indices, max(micro, 256), default_collate,
-                                     passes)}
+                                      keys, micro, collate_encoded, passes)}
     return {"scale": scale, "img_size": side, "micro_batch": micro,
             "images_per_s": {k: round(v, 1) for k, v in rates.items()}}
 
@@ -200,8 +182,8 @@ def report(record: dict[str, Any]) -> str:
         f"`python -m benchmarks loader`, {env['date']}, commit {env['commit']}, {env['cpu']}, "
         f"torch {env['torch']}, one process of one thread. Training images per second of one "
         "worker (read, decode, random-resized crop and flip, collate), the fastest of three "
-        "passes; `device path`: the workers' share when the GPU decodes (read, header, draws); "
-        "`evaluation`: decode and resize:", "",
+        "passes; `device path`: the workers' share when the GPU decodes (read, header, draws):",
+        "",
         markdown_table(["scale", "px", "micro-batch", *PATHS], rows), ""])
 
 

@@ -1,22 +1,29 @@
 """Runs and their results: a run keyed by a hash of its config, the results store that many
-processes share with no lock, the record of a measured run, and the reports' tables and figures.
-The code is named by NUMERICS_VERSION, stored in every record: a record of another version is not
-a result of the current code, so the store does not count it as measured.
+processes share with no lock, the record of a measured run with where and when it was measured
+(the commit, the CPU and the instruction sets its kernels use, the GPU, torch and the threads), and
+the reports' tables and figures. The code is named by NUMERICS_VERSION, stored in every record: a
+record of another version is not a result of the current code, so the store does not count it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import hashlib
 import json
 import os
+import platform
 import re
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from benchmarks.machine import environment
+import torch
+
+from vitzoo import precision
 from vitzoo.io import write_text
+from vitzoo.train.distributed import pick_device
 
 RESULTS = Path(__file__).parent / "results"
 # The version of training's numbers: bump it with every change that moves what a run of a given
@@ -57,11 +64,10 @@ class ResultStore:
     `add` writes a record as a file of its own in its run's folder, and results.json is the union
     of what it held and every record file (of two for one key, the later), rewritten by whoever
     reads a union that differs, until the record files stay put while it writes. `numerics`: the
-    version whose records count (None: every record); `order`: a sort key of records."""
+    version whose records count (None: every record)."""
 
-    def __init__(self, directory: Path, order: Callable[[dict], Any] | None = None,
-                 numerics: int | None = NUMERICS_VERSION) -> None:
-        self.directory, self.order, self.numerics = Path(directory), order, numerics
+    def __init__(self, directory: Path, numerics: int | None = NUMERICS_VERSION) -> None:
+        self.directory, self.numerics = Path(directory), numerics
         self.path = self.directory / "results.json"
         self.runs: list[dict[str, Any]] = []
         self.refresh()
@@ -88,8 +94,6 @@ class ResultStore:
             kept = [r for r in held if newest.get(r["key"], r) == r]
             kept_keys = {r["key"] for r in kept}
             self.runs = kept + [r for key, r in newest.items() if key not in kept_keys]
-            if self.order is not None:
-                self.runs.sort(key=self.order)
             if self.runs == held:
                 return
             write_text(self.path, json.dumps({"runs": self.runs}, indent=1, sort_keys=True) + "\n")
@@ -110,6 +114,46 @@ class ResultStore:
         folder = record_folder(self.directory, record["key"], numerics_of(record))
         write_text(folder / RECORD, json.dumps(record, indent=1, sort_keys=True) + "\n")
         self.refresh()
+
+
+# what oneDNN's and PyTorch's kernels dispatch on: two CPUs of one name can differ here
+CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "avx512_fp16",
+             "amx_tile", "amx_bf16", "amx_fp16", "sve", "bf16")
+
+
+def cpu_model() -> str:
+    """The CPU's name and family (Linux: /proc/cpuinfo), e.g. "AMD EPYC (family 25)"."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return platform.processor() or platform.machine()
+    fields = dict(tuple(s.strip() for s in line.split(":", 1)) for line in lines if ":" in line)
+    name = fields.get("model name", platform.machine())
+    return f"{name} (family {fields['cpu family']})" if "cpu family" in fields else name
+
+
+def git_commit() -> str:
+    """The checkout's commit, -dirty with uncommitted changes outside the results."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], capture_output=True, text=True, timeout=10,
+                              cwd=Path(__file__).parent, check=True).stdout.strip()
+
+    try:
+        dirty = git("status", "--porcelain", "--untracked-files=no", "--", ":(top)",
+                    ":(top,exclude)benchmarks/results")
+        return git("rev-parse", "--short", "HEAD") + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def environment(device: str) -> dict[str, Any]:
+    where = pick_device(device) if torch.cuda.is_available() else torch.device("cpu")
+    gpu = {"gpu": torch.cuda.get_device_name(where)} if where.type == "cuda" else {}
+    return {"device": device, **gpu, "torch": torch.__version__, "threads": torch.get_num_threads(),
+            "cpu": cpu_model(), "cpu_flags": [f for f in CPU_FLAGS if f in precision.cpu_flags()],
+            "commit": git_commit(),
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+
 
 
 def make_record(run: Run, outcome: dict[str, Any], wall_s: float, device: str,

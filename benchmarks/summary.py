@@ -62,7 +62,7 @@ def shared_cells(results: Path) -> list[list[tuple[str, str]]]:
 
 
 def findings_table(results: Path, link_prefix: str) -> str:
-    rows, judged, incomplete, mixed, versions = [], [], [], [], defaultdict(list)
+    rows, judged, incomplete, versions = [], [], [], defaultdict(list)
     for name, spec in ABLATIONS.items():
         path = results / name / "findings.json"
         if not path.exists() or not spec.findings:
@@ -74,7 +74,6 @@ def findings_table(results: Path, link_prefix: str) -> str:
         readme = results / name / "README.md"
         settings = readme.read_text() if readme.exists() else ""
         incomplete += [name] if "\n**Incomplete" in settings else []
-        mixed += [name] if "\n**Mixed" in settings else []
         for version in recorded.get("numerics", [0]):  # without versions: runs before them
             versions[version].append(name)
     if not rows:
@@ -86,8 +85,6 @@ def findings_table(results: Path, link_prefix: str) -> str:
              + dependence(shared_cells(results)))
     if incomplete:
         text += f" Incomplete (a suite still running or interrupted): {', '.join(incomplete)}."
-    if mixed:
-        text += f" **Tables that mix code versions (numerics versions): {', '.join(mixed)}.**"
     if len(versions) > 1:
         text += (" **The tables come from code of different numerics versions: " + "; ".join(
             f"version {v}: {', '.join(names)}" for v, names in sorted(versions.items())) + ".**")
@@ -129,11 +126,9 @@ def main() -> int:
                "`python -m benchmarks.summary` from each ablation's `findings.json`; each "
                "ablation's README has its table, settings (date, commit, CPU) and figures.\n\n"
                + findings_table(RESULTS, "") + "\n")
-    text = BENCHMARKS_README.read_text()
-    if START in text and END in text:
-        table = f"{START}\n{findings_table(RESULTS, 'results/')}\n{END}"
-        text = re.sub(re.escape(START) + ".*?" + re.escape(END), lambda _: table, text, flags=re.S)
-        write_text(BENCHMARKS_README, text)
+    table = f"{START}\n{findings_table(RESULTS, 'results/')}\n{END}"
+    write_text(BENCHMARKS_README, re.sub(re.escape(START) + ".*?" + re.escape(END), lambda _: table,
+                                         BENCHMARKS_README.read_text(), flags=re.S))
     print(findings_table(RESULTS, ""))
     return 0
 

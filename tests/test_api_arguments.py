@@ -4,7 +4,6 @@ is asked for, a tag's name where a model is, and a model pickles like any module
 import io
 import pickle
 
-import pytest
 import torch
 
 import vitzoo
@@ -14,8 +13,6 @@ def test_count_flops_takes_a_model_a_config_or_a_name():
     model = vitzoo.create("vit_ti16", num_classes=10, img_size=32, patch_size=8)
     assert vitzoo.count_flops(model) == vitzoo.count_flops(model.config) > 0
     assert vitzoo.count_flops("vit_s16") == vitzoo.count_flops(vitzoo.get_config("vit_s16"))
-    with pytest.raises(TypeError, match="ViTConfig, a VisionTransformer or a model name"):
-        vitzoo.count_flops(12)
 
 
 def test_transforms_for_a_tag_name_are_the_tag_s_preprocessing():

@@ -64,23 +64,6 @@ def test_a_model_option_given_a_tensor_is_refused_without_printing_it():
     assert "0.1235" not in str(err.value)
 
 
-@pytest.mark.parametrize("call, fragment", [
-    (lambda: vitzoo.create("vit_ti16", pretrained=1), "pretrained must be True .* got 1 \\(int\\)"),
-    (lambda: vitzoo.create("vit_ti16", pretrained=0), "pretrained must be .* got 0 \\(int\\)"),
-    (lambda: vitzoo.create("vit_ti16", pretrained=[1]),
-     "pretrained must be .* got \\[1\\] \\(list\\)"),
-    (lambda: vitzoo.create("vit_ti16", strict="no"), "strict must be True or False, got 'no'"),
-    (lambda: vitzoo.create("vit_ti16", fc_norm="no"), "fc_norm must be True or False"),
-    (lambda: vitzoo.create(None), "name must be a model or tag name"),
-    (lambda: vitzoo.from_pretrained(5),
-     "source must be a path, 'hf-hub:ORG/NAME', a state dict or a "
-                                        "model holding one, got 5 \\(int\\)"),
-])
-def test_the_arguments_of_create_and_from_pretrained_are_checked_as_options_are(call, fragment):
-    with pytest.raises(ConfigError, match=fragment):
-        call()
-
-
 @pytest.mark.parametrize("changes, fragment", [
     ({"hflip": "no"}, "hflip must be True or False, got 'no'"),
     ({"compile": 1}, "compile must be True or False, got 1"),

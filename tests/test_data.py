@@ -12,8 +12,8 @@ from vitzoo.errors import DataError
 from vitzoo.train import GlobalBatchSampler
 
 
-@pytest.mark.skipif(not all((data.SYSTEM_FASHION_MNIST / f"{n}.gz").is_file()
-                            for n in data.FASHION_FILES), reason="dataset-fashion-mnist missing")
+@pytest.mark.skipif(not all((folders.SYSTEM_FASHION_MNIST / f"{n}.gz").is_file()
+                            for n in folders.FASHION_FILES), reason="dataset-fashion-mnist missing")
 def test_fashion_mnist_from_the_debian_package():
     folders._tensor_split.cache_clear()  # read the files in this test
     train, test = (data.load_split("fashion-mnist", split) for split in ("train", "test"))
@@ -53,16 +53,11 @@ def test_fashion_mnist_from_a_data_dir_and_a_truncated_file_refused(tmp_path):
 
 
 def test_missing_and_malformed_data_are_named(tmp_path):
-    with pytest.raises(DataError, match="not a directory"):
+    with pytest.raises(DataError, match="none lacks train-images-idx3-ubyte.gz.*--download"):
         data.check_data("fashion-mnist", tmp_path / "none")
-    (tmp_path / "empty").mkdir()
-    with pytest.raises(DataError, match="lacks train-images-idx3-ubyte.gz"):
-        data.check_data("fashion-mnist", tmp_path / "empty")
-    with pytest.raises(DataError, match="cifar-10-batches-py"):
-        data.check_data("cifar10", tmp_path / "empty")
     (tmp_path / "folder" / "train" / "cat").mkdir(parents=True)
     (tmp_path / "folder" / "val" / "cat").mkdir(parents=True)
-    with pytest.raises(DataError, match="holds no images"):
+    with pytest.raises(DataError, match="cat holds no images"):
         data.check_data(str(tmp_path / "folder"))
 
 
@@ -137,7 +132,7 @@ def test_sampler_global_batches_do_not_depend_on_world_size():
 
 def test_normalize_gray_to_rgb():
     images = torch.full((2, 1, 4, 4), 255, dtype=torch.uint8)
-    x = data.normalize(images, (0.5, 0.5, 0.5), (0.5, 0.5, 0.5), in_chans=3)
+    x = data.Normalizer((0.5, 0.5, 0.5), (0.5, 0.5, 0.5), 3, images.device)(images)
     assert x.shape == (2, 3, 4, 4) and torch.allclose(x, torch.ones_like(x))
 
 

@@ -8,13 +8,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch.utils.data import Subset
 
 import vitzoo
 from vitzoo import data
-from vitzoo.data.transforms import (EncodedSamples, EncodedView, collate_encoded, decode_batch,
-                                    decode_jpegs, decode_rgb, device_ops, encoded_view, jpeg_size,
-                                    read_bytes)
+from vitzoo.data.transforms import (EncodedSamples, collate_encoded, decode_batch, decode_jpegs,
+                                    decode_rgb, device_ops, holds_files, jpeg_size, read_bytes)
 from vitzoo.errors import ConfigError
 from vitzoo.train import TrainConfig, Trainer, fit
 from vitzoo.train.distributed import Env
@@ -77,21 +75,22 @@ def test_on_the_cpu_the_device_path_gives_the_worker_paths_images_to_the_bit(fol
         images, labels = decode_batch(batch, ops, torch.device("cpu"))
         assert torch.equal(images, torch.stack([worker[k][0] for k in keys]))
         assert torch.equal(labels, torch.tensor([worker[k][1] for k in keys]))
-        pngs = sum(jpeg_size(EncodedView(raw)[i][0]) is None for i in range(len(raw)))
-        assert 0 < pngs == int(batch.steps[:, 0].sum())  # the PNGs were decoded in the worker
+        pngs = sum(jpeg_size(raw.encoded(i)[0]) is None for i in range(len(raw)))
+        assert 0 < pngs == int((batch[2][:, -1] < 0).sum())  # PNGs: decoded in the worker
     if augment is CROP_AND_FLIP:  # the draws change with the epoch, as the worker path's do
-        assert not torch.equal(collate_encoded([encoded[(3, i)] for i in range(4)]).steps,
-                               collate_encoded([encoded[(4, i)] for i in range(4)]).steps)
+        assert not torch.equal(collate_encoded([encoded[(3, i)] for i in range(4)])[2],
+                               collate_encoded([encoded[(4, i)] for i in range(4)])[2])
 
 
-def test_an_encoded_view_sees_through_subsets_and_class_selections(folder):
+def test_the_encoded_images_are_seen_through_subsets_and_class_selections(folder):
     raw = data.load_split(str(folder), "train")
     picked = data.subset(data.keep_classes(raw, (1, 2), "folder"), 10, seed=0)
-    view = EncodedView(picked)
+    assert holds_files(picked)
     for i in range(len(picked)):
-        assert view[i][1] == int(picked.targets[i])
-        assert torch.equal(view[i][0], raw.encoded(picked.dataset.indices[picked.indices[i]])[0])
-    assert encoded_view(data.load_split("synthetic", "train", img_size=(8, 8))) is None
+        assert picked.encoded(i)[1] == int(picked.targets[i])
+        index = picked.dataset.indices[picked.indices[i]]
+        assert torch.equal(picked.encoded(i)[0], raw.encoded(index)[0])
+    assert not holds_files(data.subset(data.load_split("synthetic", "train", img_size=(8, 8)), 9))
 
 
 def test_augmentations_the_device_does_not_apply_stay_in_the_workers():
@@ -186,9 +185,6 @@ def test_on_cuda_the_device_path_is_close_to_the_workers_images(folder):
 
 
 def test_the_workers_datasets_pickle_for_workers_started_by_a_fork_server(folder):
-    view = EncodedView(Subset(data.load_split(str(folder), "train"), [3, 1]))
-    again = pickle.loads(pickle.dumps(view))
-    assert torch.equal(again[1][0], view[1][0]) and again[0][1] == view[0][1]
     worker = data.Transformed(data.load_split(str(folder), "train"),
                               data.build_transform((24, 24), CROP_AND_FLIP), seed=7)
     samples = EncodedSamples(worker, device_ops(worker.transform))

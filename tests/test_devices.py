@@ -210,14 +210,14 @@ def test_the_cost_ablation_measures_on_the_models_device(monkeypatch):
 
 
 def test_a_record_names_the_gpu_it_was_measured_on(monkeypatch):
-    from benchmarks import machine
+    from benchmarks import suite
 
     asked = []
     fake_gpus(monkeypatch, 2)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: asked.append(device)
                         or "Some GPU 80GB")
-    assert machine.environment("cuda:1")["gpu"] == "Some GPU 80GB"
-    assert asked == [torch.device("cuda", 1)] and "gpu" not in machine.environment("cpu")
+    assert suite.environment("cuda:1")["gpu"] == "Some GPU 80GB"
+    assert asked == [torch.device("cuda", 1)] and "gpu" not in suite.environment("cpu")
 
 
 @CUDA

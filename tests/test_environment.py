@@ -13,7 +13,8 @@ from vitzoo.io import cache_dir
 def autoloads() -> bool:
     calls = []
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(registry.Registry, "_load_entry_points", lambda self: calls.append(1))
+        patch.setattr(registry.importlib.metadata, "entry_points",
+                      lambda group: calls.append(group) or [])
         registry.Registry()
     return bool(calls)
 

@@ -33,26 +33,11 @@ def test_gpu_check_s_loader_step_times_the_device_and_the_worker_path_on_any_dev
     assert min(rates["32px"].values()) > 0
 
 
-def fields(value):
-    """A record's keys, nested (a list by its first item)."""
-    if isinstance(value, dict):
-        return {k: fields(v) for k, v in value.items()}
-    return [fields(value[0])] if isinstance(value, list) and value else None
-
-
-def within(new, old) -> bool:
-    """Every field of `new` is one of `old`, nested alike."""
-    if isinstance(new, dict):
-        return isinstance(old, dict) and all(k in old and within(v, old[k]) for k, v in new.items())
-    return new == old or isinstance(new, list) and isinstance(old, list) and within(new[0], old[0])
-
-
 @pytest.mark.slow
 def test_the_loader_benchmark_writes_its_record_and_its_table(tmp_path):
-    """`--quick`: a few files, one pass; the committed record's fields."""
+    """`--quick`: a few files, one pass."""
     loader.main(out=tmp_path / "out", work=tmp_path / "work", quick=True)
     written = json.loads((tmp_path / "out" / "results.json").read_text())
-    assert within(fields(written), fields(json.loads((loader.OUT / "results.json").read_text())))
     assert [(p["scale"], p["img_size"]) for p in written["pipelines"]] == [
         ("gpu", 128), ("paper", 224), ("rehearsal", 32)]
     assert all(v > 0 for p in written["pipelines"] for v in p["images_per_s"].values())

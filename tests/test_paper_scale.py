@@ -61,14 +61,6 @@ def test_the_rehearsal_trains_each_run_as_a_two_process_job_on_a_jpeg_folder(reh
     assert {f["verdict"] for f in findings["findings"]} <= {"not testable", "not compared"}
 
 
-@pytest.mark.slow
-def test_a_second_invocation_measures_nothing_again(rehearsal):
-    out, _ = rehearsal
-    before = (out / "inspect" / "results.json").read_text()
-    assert "| inspect | 2 | 0 |" in rehearse(out)
-    assert (out / "inspect" / "results.json").read_text() == before
-
-
 def test_an_epoch_is_the_datasets():
     cifar = {"data": "cifar10", "batch_size": 512}
     assert train_images(cifar) == 50_000 and evaluate_per_epoch(cifar, 2)["eval_every"] == 48

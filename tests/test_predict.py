@@ -1,11 +1,12 @@
 """`vitzoo predict` names its predictions with the class names the model was trained with (a
 folder's; a named dataset's, in the order of the classes chosen); a head without class names is
-refused from its tag before anything is downloaded. The commands run as a user types them."""
+refused. The commands run as a user types them."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 from PIL import Image
 
@@ -56,19 +57,17 @@ def test_a_run_on_some_classes_of_a_named_dataset_keeps_their_names_in_order(tmp
                                                 tmp_path / "run")} == set(names)
 
 
-def test_a_head_without_class_names_is_refused_before_downloading(hermetic_hub, tmp_path,
-                                                                  monkeypatch, capsys):
-    """vit_ti16.augreg_in21k's 21,843 classes have no names: refused from the tag alone."""
-    from vitzoo.weights import hub
-
-    def no_download(*args, **kwargs):
-        raise AssertionError("predict downloaded before refusing")
-
-    monkeypatch.setattr(hub, "download", no_download)
+def test_a_head_without_class_names_is_refused(tmp_path, capsys, tiny):
+    vitzoo.create("vit_ti16", **tiny).save_pretrained(tmp_path / "nameless")
     Image.new("RGB", (32, 32)).save(tmp_path / "cat.png")
-    assert main(["predict", str(tmp_path / "cat.png"), "--model", "vit_ti16.augreg_in21k"]) == 2
-    err = capsys.readouterr().err
-    assert "vit_ti16.augreg_in21k has a head of 21843 classes without names" in err
-    assert "vit_ti16.augreg_in21k_ft_in1k" in err  # a tag that names its classes
-    assert main(["predict", str(tmp_path), "--model", "vit_ti16.augreg_in21k_ft_in1k"]) == 2
-    assert "it is a directory, not an image file" in capsys.readouterr().err
+    assert main(["predict", str(tmp_path / "cat.png"), "--model", str(tmp_path / "nameless")]) == 2
+    assert "nameless has a head of 5 classes without names" in capsys.readouterr().err
+    assert main(["predict", str(tmp_path), "--model", str(tmp_path / "nameless")]) == 2
+    assert f"cannot read image {str(tmp_path)!r}" in capsys.readouterr().err
+
+
+def test_a_top_below_one_is_refused_before_anything_loads(capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["predict", "cat.png", "--model", "vit_ti16", "--top", "0"])
+    assert exited.value.code == 2
+    assert "argument --top: must be at least 1, got 0" in capsys.readouterr().err

@@ -1,6 +1,6 @@
 """The registry: the built-ins are a plugin like any other; a plugin's component is used by name;
-names are unique across plugins; hooks are called through pluggy, one plugin at a time; a hook
-vitzoo does not have is an error, and a refused plugin leaves the registry as it was."""
+names are unique across plugins; a hook vitzoo does not have is an error, and a refused plugin
+leaves the registry as it was."""
 
 import pytest
 import torch
@@ -8,7 +8,7 @@ from torch import nn
 
 import vitzoo
 from vitzoo.errors import ConfigError, PluginError
-from vitzoo.registry import KINDS, Registry, get_registry
+from vitzoo.registry import Registry, get_registry
 
 
 class DoubledPatches(nn.Module):
@@ -62,24 +62,6 @@ def test_two_plugins_with_one_name_is_an_error_naming_both(registered):
     with pytest.raises(PluginError, match="pool 'gap' is registered twice: by plugin "
                                           "'vitzoo.builtins' and by plugin 'clashing-plugin'"):
         vitzoo.list_components()
-
-
-def test_hooks_are_called_through_pluggy_one_plugin_at_a_time():
-    """Through pm.hook, so that pluggy's call monitoring sees every call; one plugin per call, so
-    that each name's plugin is known; a hook returning no dict names its plugin."""
-    fresh, calls = Registry(autoload=False), []
-    fresh.pm.add_hookcall_monitoring(
-        lambda hook, impls, kwargs: calls.append((hook, [impl.plugin_name for impl in impls])),
-        lambda outcome, hook, impls, kwargs: None)
-    fresh.register(plugin("vitzoo_stems", {"doubled": DoubledPatches}), name="stem-plugin")
-    assert fresh.names("stem") == ["doubled", "patch", "resnet"]
-    assert [p for hook, p in calls if hook == "vitzoo_stems"] == [["vitzoo.builtins"],
-                                                                  ["stem-plugin"]]
-    assert {hook for hook, _ in calls} == set(KINDS.values())
-    fresh.register(plugin("vitzoo_heads", ["not", "a", "dict"]), name="list-plugin")
-    with pytest.raises(PluginError, match=r"plugin 'list-plugin': vitzoo_heads\(\) must return a "
-                                          r"dict, got list"):
-        fresh.names("head")
 
 
 def test_a_misspelled_hook_is_refused_naming_the_hook_it_meant():

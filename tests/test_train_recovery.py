@@ -98,7 +98,7 @@ def test_a_damaged_checkpoint_is_named_and_resume_stops_deleting_nothing(tmp_pat
         path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
     before = snapshot(run)
     with pytest.raises(CheckpointError, match="is not a checkpoint of" if "pointer" in damage
-                       else "step_00000004/model.safetensors is damaged or truncated"):
+                       else "step_00000004/model.safetensors is damaged, truncated"):
         resume(run)
     assert snapshot(run) == before
 

@@ -41,7 +41,7 @@ def test_a_resumed_run_computes_what_the_uninterrupted_one_does(tmp_path):
     assert split["ema_test_loss"] == straight["ema_test_loss"]
 
 
-SIGNALLED = dict(**TINY, data="synthetic", train_limit=64, test_limit=32, batch_size=16, steps=30,
+SIGNALLED = dict(**TINY, data="synthetic", train_limit=64, test_limit=32, batch_size=16, steps=80,
                  warmup=1, checkpoint_every=2, log_every=1, device="cpu")
 
 

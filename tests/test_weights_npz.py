@@ -90,19 +90,15 @@ def test_the_checkpoint_decides_the_head_unless_another_is_asked_for(tmp_path, c
     assert torch.count_nonzero(model.head.fc.weight) == 0 and model.head.fc.weight.shape == (3, 32)
 
 
-def test_strict_loading_lists_every_difference_and_strict_false_loads_what_fits(tmp_path):
+def test_loading_is_strict_and_lists_every_difference(tmp_path):
     params = make_checkpoint(tmp_path / "c.npz", img_size=32, **VIT)
-    wrong = {**OPTIONS, "depth": 3, "mlp_dim": 48}
     with pytest.raises(CheckpointError) as err:
-        vitzoo.create("vit_ti16", pretrained=tmp_path / "c.npz", img_size=32, **wrong)
-    assert "missing (12): encoder.blocks.2." in str(err.value)  # a whole block
-    assert ("encoder.blocks.0.mlp.fc1.weight: checkpoint (64, 32) vs model (48, 32)"
-            in str(err.value))
-    model = vitzoo.create("vit_ti16", pretrained=tmp_path / "c.npz", strict=False, img_size=32,
-                          **{**OPTIONS, "depth": 3})
-    assert model.config.depth == 3
+        vitzoo.create("vit_ti16", pretrained=tmp_path / "c.npz", img_size=32,
+                      **{**OPTIONS, "depth": 3, "mlp_dim": 48})
+    assert 'Missing key(s) in state_dict: "encoder.blocks.2.' in str(err.value)  # a whole block
+    assert "size mismatch for encoder.blocks.0.mlp.fc1.weight" in str(err.value)
     np.savez(tmp_path / "extra.npz", **params, **{"Transformer/extra/kernel": np.zeros(3)})
-    with pytest.raises(CheckpointError, match=r"unexpected \(1\): Transformer/extra/kernel"):
+    with pytest.raises(CheckpointError, match='Unexpected key.*"Transformer/extra/kernel"'):
         vitzoo.create("vit_ti16", pretrained=tmp_path / "extra.npz", img_size=32, **OPTIONS)
 
 
@@ -123,19 +119,15 @@ def test_an_incomplete_checkpoint_names_the_tensor_it_lacks(tmp_path):
         vitzoo.create("vit_ti16", pretrained=tmp_path / "cut.npz", img_size=32, **OPTIONS)
 
 
-def test_an_npz_that_is_no_checkpoint_says_what_it_is_and_never_advises_pickles(tmp_path):
+def test_an_npz_that_is_no_checkpoint_is_refused_and_never_advises_pickles(tmp_path):
     np.savez(tmp_path / "other.npz", weights=np.zeros(3))
     np.savez(tmp_path / "objects.npz", a=np.array([{"x": 1}], dtype=object))
     np.savez(tmp_path / "full.npz", a=np.zeros(1000))
     (tmp_path / "cut.npz").write_bytes((tmp_path / "full.npz").read_bytes()[:2000])
-    (tmp_path / "empty.npz").write_bytes(b"")
     (tmp_path / "random.npz").write_bytes(b"\x93NUMPY not really" * 4)
-    for name, said in [("other", "not recognised"), ("objects", "holds pickled Python objects"),
-                       ("cut", "cut.npz is damaged or truncated"),
-                       ("empty", "empty.npz is not a checkpoint: the file is empty"),
-                       ("random", "is not a checkpoint: the file is not a zip archive")]:
+    for name, said in [("other", "not recognised"), ("objects", "holds Python objects"),
+                       ("cut", "cut.npz is no .npz archive, or a damaged one"),
+                       ("random", "random.npz is no .npz archive")]:
         with pytest.raises(CheckpointError, match=said) as err:
             vitzoo.from_pretrained(tmp_path / f"{name}.npz")
         assert "allow_pickle" not in str(err.value)
-    with pytest.raises(FileNotFoundError, match="no checkpoint at"):
-        vitzoo.create("vit_ti16", pretrained=tmp_path / "missing.npz")

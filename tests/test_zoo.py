@@ -1,4 +1,5 @@
-"""The zoo: every named model of the paper, with the official parameter counts exactly."""
+"""The zoo: every named model of the paper, with the official parameter counts exactly (which pin
+each hybrid's ResNet, its patch size 1 on the ResNet's map and so its token grid)."""
 
 import pytest
 import torch
@@ -35,16 +36,6 @@ def test_the_zoo_has_every_model_of_the_paper():
 def test_parameter_count_equals_the_official_one(name, expected):
     model = vitzoo.create(name, device="meta")  # no memory allocated, even for H/14
     assert vitzoo.count_params(model) == expected
-
-
-@pytest.mark.parametrize("name, layers, stride", [
-    ("vit_b16_hybrid", (3, 4, 9), 16), ("vit_b32_hybrid", (3, 4, 6, 3), 32),
-    ("vit_l16_hybrid", (3, 4, 9), 16), ("vit_l32_hybrid", (3, 4, 6, 3), 32),
-    ("vit_s32_r26_hybrid", (2, 2, 2, 2), 32), ("vit_b32_r26_hybrid", (2, 2, 2, 2), 32)])
-def test_hybrids_take_patch_size_one_on_the_resnet_map(name, layers, stride):
-    model = vitzoo.create(name, device="meta")
-    assert model.config.stem_options["layers"] == list(layers) and model.config.patch_size == 1
-    assert model.stride == (stride, stride) and model.grid == (224 // stride, 224 // stride)
 
 
 def test_a_root_only_hybrid_and_depth_zero_run():
@@ -87,12 +78,6 @@ def test_timms_name_of_a_paper_model_builds_that_model(timm_name, name, img_size
     model = vitzoo.create(timm_name, device="meta")
     assert model.config == vitzoo.get_config(name, img_size=img_size) == \
         vitzoo.get_config(timm_name)
-
-
-def test_a_name_near_timms_points_to_vitzoos_name():
-    with pytest.raises(vitzoo.ConfigError,
-                       match=r"Did you mean vit_ti16 \(timm: vit_tiny_patch16_224\)"):
-        vitzoo.create("vit_tiny_patch_16_224", device="meta")
 
 
 def test_the_zoo_releases_46_tags_and_marks_one_default_for_each_of_their_12_models():

@@ -26,3 +26,11 @@ class ArgumentParser(argparse.ArgumentParser):
                                             else "give one"))
         return super()._get_value(action, arg_string)
 
+
+
+def positive_int(text: str) -> int:
+    """An argument's type: a whole number of at least 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value

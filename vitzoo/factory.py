@@ -1,8 +1,8 @@
 """From a name or a source to a model in one pass, as timm's _factory.py: `resolve` works out the
-config and the weights once, `Resolved.build` builds the model of that config. What the weights
-decide (GELU, eps, pooling, head) follows them unless an option says otherwise; loading is strict;
-a head of another size is replaced by a zero-initialised one and the position embeddings are
-resampled to the size asked for, each said unless asked for.
+config and the weights once, `Resolved.build` builds the model of that config and loads them.
+What the weights decide (GELU, eps, pooling, head) follows them unless an option says otherwise;
+loading is strict; a head of another size is replaced by a zero-initialised one and the position
+embeddings are resampled to the size asked for, each said unless asked for.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import contextlib
 import logging
 import os
 import warnings
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,16 +20,17 @@ from vitzoo.config import ViTConfig, from_timm_names
 from vitzoo.errors import CheckpointError, ConfigError, HubError
 from vitzoo.features import DEFAULT_OUT_INDICES, FeatureExtractor
 from vitzoo.model import VisionTransformer
-from vitzoo.options import described
-from vitzoo.registry import lookup, resolve_config, shape_differences, weight_formats
-from vitzoo.weights import (HEAD_OPTIONS, ConvertedWeights, check_state_dict, decided_options,
-                            fits)
+from vitzoo.registry import lookup, resolve_config, weight_formats
+from vitzoo.weights import ConvertedWeights
 from vitzoo.weights.files import open_source
 from vitzoo.weights.infer import infer
 from vitzoo.weights.layout import HUB_PREFIX
 from vitzoo.zoo import PretrainedTag, preprocessing
 
 log = logging.getLogger("vitzoo")
+HEAD_OPTIONS = ("num_classes", "head", "head_options")  # another head replaces the weights'
+NUMERICS = ("act", "norm_eps")  # the weights decide them, an option may change them
+SHAPE_OPTIONS = ("stem", "patch_size", "embed_dim", "depth", "num_heads", "mlp_dim")
 
 
 @dataclass
@@ -44,12 +44,11 @@ class Resolved:
     labels: list[str] | None = None
     load_size: tuple[int, int] | None = None  # a saved model's own; else the weights' grid's
     tag: PretrainedTag | None = None
-    strict: bool = True
     requested: dict[str, Any] = field(default_factory=dict)  # the options the user set
 
     def build(self, config: ViTConfig | None = None) -> VisionTransformer:
         """The model of `config` (default: the resolved one; training changes its classes)
-        holding the weights: built, set to their grid, loaded, then resampled to its own."""
+        holding the weights: set to their size, loaded, then resampled to its own."""
         config = config or self.config
         model = VisionTransformer(config)
         n = config.num_classes
@@ -59,56 +58,60 @@ class Resolved:
         model.labels, model.pretrained_tag = labels, self.tag
         if self.checkpoint is None:
             return model
-        at, grid = self.load_size, self.checkpoint.grid
-        if at is None and grid is not None:
-            at = (grid[0] * model.stride[0], grid[1] * model.stride[1])
-        if at is not None and tuple(at) != config.img_size:
-            model.set_img_size(at)
+        (sh, sw), grid = model.stride, self.checkpoint.grid
+        trained = tuple(self.load_size or (grid and (grid[0] * sh, grid[1] * sw)) or
+                        config.img_size)
+        if trained != config.img_size:
+            model.set_img_size(trained)
         weights, expected = dict(self.checkpoint.state_dict), model.state_dict()
         decided = self.checkpoint.config
         if any(getattr(config, k) != decided.get(k, getattr(config, k)) for k in HEAD_OPTIONS):
             log.warning("vitzoo: the weights' head has %s classes, the model %s: head replaced by "
                         "a zero-initialised %s layer", decided.get("num_classes"), n, config.head)
-            weights = {**{k: v for k, v in weights.items() if not k.startswith("head.")},
-                       **{k: v for k, v in expected.items() if k.startswith("head.")}}
-        if self.strict:
-            check_state_dict(model, weights, self.location)
-        else:
-            fitting = {k: v for k, v in weights.items() if k in expected and fits(v, expected[k])}
-            if set(weights) != set(fitting) or set(expected) != set(fitting):
-                log.warning("vitzoo: strict=False: not loaded %s; left at init %s",
-                            sorted(set(weights) - set(fitting)),
-                            sorted(set(expected) - set(fitting)))
-            weights = fitting
-        if not any(p.is_meta for p in model.parameters()):  # device="meta": nothing to copy
-            model.load_state_dict(weights, strict=self.strict)
-        if model.config.img_size != config.img_size:
-            trained = model.config.img_size
+            weights = {k: v for k, v in weights.items() if not k.startswith("head.")}
+            weights.update((k, v) for k, v in expected.items() if k.startswith("head."))
+        integers = [f"{k}: {str(v.dtype)[6:]}" for k, v in sorted(weights.items())
+                    if k in expected and expected[k].is_floating_point()
+                    and not v.is_floating_point()]
+        if integers:  # torch would cast them into float weights
+            raise CheckpointError(f"the weights from {self.location} hold integers where the "
+                                  f"model has floats: {', '.join(integers)}")
+        if next(model.parameters()).is_meta:  # device="meta": shapes checked, nothing copied
+            weights = {k: v.to("meta") for k, v in weights.items()}
+        try:
+            model.load_state_dict(weights)
+        except RuntimeError as exc:  # torch lists every missing, unexpected, mis-shaped tensor
+            raise CheckpointError(f"the weights from {self.location} do not fit the model "
+                                  f"(check the model name): {exc}") from None
+        if trained != config.img_size:
             model.set_img_size(config.img_size)  # each position embedding by its own rule
             (log.info if "img_size" in self.requested else log.warning)(
                 "vitzoo: the weights from %s are at %s px, the model at %s px: position "
-                "embeddings resampled (img_size=%s keeps theirs)", self.location, trained,
-                config.img_size, trained[0] if trained[0] == trained[1] else trained)
+                "embeddings resampled", self.location, trained, config.img_size)
         return model
 
 
-SOURCES = (str, os.PathLike, Mapping, torch.nn.Module)  # what `from_pretrained` reads
-SAID = {"source": "a path, 'hf-hub:ORG/NAME', a state dict or a model holding one",
-        "strict": "True or False"}
+def decided_options(decided: dict[str, Any], requested: dict[str, Any]) -> dict[str, Any]:
+    """What the weights decide, unless asked otherwise: the numerics may be changed, another head
+    replaces theirs (zero-initialised, linear unless named), any other difference is refused."""
+    changes = {}
+    for option, value in decided.items():
+        asked = requested.get(option, value)
+        differ = ([k for k in value if asked.get(k, value[k]) != value[k]]
+                  if isinstance(value, dict) and isinstance(asked, dict) else asked != value)
+        if option in HEAD_OPTIONS or not differ:
+            changes[option] = value
+        elif option not in NUMERICS:
+            raise ConfigError(f"the checkpoint has {option}={value!r} but {option}={asked!r} was "
+                              f"requested; drop the {option} option to load these weights")
+    if any(requested.get(o, decided.get(o)) != decided.get(o) for o in ("num_classes", "head")):
+        changes.update(num_classes=requested.get("num_classes", decided.get("num_classes")),
+                       head=requested.get("head", "linear"),
+                       head_options=requested.get("head_options", {}))
+    return changes
 
 
-def _check_arguments(**given) -> None:
-    """The arguments that are no model options, checked as options are."""
-    said = {"pretrained": "True (the tag's weights), False or None (none), or " + SAID["source"],
-            **SAID}
-    types = {"pretrained": (type(None), bool, *SOURCES), "source": SOURCES, "strict": bool}
-    for argument, value in given.items():
-        if not isinstance(value, types[argument]):
-            raise ConfigError(f"{argument} must be {said[argument]}, got {described(value)} "
-                              f"({type(value).__name__})")
-
-
-def _resolve(name: str | None, weights, options: dict[str, Any], strict: bool) -> Resolved:
+def _resolve(name: str | None, weights, options: dict[str, Any]) -> Resolved:
     """The config, once: the named model's (its tag's, a timm name's), then the options; with
     `weights` (True: the tag's), a saved model's own, or without a name the one they describe,
     with their preprocessing and what they decide."""
@@ -117,35 +120,31 @@ def _resolve(name: str | None, weights, options: dict[str, Any], strict: bool) -
         base, tag, revision, implied = lookup(name, hub)
         changes = [implied, options]
         weights = tag.source(revision) if hub else weights
-    resolved = Resolved(base, tag=tag if weights is not None else None, strict=strict,
-                        requested=options)
+    resolved = Resolved(base, tag=tag if weights is not None else None, requested=options)
     if weights is not None:
         try:
             src = open_source(weights, weight_formats())
         except HubError as exc:
             if tag is None:
                 raise
-            if not exc.not_cached:  # a wrong revision, token, ...: the Hub's answer says it
-                raise HubError(f"{tag.name}: {exc}") from exc
-            raise HubError(f"{tag.name}: {exc}\nTo work offline: HF_HUB_OFFLINE=1 with a cache "
-                           f"that holds {tag.hub_id} (`vitzoo pull {tag.hub_id}` once online), "
-                           f"or vitzoo.create({tag.name!r}, pretrained=PATH) on a local copy of "
-                           "its files", not_cached=True) from exc
+            offline = (f"\nTo work offline: HF_HUB_OFFLINE=1 with a cache that holds {tag.hub_id}"
+                       f" (`vitzoo pull {tag.hub_id}` once online), or pretrained=PATH on a "
+                       "local copy of its files") if exc.not_cached else ""
+            raise HubError(f"{tag.name}: {exc}{offline}", exc.not_cached) from exc
         checkpoint, saved = src.checkpoint, src.saved_config
-        if hub and checkpoint.format != tag.format:
-            raise CheckpointError(f"{src.location} holds {checkpoint.format} weights, not the "
-                                  f"{tag.format} weights of {tag.name}: pass a revision "
-                                  "(@REVISION) that holds them")
         others = {k: v for k, v in options.items() if k not in HEAD_OPTIONS}
         if saved is not None:  # a saved model is itself, whatever name was requested
-            if base is not None and (differ := shape_differences(saved, base, *changes)):
+            asked = {k: getattr(base, k) for k in SHAPE_OPTIONS} if base else {}
+            asked.update((k, v) for layer in changes for k, v in layer.items() if k in asked)
+            if differ := [f"{k}={getattr(saved, k)!r} (not {v!r})" for k, v in asked.items()
+                          if getattr(saved, k) != v]:
                 warnings.warn(f"{src.location} holds another model than the one requested: "
                               f"{', '.join(differ)}; loading the saved model", stacklevel=4)
             base, changes, resolved.load_size = saved, [others], saved.img_size
             checkpoint.config = {k: getattr(saved, k) for k in HEAD_OPTIONS}
         elif base is None:  # the model the weights describe
-            base, changes = ViTConfig(), [infer(checkpoint, {**src.hints, **others},
-                                                src.location)]
+            base = ViTConfig()
+            changes = [infer(checkpoint, {**src.hints, **others}, src.location)]
         else:  # the named model, with the preprocessing the source states unless asked
             changes.append({k: v for k, v in src.hints.items() if k not in options})
         changes.append(decided_options(checkpoint.config, options))
@@ -154,50 +153,25 @@ def _resolve(name: str | None, weights, options: dict[str, Any], strict: bool) -
     try:
         resolved.config = resolve_config(base, *changes)
     except ConfigError as exc:
-        where = f"{resolved.location}: " if resolved.location else ""
-        raise ConfigError(f"{where}{exc}") from exc
-    own = {"img_size": (tag.img_size,) * 2, "num_classes": tag.num_classes} if tag else {}
-    differ = [k for k, v in own.items() if k not in options and getattr(resolved.config, k) != v]
-    if weights is not None and not hub and differ:  # a local copy of the tag's files
-        log.warning("vitzoo: the weights at %s give %s, not the tag %s's %s: kept (pass the option "
-                    "to change it)", resolved.location,
-                    ", ".join(f"{k}={getattr(resolved.config, k)!r}" for k in differ), tag.name,
-                    ", ".join(f"{k}={own[k]!r}" for k in differ))
+        raise ConfigError(f"{resolved.location}: {exc}" if resolved.location else exc) from exc
     return resolved
 
 
-def resolve(name: str, pretrained: bool | str | os.PathLike | None = None, *,
-            strict: bool = True, **options) -> Resolved:
+def resolve(name: str, pretrained: bool | str | os.PathLike | None = None,
+            **options) -> Resolved:
     """What `create` builds, worked out once without building it (see `create`)."""
-    _check_arguments(pretrained=pretrained, strict=strict)
-    if not isinstance(name, str):
-        raise ConfigError(f"name must be a model or tag name (a str; vitzoo list), got "
-                          f"{type(name).__name__}")
     options = from_timm_names(options)
     source, repo = (None if pretrained is False else pretrained), name.startswith(HUB_PREFIX)
     if repo:  # as timm: a Hub repo's model, with its weights if pretrained
         if pretrained not in (None, False, True):
             raise ConfigError(f"{name!r} names a Hub repo's model: pass pretrained=True for its "
                               "weights, or give a model name with other weights")
-        source = name
-        name = None
-    resolved = _resolve(name, source, options, strict)
+        source, name = name, None
+    resolved = _resolve(name, source, options)
     return Resolved(resolved.config, requested=options) if repo and not pretrained else resolved
 
 
-def resolve_source(source, *, strict: bool = True, **options) -> Resolved:
-    """What `from_pretrained` builds, worked out once without building it."""
-    _check_arguments(source=source, strict=strict)
-    options = from_timm_names(options)
-    ViTConfig.check_option_names(options)
-    return _resolve(None, source, options, strict)
-
-
-def _device(device):
-    return torch.device(device) if device is not None else contextlib.nullcontext()
-
-
-def create(name: str, pretrained: bool | str | os.PathLike | None = None, *, strict: bool = True,
+def create(name: str, pretrained: bool | str | os.PathLike | None = None, *,
            device: str | torch.device | None = None, features_only: bool = False,
            out_indices: int | tuple[int, ...] | None = None,
            **options) -> VisionTransformer | FeatureExtractor:
@@ -212,23 +186,21 @@ def create(name: str, pretrained: bool | str | os.PathLike | None = None, *, str
     if out_indices is not None and not features_only:
         raise ConfigError(f"out_indices={out_indices!r} chooses the feature maps of "
                           "features_only=True: pass it too")
-    if not isinstance(features_only, bool):
-        raise ConfigError(f"features_only must be True or False, got {described(features_only)}")
-    with _device(device):  # resolved there too: a meta model's memory is no bound
-        resolved = resolve(name, pretrained, strict=strict, **options)
+    with torch.device(device) if device else contextlib.nullcontext():  # resolved there too
+        resolved = resolve(name, pretrained, **options)
         model = resolved.build()
     if features_only:
         return FeatureExtractor(model, DEFAULT_OUT_INDICES if out_indices is None else out_indices)
     return model
 
 
-def from_pretrained(source, *, strict: bool = True, device: str | torch.device | None = None,
+def from_pretrained(source, *, device: str | torch.device | None = None,
                     **options) -> VisionTransformer:
     """The model saved with `save_pretrained`, pushed to the Hub (hf-hub:ORG/NAME[@REV]), or that
     weights of any format describe (a file, a state dict, a timm or transformers module);
     options change it (`num_classes`: a new head, `img_size`: resampled, `num_heads`)."""
-    with _device(device):
-        resolved = resolve_source(source, strict=strict, **options)
+    with torch.device(device) if device else contextlib.nullcontext():
+        resolved = _resolve(None, source, from_timm_names(options))
         return resolved.build()
 
 

@@ -7,14 +7,11 @@ the ResNet costs twice the ViT's FLOPs an image, so it trains for half the steps
 
 from __future__ import annotations
 
-import functools
-import json
-
-import vitzoo
+from benchmarks import training
 from benchmarks.figures import lines_per_family
 from benchmarks.spec import Ablation, Cell, Finding, combine, difference
 from benchmarks.suite import Run
-from benchmarks.training import IMAGENET, dataset_images, model_options
+from benchmarks.training import IMAGENET, dataset_images
 
 # subset sizes, the validation split held out before them, and the epochs of the largest subset
 SUBSETS = {"quick": (128, 384), "main": (1_000, 10_000), "cpu": (1_000, 7_500, 55_000),
@@ -54,14 +51,9 @@ def subsets(scale) -> tuple[tuple[int, ...], int]:
 
 def image_flops(scale, name: str | None, options: dict) -> float:
     """Training FLOPs of one image of a family's model, with its dataset's classes and channels."""
-    run = Run("data", "", {"model": name or scale.zoo_name, "options": {**scale.model, **options},
-                           "train": scale.train})
-    return _flops(run.config["model"], json.dumps(model_options(run), sort_keys=True))
-
-
-@functools.cache  # once per model: the cells are planned many times
-def _flops(name: str, options: str) -> float:
-    return float(vitzoo.count_flops(vitzoo.get_config(name, **json.loads(options)), backward=True))
+    config = {"model": name or scale.zoo_name, "options": {**scale.model, **options},
+              "train": scale.train}
+    return training.image_flops(Run("data", "", config))
 
 
 def cells(scale) -> list[Cell]:

@@ -31,14 +31,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run_list(args) -> int:
     if args.markdown and not args.pretrained:
         raise ValueError("--markdown lists the pretrained tags: add --pretrained")
-    names = (vitzoo.list_pretrained if args.pretrained else vitzoo.list_models)(args.pattern)
-    if not names:
-        raise ValueError(f"nothing matches {args.pattern!r}; `vitzoo list"
-                         f"{' --pretrained' * args.pretrained}` shows them all")
     if args.pretrained:
-        print(markdown_table(names) if args.markdown else pretrained_lines(names), end="")
+        tags = [pretrained_tags()[name] for name in vitzoo.list_pretrained(args.pattern)]
+        print(markdown_table(tags) if args.markdown else tag_lines(tags), end="")
         return 0
-    print("\n".join(names))
+    print("\n".join(vitzoo.list_models(args.pattern)))
     if args.pattern == "*":
         for kind, components in vitzoo.list_components().items():
             print(f"# {kind}: {', '.join(components)}")
@@ -46,25 +43,23 @@ def run_list(args) -> int:
     return 0
 
 
-def pretrained_lines(names: list[str]) -> str:
-    tags, width, lines = pretrained_tags(), max(map(len, names)), []
-    for tag in map(tags.__getitem__, names):
-        top1 = f"  top-1 {accuracy(tag)}" if tag.accuracy is not None else ""
-        lines.append(f"{tag.name:{width}}  {'*' if tag.default else ' '} hf-hub:{tag.hub_id} "
-                     f"({tag.format}, {tag.img_size} px, {tag.num_classes or 'no'} classes){top1}")
-    return "\n".join([*lines, "# * the model's default: vitzoo.create(MODEL, pretrained=True)\n"])
-
-
 def accuracy(tag) -> str:
     return f"{tag.accuracy:.2f} ({tag.accuracy_source})" if tag.accuracy is not None else "-"
 
 
-def markdown_table(names: list[str]) -> str:
+def tag_lines(tags: list) -> str:
+    width = max((len(tag.name) for tag in tags), default=0)
+    lines = [f"{t.name:{width}}  {'*' if t.default else ' '} hf-hub:{t.hub_id} ({t.format}, "
+             f"{t.img_size} px, {t.num_classes or 'no'} classes)  top-1 {accuracy(t)}"
+             for t in tags]
+    return "\n".join([*lines, "# * the model's default: vitzoo.create(MODEL, pretrained=True)\n"])
+
+
+def markdown_table(tags: list) -> str:
     """The tags as docs/pretrained.md's table."""
     rows = [f"| {t.model} | `{t.tag}`{' (default)' * t.default} | [{t.hub_id}](https://"
             f"huggingface.co/{t.hub_id}) | {t.format} | {t.img_size} | "
-            f"{t.num_classes or 'none (features)'} | {accuracy(t)} |"
-            for t in map(pretrained_tags().__getitem__, names)]
+            f"{t.num_classes or 'none (features)'} | {accuracy(t)} |" for t in tags]
     return "\n".join(["| model | tag | Hub repo | format | resolution | classes | ImageNet top-1 "
                       "(source) |", "|---|---|---|---|---|---|---|", *rows]) + "\n"
 

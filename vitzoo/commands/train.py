@@ -18,7 +18,7 @@ from pathlib import Path
 from vitzoo.config import PART_OPTIONS, ViTConfig, merge_options
 from vitzoo.errors import ConfigError
 from vitzoo.flags import add_dataclass_flags
-from vitzoo.registry import COMPONENT_KINDS, get_registry, options_class
+from vitzoo.registry import COMPONENT_KINDS, get_registry
 from vitzoo.train.config import TrainConfig
 
 NOT_FLAGS = {"model", "model_options", "resume", "out"}  # positional, or their own flags
@@ -42,7 +42,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     for kind in COMPONENT_KINDS:  # one flag serves every component with an option of that name
         taken: set[str] = set()
         for name in registry.names(kind):
-            declared = options_class(registry.get(kind, name), kind, name)
+            declared = getattr(registry.get(kind, name), "Options", None)
             if declared is None:
                 continue
             flag = "--" + kind.replace("_", "-")

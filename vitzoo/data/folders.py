@@ -1,9 +1,8 @@
 """Where images come from, and the splits cut from them.
 
 Every dataset yields `(uint8 image (C, H, W), label)` at its own size and has `targets`: the named
-ones (`fashion-mnist` read from its idx files, the Debian package's first; the others through
-torchvision, vitzoo.data.named), an ImageFolder directory (`DIR/train/<class>/*.jpg`, `DIR/val/`
-or `test/`) or its shards (vitzoo.data.shards), and `synthetic` images made from the seed.
+ones (`fashion-mnist` from its idx files, the Debian package's first; the others by torchvision),
+an ImageFolder (`DIR/train/<class>/*.jpg`, `DIR/val/`) or its shards, and `synthetic` images.
 """
 
 from __future__ import annotations
@@ -55,37 +54,33 @@ def _idx_path(folder: Path, name: str) -> Path | None:
     return next((path for path in candidates if path.is_file()), None)
 
 
-def _read_idx(path: Path, whole: bool = True) -> bytes:
-    """An idx file's bytes (or, not `whole`, its header), its magic number and size checked."""
+def _read_idx(path: Path) -> torch.Tensor:
+    """An idx file's items as uint8, its magic number and length checked."""
     name = path.name.removesuffix(".gz")
     try:
         with (gzip.open if path.suffix == ".gz" else open)(path, "rb") as f:
-            data = f.read(-1 if whole else 8)
-    except (OSError, EOFError, zlib.error) as exc:
-        raise DataError(f"{path} is unreadable or not gzip ({exc}); delete it and run with "
-                        "--download") from None
+            data = f.read()
+    except (gzip.BadGzipFile, EOFError, zlib.error):
+        data = b""
     header, item = (16, 784) if "images" in name else (8, 1)
-    size = header + int.from_bytes(data[4:8], "big") * item
-    if int.from_bytes(data[:4], "big") != FASHION_FILES[name] or whole and len(data) != size:
-        raise DataError(f"{path} is truncated or not an idx file; delete it and run with "
+    if (int.from_bytes(data[:4], "big") != FASHION_FILES[name]
+            or len(data) != header + int.from_bytes(data[4:8], "big") * item):
+        raise DataError(f"{path} is truncated or not an idx file: delete it and run with "
                         "--download")
-    return data
+    return torch.frombuffer(bytearray(data[header:]), dtype=torch.uint8)
 
 
 def _fashion_folder(data_dir, download: bool = False) -> Path:
-    """The folder of the four Fashion-MNIST files (.gz or not), downloaded if asked, checked."""
+    """The folder of the four Fashion-MNIST files (.gz or not), downloaded first if asked."""
     system = data_dir is None and SYSTEM_FASHION_MNIST.is_dir()
     folder = SYSTEM_FASHION_MNIST if system else named.root_of(data_dir)
     if download and not system and not all(_idx_path(folder, n) for n in FASHION_FILES):
         named.download("fashion-mnist", data_dir)
     absent = [name for name in FASHION_FILES if not _idx_path(folder, name)]
     if absent:
-        what = f"lacks {absent[0]}.gz" if folder.is_dir() else "is not a directory"
-        hint = "apt-get install dataset-fashion-mnist, or " if data_dir is None else ""
-        raise DataError(f"Fashion-MNIST not found: {folder} {what}; {hint}"
-                        f"{named.how_to_get('fashion-mnist', folder)}")
-    for name in FASHION_FILES:
-        _read_idx(_idx_path(folder, name), whole=False)
+        debian = "apt-get install dataset-fashion-mnist, or " if data_dir is None else ""
+        raise DataError(f"Fashion-MNIST: {folder} lacks {absent[0]}.gz; {debian}"
+                        f"{named.how_to_get('fashion-mnist', named.root_of(data_dir))}")
     return folder
 
 
@@ -98,26 +93,30 @@ def _folder_split(root: Path, split: str) -> Path:
     return found
 
 
+def check_folder(root: Path) -> None:
+    """A DataError unless `root` is an ImageFolder tree whose every class folder holds images."""
+    for split_dir in (_folder_split(root, split) for split in ("train", "test")):
+        classes = [d for d in sorted(split_dir.iterdir()) if d.is_dir()]
+        empty = [d for d in classes if not any(f.name.lower().endswith(IMAGE_EXTENSIONS)
+                                               for f in d.iterdir())]
+        if empty or not classes:
+            raise DataError(f"{(empty or [split_dir])[0]} holds no images in class folders: add "
+                            "them, or remove the folder")
+
+
 def check_data(name: str, data_dir=None, download: bool = False) -> None:
-    """A DataError unless the dataset can be read; cheap (no image is decoded). `download`: fetch a
-    named dataset that is not there through torchvision first."""
+    """A DataError unless the dataset can be read; `download`: fetch a named dataset that is not
+    there through torchvision first."""
     if name == "synthetic":
         return
     if name == "fashion-mnist":
         _fashion_folder(data_dir, download)
     elif name in named.TORCHVISION:
-        named.require(name, data_dir, download)
+        named.open_split(name, data_dir, named.splits(name, "test")[0], download)
     elif shards.is_shards(name):
         shards.locate(name)
     elif Path(name).is_dir():
-        for split_dir in (_folder_split(Path(name), split) for split in ("train", "test")):
-            classes = [d for d in sorted(split_dir.iterdir()) if d.is_dir()]
-            if not classes:
-                raise DataError(f"{split_dir} has no class folders (<class>/<images>)")
-            for d in classes:
-                if not any(f.name.lower().endswith(IMAGE_EXTENSIONS) for f in d.iterdir()):
-                    raise DataError(f"class folder {d} holds no images: add its images, or "
-                                    "remove the folder")
+        check_folder(Path(name))
     else:
         raise DataError(f"unknown dataset {name!r}: not one of {', '.join(NAMED)} and not a "
                         f"directory (DIR/train/<class>/..., or its shards).{closest(name, NAMED)}")
@@ -156,10 +155,6 @@ class FileImages(Dataset):
         return decode_rgb(data), label
 
 
-def _real(path: str) -> str:
-    return os.path.realpath(path) + os.sep
-
-
 class FolderImages(FileImages):
     """An ImageFolder tree (`ROOT/<class>/<images>`) in torchvision's ImageFolder order (classes
     sorted, each class's folders walked in sorted order), never following a link to a folder
@@ -171,31 +166,15 @@ class FolderImages(FileImages):
         for label, name in enumerate(classes):
             walked = []
             for folder, dirs, files in os.walk(os.path.join(root, name), followlinks=True):
-                here = _real(folder)  # a subfolder that is this one or above it: a loop
-                dirs[:] = [d for d in dirs if not here.startswith(_real(os.path.join(folder, d)))]
+                here = os.path.realpath(folder) + os.sep  # a subfolder this one is in: a loop
+                dirs[:] = [d for d in dirs if not here.startswith(
+                    os.path.realpath(os.path.join(folder, d)) + os.sep)]
                 walked.append((folder, files))
             for folder, files in sorted(walked):
                 paths += [os.path.join(folder, f) for f in sorted(files)
                           if f.lower().endswith(IMAGE_EXTENSIONS)]
             targets += [label] * (len(paths) - len(targets))
         super().__init__(paths, targets, classes)
-
-
-class TorchvisionImages(Dataset):
-    """Splits of a torchvision dataset of image files (Pets, Flowers), one after the other."""
-
-    def __init__(self, parts: list) -> None:
-        self.parts, self.classes = ConcatDataset(parts), list(parts[0].classes)
-        self.targets = torch.tensor([label for part in parts for label in part._labels])
-
-    def __len__(self) -> int:
-        return len(self.parts)
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
-        from torchvision.transforms.v2.functional import pil_to_tensor
-
-        image, label = self.parts[index]
-        return pil_to_tensor(image.convert("RGB")), label
 
 
 class SyntheticImages(Dataset):
@@ -224,19 +203,28 @@ class SyntheticImages(Dataset):
         return self.templates[index % self.num_classes] + noise, index % self.num_classes
 
 
+def _rgb_tensor(image) -> torch.Tensor:  # a named function: the loader's workers unpickle it
+    from torchvision.transforms.v2.functional import pil_to_tensor
+
+    return pil_to_tensor(image.convert("RGB"))
+
+
 def load_split(name: str, split: str, data_dir=None, *, img_size=(28, 28), in_chans: int = 3,
                seed: int = 0, download: bool = False) -> Dataset:
     """The raw `split` ("train" or "test") of a dataset; `download`: fetch a named dataset that is
-    not there first (checksums verified)."""
+    not there first."""
     check_data(name, data_dir, download)
     if name == "synthetic":
         return SyntheticImages(SYNTHETIC_SIZES[split], 10, in_chans, img_size, seed, split)
     if name in STATS:
-        folder = str(data_dir) if data_dir else None
-        return TensorImages(*_tensor_split(name, split == "train", folder))
-    if name in named.TORCHVISION:
-        return TorchvisionImages([named.open_split(name, named.root_of(data_dir), kwargs)
-                                  for kwargs in named.splits(name, split)])
+        return TensorImages(*_tensor_split(name, split == "train", data_dir and str(data_dir)))
+    if name in named.TORCHVISION:  # Pets, Flowers: their splits one after the other
+        parts = [named.open_split(name, data_dir, {**kwargs, "transform": _rgb_tensor})
+                 for kwargs in named.splits(name, split)]
+        joined = ConcatDataset(parts)
+        joined.classes = list(parts[0].classes)
+        joined.targets = torch.tensor([label for part in parts for label in part._labels])
+        return joined
     if shards.is_shards(name):
         return shards.load_shards(name, split)
     return FolderImages(_folder_split(Path(name), split))
@@ -249,11 +237,10 @@ def _tensor_split(name: str, train: bool, data_dir: str | None):
         from torchvision.datasets import FashionMNIST
 
         folder, prefix = _fashion_folder(data_dir), "train" if train else "t10k"
-        images, labels = (torch.frombuffer(bytearray(_read_idx(_idx_path(
-            folder, f"{prefix}-{kind}-ubyte"))[header:]), dtype=torch.uint8)
-            for kind, header in (("images-idx3", 16), ("labels-idx1", 8)))
+        images, labels = (_read_idx(_idx_path(folder, f"{prefix}-{kind}-ubyte"))
+                          for kind in ("images-idx3", "labels-idx1"))
         return images.view(-1, 1, 28, 28), labels.long(), tuple(FashionMNIST.classes)
-    ds = named.open_split(name, named.root_of(data_dir), {"train": train})  # MD5s checked here
+    ds = named.open_split(name, data_dir, {"train": train})  # MD5s checked here
     images = torch.from_numpy(ds.data).permute(0, 3, 1, 2).contiguous()
     return images, torch.tensor(ds.targets), tuple(ds.classes)
 
@@ -281,8 +268,11 @@ class Picked(Subset):
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         return self.dataset[self.indices[index]][0], int(self.targets[index])
 
-    def __getitems__(self, indices: list[int]) -> list:
+    def __getitems__(self, indices: list[int]) -> list:  # Subset's would skip our targets
         return [self[i] for i in indices]
+
+    def encoded(self, index: int) -> tuple[torch.Tensor, int]:
+        return self.dataset.encoded(self.indices[index])[0], int(self.targets[index])
 
 
 def _picked(dataset: Dataset, indices: torch.Tensor) -> Picked:
@@ -294,8 +284,6 @@ def split_validation(dataset: Dataset, val_size: int) -> tuple[Dataset, Dataset 
     `VALIDATION_SEED`, whatever the run's seed; `val_size=0` returns `(dataset, None)`."""
     if not val_size:
         return dataset, None
-    if not 0 < val_size < len(dataset):
-        raise ValueError(f"val_size={val_size} must be between 1 and {len(dataset) - 1}")
     order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(VALIDATION_SEED))
     return (_picked(dataset, order[val_size:].sort().values),
             _picked(dataset, order[:val_size].sort().values))
@@ -323,8 +311,3 @@ def keep_classes(dataset: Dataset, classes: tuple[int, ...], name: str) -> Datas
     kept = (relabel[targets] >= 0).nonzero().flatten()
     return Picked(dataset, kept, relabel[targets[kept]])
 
-
-def classes_kept(info: DataInfo, classes: tuple[int, ...]) -> DataInfo:
-    """The dataset's facts once restricted to `classes`: their number, their names in order."""
-    names = tuple(info.classes[c] for c in classes) if info.classes else None
-    return dataclasses.replace(info, num_classes=len(classes), classes=names)

@@ -1,11 +1,10 @@
 """An ImageFolder written as WebDataset tar shards (`vitzoo shard FOLDER OUT`).
 
 Each split (train/, and val/ or test/) becomes `OUT/<split>-000000.tar`, ...: its images in the
-order training lists them, each sample the file's own bytes under its extension in lower case
-(`.JPEG` -> `.jpg`) and its class index as text (`.cls`). A shard holds up to `shard_mb` megabytes
-(one sample at least) or `samples_per_shard` samples. `OUT/_info.json` is timm's WebDataset listing
-with the class names. Each shard is renamed into place once written, its index beside it: run
-again after a stop, and the complete shards of the same plan (a digest of the files) are kept.
+order training lists them, each the file's own bytes (`.JPEG` as `.jpg`) and its class (`.cls`),
+`shard_mb` megabytes (one sample at least) or `samples_per_shard` samples a shard, each renamed
+into place once written. `OUT/_info.json`, timm's listing with the class names, comes last. Run
+again after a stop: the complete shards of the same plan (a digest of the files) are kept.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from vitzoo.data.folders import FolderImages, _folder_split, check_data
-from vitzoo.data.shards import INFO_FILES, is_shards, load_index
+from vitzoo.data.shards import INFO_FILES, load_index
 from vitzoo.errors import DataError
 from vitzoo.io import atomic_path, write_text
 from vitzoo.options import check_number
@@ -29,7 +28,7 @@ MB = 1_000_000
 DEFAULT_SHARD_MB = 1000  # ~1 GB: ImageNet-1k's training set in ~140 shards
 INFO, PLAN = INFO_FILES[0], ".vitzoo-shard-plan.json"
 # what vitzoo writes in OUT: shards, their indexes, the info, the plan, and their temporary names
-_OURS = re.compile(r"^\.?((train|val|validation|test)-\d{6}\.tar(\.idx)?|_info\.json|"
+_OURS = re.compile(r"^\.?((train|val|validation|test)-\d{6}\.tar|_info\.json|"
                    r"\.vitzoo-shard-plan\.json)(\.[0-9a-f]{12}\.tmp)?$")
 
 
@@ -49,11 +48,6 @@ def _shard_bounds(sizes: list[int], shard_mb: float, samples_per_shard: int | No
     return [*bounds, len(sizes)]
 
 
-def _stat(path: str) -> tuple[int, int]:
-    stat = os.stat(path)
-    return stat.st_size, stat.st_mtime_ns
-
-
 def _read(path: str) -> bytes:
     with open(path, "rb") as f:
         return f.read()
@@ -65,8 +59,6 @@ def plan_shards(folder: Path, shard_mb: float, samples_per_shard: int | None, po
     if not folder.is_dir():
         raise DataError(f"{folder}: no such folder; give an ImageFolder tree "
                         "(FOLDER/train/<class>/<images> and FOLDER/val/...)")
-    if is_shards(str(folder)):
-        raise DataError(f"{folder} holds shards already: train on it with --data {folder}")
     check_data(str(folder.resolve()))
     plan: dict = {"splits": {}}
     digest = hashlib.sha256()
@@ -78,7 +70,8 @@ def plan_shards(folder: Path, shard_mb: float, samples_per_shard: int | None, po
                             "both splits the same classes")
         stats = []
         for start in range(0, len(listed), 10_000):  # a chunk at a time, not millions of futures
-            stats += pool.map(_stat, listed.paths[start:start + 10_000])
+            stats += [(s.st_size, s.st_mtime_ns)
+                      for s in pool.map(os.stat, listed.paths[start:start + 10_000])]
         sizes, labels = [s for s, _ in stats], listed.targets.tolist()
         bounds = _shard_bounds(sizes, shard_mb, samples_per_shard)
         cut = len(str(split_dir)) + 1
@@ -118,7 +111,7 @@ def _write_shard(path: Path, split: dict, first: int, stop: int, pool, progress)
                     member.size = len(payload)
                     tar.addfile(member, io.BytesIO(payload))
                 progress.update(len(data))
-    load_index(path)  # the index, beside the shard
+    load_index(path)  # indexed now, while its headers are in the page cache
 
 
 def _digest(path: Path) -> str | None:
@@ -137,7 +130,6 @@ def write_shards(folder, out, shard_mb: float = DEFAULT_SHARD_MB,
     from tqdm import tqdm
 
     check_number("shard_mb", shard_mb, float, "> 0")
-    check_number("threads", threads, int, "> 0")
     if samples_per_shard is not None:
         check_number("samples_per_shard", samples_per_shard, int, "> 0")
     folder, out = Path(folder), Path(out)

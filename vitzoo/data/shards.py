@@ -2,10 +2,10 @@
 
 `--data` names shards as a folder with an info file (`_info.json` or `info.json`, timm's format)
 or as a brace pattern (`DIR/train-{000000..000127}.tar`), whose validation split is the one the
-info file beside them lists, else the files of the pattern with `train` -> `val` (or `validation`,
-`test`). A sample is WebDataset's: consecutive members sharing a key, an image member and a `.cls`
-member holding its class. Where each image lies is read from the tar headers once (`SHARD.idx`
-beside the shard, else in $VITZOO_CACHE/shard-index/); `ShardImages` reads it with one `pread`.
+info file beside them lists, else the pattern's with `train` -> `val` (`validation`, `test`). A
+sample is WebDataset's: consecutive members sharing a key, an image and a `.cls` (its class).
+Where each image lies is read from the tar headers once (an index cached in
+$VITZOO_CACHE/shard-index/); `ShardImages` reads it with one `pread`.
 """
 
 from __future__ import annotations
@@ -14,13 +14,12 @@ import bisect
 import contextlib
 import functools
 import hashlib
+import io
 import json
 import os
 import re
 import resource
 import tarfile
-import threading
-import zipfile
 from pathlib import Path
 from typing import NamedTuple
 
@@ -49,35 +48,19 @@ class ShardIndex(NamedTuple):
     labels: np.ndarray
 
 
-def index_files(shard: Path) -> tuple[Path, Path]:
-    """Where a shard's index is kept: beside it, else (a folder this user cannot write) cached."""
-    digest = hashlib.sha256(str(shard.resolve()).encode()).hexdigest()[:16]
-    return (shard.with_name(shard.name + ".idx"),
-            cache_dir() / "shard-index" / f"{digest}-{shard.name}.idx")
-
-
 def load_index(shard: Path) -> ShardIndex:
-    """The index of `shard`: the saved one while the shard's size and time are unchanged, else read
-    from its headers and saved."""
-    stat = Path(shard).stat()
-    shard, stamp = Path(shard), (stat.st_size, stat.st_mtime_ns)
-    for place in index_files(shard):
-        try:
-            with np.load(place, allow_pickle=False) as saved:
-                if (int(saved["shard_bytes"]), int(saved["shard_mtime_ns"])) == stamp:
-                    return ShardIndex(*(saved[k].astype(np.int64) for k in ShardIndex._fields))
-        except (OSError, ValueError, KeyError, zipfile.BadZipFile):  # none, or a partial copy
-            pass
+    """The index of `shard`: read from its tar headers once, then from vitzoo's cache while the
+    shard's path, size and time stay."""
+    shard, stat = Path(shard), os.stat(shard)
+    key = f"{shard.resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}"
+    place = cache_dir() / "shard-index" / f"{hashlib.sha256(key.encode()).hexdigest()[:20]}.npz"
+    if place.is_file():
+        with np.load(place) as saved:
+            return ShardIndex(*(saved[k] for k in ShardIndex._fields))
     index = read_headers(shard)
-    for place in index_files(shard):
-        try:
-            with atomic_path(place) as tmp, open(tmp, "wb") as f:
-                np.savez(f, shard_bytes=stamp[0], shard_mtime_ns=stamp[1], **index._asdict())
-            return index
-        except OSError:  # a read-only folder (shared data): the cache instead
-            continue
-    raise DataError(f"cannot save the index of {shard} beside it nor in vitzoo's cache: set "
-                    "VITZOO_CACHE to a writable folder")
+    with atomic_path(place) as tmp, open(tmp, "wb") as f:
+        np.savez(f, **index._asdict())
+    return index
 
 
 def read_headers(shard: Path) -> ShardIndex:
@@ -134,10 +117,8 @@ def expand_braces(pattern: str) -> list[str]:
             raise DataError(f"{pattern}: the range {{{body}}} runs backwards or is too long")
         width = len(numbers[1]) if numbers[1].startswith("0") else 0
         items = [str(n).zfill(width) for n in range(first, last + 1)]
-    elif "," in body:
-        items = body.split(",")
     else:
-        raise DataError(f"{pattern}: {{{body}}} is neither a range {{000..127}} nor a list {{a,b}}")
+        items = body.split(",")
     names: list[str] = []
     for item in items:
         names += expand_braces(pattern[:match.start()] + item + pattern[match.end():])
@@ -159,10 +140,7 @@ def read_info(folder: Path) -> tuple[dict[str, tuple[Path, ...]], tuple | None] 
         return None
     inside, splits = folder.resolve(), {}
     for split, entry in info["splits"].items():
-        names = entry.get("filenames") if isinstance(entry, dict) else None
-        if not names or not all(isinstance(n, str) for n in names):
-            raise DataError(f"{path}: split {split!r} lists no shard files")
-        splits[split] = tuple(folder / n for n in names)
+        splits[split] = tuple(folder / name for name in entry["filenames"])
         if not all(inside in p.resolve().parents for p in splits[split]):
             raise DataError(f"{path}: split {split!r} names a file outside {folder}")
     classes = info.get("classes")
@@ -174,44 +152,29 @@ def is_shards(name: str) -> bool:
     return read_info(Path(name)) is not None if os.path.isdir(name) else name.endswith(".tar")
 
 
-class ShardSplits(NamedTuple):
-    train: tuple[Path, ...]
-    test: tuple[Path, ...]
-    classes: tuple[str, ...] | None
-
-
-def _all_there(name: str, files) -> None:
-    missing = [str(p) for p in files if not p.is_file()]
+def locate(name: str) -> tuple[tuple[Path, ...], tuple[Path, ...], tuple | None]:
+    """(training shards, validation shards, class names or None) of `--data name`, a folder with
+    an info file or a pattern, every file there."""
+    pattern = not os.path.isdir(name)
+    train = tuple(map(Path, expand_braces(name))) if pattern else ()
+    folder = train[0].parent if pattern else Path(name)
+    splits, classes = read_info(folder) or ({}, None)
+    train = train or splits.get("train", ())
+    test = next((splits[s] for s in TEST_SPLITS if s in splits), ())
+    base = os.path.basename(_BRACES.sub("*", name))
+    for other in TEST_SPLITS if pattern and not test and "train" in base else ():
+        test = tuple(sorted(folder.glob(base.replace("train", other))))
+        if test:
+            break
+    if not train or not test:
+        raise DataError(f"{name}: no {'validation' if train else 'training'} shards (an info file "
+                        "lists none, and no val-*.tar is beside train-*.tar): write them with "
+                        "`vitzoo shard`")
+    missing = [str(p) for p in (*train, *test) if not p.is_file()]
     if missing:
         raise DataError(f"{len(missing)} shard file(s) of {name} are not there: "
-                        f"{', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}")
-
-
-def locate(name: str) -> ShardSplits:
-    """The shards `--data name` names (a folder with an info file, or a pattern), all there."""
-    if os.path.isdir(name):
-        splits, classes = read_info(Path(name)) or ({}, None)
-        test = next((splits[s] for s in TEST_SPLITS if s in splits), None)
-        if "train" not in splits or test is None:
-            raise DataError(f"{name}: its info file lists no train or no validation split "
-                            f"({' or '.join(TEST_SPLITS)}); write it with `vitzoo shard`")
-        found = ShardSplits(splits["train"], test, classes)
-    else:
-        train = tuple(Path(p) for p in expand_braces(name))
-        _all_there(name, train)
-        splits, classes = read_info(train[0].parent) or ({}, None)
-        test = next((splits[s] for s in TEST_SPLITS if s in splits), ())
-        base = os.path.basename(_BRACES.sub("*", name))
-        for other in TEST_SPLITS if not test and "train" in base else ():
-            test = tuple(sorted(train[0].parent.glob(base.replace("train", other))))
-            if test:
-                break
-        if not test:
-            raise DataError(f"no validation shards for {name}: no info file beside them lists "
-                            "them, and no val-*.tar; write both with `vitzoo shard`")
-        found = ShardSplits(train, test, classes)
-    _all_there(name, (*found.train, *found.test))
-    return found
+                        f"{', '.join(missing[:3])}")
+    return train, test, classes
 
 
 # ---------------------------------------------------------------------------- the dataset
@@ -228,70 +191,46 @@ def open_files_allowed() -> int:
 class ShardImages(Dataset):
     """The samples of `shards` in order, of the classes named `classes`: `targets`, `dataset[i]` =
     (uint8 (3, H, W), label), `encoded(i)` = (the image's bytes, label), read with one `pread` of
-    a descriptor this process keeps (at most `open_files_allowed()` of them)."""
+    a file this process keeps open (at most `open_files_allowed()` of them)."""
 
     def __init__(self, shards, classes) -> None:
         indexes = [load_index(Path(p)) for p in shards]
         self.shards, self.classes = [str(p) for p in shards], list(classes)
         self.starts = np.cumsum([0] + [len(index.offsets) for index in indexes]).tolist()
         self.offsets, self.sizes, labels = (np.concatenate(arrays) for arrays in zip(*indexes))
-        if len(labels) and labels.max() >= len(self.classes):
-            raise DataError(f"the shards {self.shards[0]} ... hold class {labels.max()}, outside "
-                            f"the {len(self.classes)} classes their info file names")
         self.targets = torch.from_numpy(labels)
-        self._files: dict[int, int] = {}  # shard -> descriptor (a forked worker's are its own)
-        self._lock = threading.Lock()  # no descriptor is closed under another thread's read
+        self._files: dict[int, io.FileIO] = {}  # shard -> its file, this process's own
 
     def __len__(self) -> int:
         return self.starts[-1]
 
-    def _close(self) -> None:
-        while self._files:
-            with contextlib.suppress(OSError):
-                os.close(self._files.popitem()[1])
-
     def encoded(self, index: int) -> tuple[torch.Tensor, int]:
-        if not 0 <= index < len(self):
-            raise IndexError(f"sample {index} of {len(self)}")
         shard = bisect.bisect_right(self.starts, index) - 1
-        with self._lock:
-            fd = self._files.get(shard)
-            if fd is None:
-                if len(self._files) >= open_files_allowed():
-                    self._close()
-                fd = self._files[shard] = os.open(self.shards[shard], os.O_RDONLY)
-            data = os.pread(fd, int(self.sizes[index]), int(self.offsets[index]))
-        if len(data) != self.sizes[index]:
-            raise DataError(f"shard {self.shards[shard]} is shorter than its index says: copy or "
-                            "write it again")
+        file = self._files.get(shard)  # held here: a thread clearing the dict cannot close it
+        if file is None:
+            if len(self._files) >= open_files_allowed():
+                self._files.clear()  # each closes as it is dropped
+            file = self._files[shard] = io.FileIO(self.shards[shard])
+        data = os.pread(file.fileno(), int(self.sizes[index]), int(self.offsets[index]))
         return torch.frombuffer(bytearray(data), dtype=torch.uint8), int(self.targets[index])
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         data, label = self.encoded(index)
         return decode_rgb(data), label
 
-    def __getstate__(self) -> dict:  # a spawned worker opens its own files
-        return {**self.__dict__, "_files": {}, "_lock": None}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state, _lock=threading.Lock())
-
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):  # at exit os may be gone: the files close anyway
-            self._close()
+    def __getstate__(self) -> dict:  # a worker started by a fork server opens its own files
+        return {**self.__dict__, "_files": {}}
 
 
 def load_shards(name: str, split: str) -> ShardImages:
     """The "train" or "test" split of the shards `name` names; without class names in an info file
     the classes are "0" ... up to the largest label."""
-    splits = locate(name)
-    classes = splits.classes or tuple(str(c) for c in range(1 + max(
-        int(load_index(p).labels.max()) for p in (*splits.train, *splits.test))))
-    return ShardImages(splits.train if split == "train" else splits.test, classes)
+    train, test, classes = locate(name)
+    classes = classes or tuple(str(c) for c in range(1 + max(
+        int(load_index(p).labels.max()) for p in (*train, *test))))
+    return ShardImages(train if split == "train" else test, classes)
 
 
 def split_sizes(name: str) -> tuple[int, int]:
     """(training samples, validation samples) of the shards `name` names."""
-    splits = locate(name)
-    return tuple(sum(len(load_index(p).offsets) for p in files)
-                 for files in (splits.train, splits.test))
+    return tuple(sum(len(load_index(p).offsets) for p in files) for files in locate(name)[:2])

@@ -22,13 +22,10 @@ SERVER_PRELOAD = ["__main__", "torch", "torchvision", "vitzoo", "vitzoo.data"]
 FORK_HANGS = sys.version_info < (3, 12)  # where a child forked amid C threads may hang
 
 
-def _in_group() -> bool:
-    return dist.is_available() and dist.is_initialized()
-
-
 def worker_start(num_workers: int):
     """A DataLoader's `multiprocessing_context`: None (fork), or a fork server's in a group."""
-    if num_workers and FORK_HANGS and _in_group() and multiprocessing.get_start_method() == "fork":
+    if (num_workers and FORK_HANGS and dist.is_initialized()
+            and multiprocessing.get_start_method() == "fork"):
         multiprocessing.set_forkserver_preload(SERVER_PRELOAD)
         return multiprocessing.get_context("forkserver")
     return None
@@ -37,9 +34,10 @@ def worker_start(num_workers: int):
 def fork_server_now() -> bool:
     """Fork the loaders' fork server now, where one will be needed and this process has one
     thread and no group yet; returns whether it did."""
-    from multiprocessing import connection, forkserver, resource_tracker, util
+    from multiprocessing import connection, forkserver, resource_tracker
 
-    if not FORK_HANGS or threading.active_count() > 1 or _in_group():  # a group's C threads too
+    # a thread, or a group's threads in C, may hold the interpreter's lock as it forks
+    if not FORK_HANGS or threading.active_count() > 1 or dist.is_initialized():
         return False
     for name in SERVER_PRELOAD[1:]:  # imported once, here, for every worker
         __import__(name)
@@ -47,11 +45,9 @@ def fork_server_now() -> bool:
     server = forkserver._forkserver
     if server._forkserver_pid is not None:
         return False
-    address = connection.arbitrary_address("AF_UNIX")
+    address = connection.arbitrary_address("AF_UNIX")  # in a folder only this user can read
     with socket.socket(socket.AF_UNIX) as listener:
         listener.bind(address)
-        if not util.is_abstract_socket_namespace(address):
-            os.chmod(address, 0o600)
         listener.listen()
         alive_r, alive_w = os.pipe()  # the server ends when every holder of alive_w has
         pid = os.fork()

@@ -7,6 +7,7 @@ evaluation gives rank r the images r, r + W, ...; a share that fails fails every
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import torch
@@ -14,7 +15,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler, Subset
 
 from vitzoo import data as datasets
 from vitzoo.data.transforms import (EncodedSamples, collate_encoded, decode_batch, device_ops,
-                                    encoded_view)
+                                    holds_files)
 from vitzoo.errors import ConfigError
 from vitzoo.evaluate import (classification_sums, eval_loader, extract_features,
                              metrics_from_sums)
@@ -46,7 +47,13 @@ def load_splits(cfg: TrainConfig, base) -> tuple[Dataset, Dataset | None, Datase
     if cfg.classes is not None:  # before the validation split and the limits: they count these
         train_raw, test_raw = (datasets.keep_classes(s, cfg.classes, cfg.data)
                                for s in (train_raw, test_raw))
-        info = datasets.classes_kept(info, cfg.classes)
+        names = info.classes and tuple(info.classes[c] for c in cfg.classes)
+        info = dataclasses.replace(info, num_classes=len(cfg.classes), classes=names)
+    left = len(train_raw) - cfg.val_size
+    if cfg.val_size and left < cfg.batch_size:
+        raise ConfigError(f"val_size={cfg.val_size} leaves {max(0, left)} of the {len(train_raw)} "
+                          f"training images, less than a batch ({cfg.batch_size}): lower "
+                          "--val-size or --batch-size")
     # held out before train_limit: the training subsets of one seed nest and never validate
     train_raw, val_raw = datasets.split_validation(train_raw, cfg.val_size)
     train_raw = datasets.subset(train_raw, cfg.train_limit, cfg.seed)
@@ -58,7 +65,7 @@ def resolve_decode(decode: str, device: torch.device, train_raw: Dataset,
     """"workers" or "device": where `decode` decodes this split's images on this device."""
     if decode == "workers":
         return "workers"
-    files = encoded_view(train_raw) is not None
+    files = holds_files(train_raw)
     if decode == "device" and not files:
         raise ConfigError(f"decode=device decodes image files, and {data} holds none: use "
                           "decode=workers, or auto")

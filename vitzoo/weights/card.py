@@ -1,8 +1,7 @@
 """Which library loads a saved model, and the model card (README.md) that says so: front matter
-from huggingface_hub's `ModelCardData` (as the Hub reads it), the architecture, each library's
-loading line. `choose`: "auto" is timm's layout where timm builds the model, else transformers',
-else vitzoo's. Card options: repo_id, license, tags, dataset, metrics, description, model_name.
-"""
+from huggingface_hub's `ModelCardData` (as the Hub reads it), the results, each library's loading
+line. `choose`: "auto" is timm's layout where timm builds the model, else transformers', else
+vitzoo's."""
 
 from __future__ import annotations
 
@@ -69,32 +68,29 @@ def choose(config: ViTConfig, requested: str = "auto") -> str:
     return requested
 
 
-def check(card: dict | None) -> dict:
-    """The card options, checked: text where text belongs, metrics as finite numbers."""
-    card = dict(card or {})
-    metrics, tags = card.get("metrics") or {}, card.get("tags") or []
-    wrong = [k for k in card if k not in OPTIONS or (k not in ("tags", "metrics") and not
-                                                      isinstance(card[k], (str, type(None))))]
-    if isinstance(tags, str) or not all(isinstance(t, str) for t in tags):
-        wrong.append("tags")
-    if not isinstance(metrics, dict) or not all(
+def well_typed(option: str, value) -> bool:
+    """Whether a card option's value is what the Hub's card data takes."""
+    if option == "tags":
+        return isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
+    if option == "metrics":
+        return isinstance(value, dict) and all(
             isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-            for v in metrics.values()):
-        wrong.append("metrics")
-    if wrong:
-        raise ConfigError(f"model card options {wrong} are unknown or of the wrong type: give "
-                          f"{', '.join(OPTIONS)} as text, tags a list of text, metrics e.g. "
-                          '{"accuracy": 0.981}')
-    return {**card, "metrics": {name: float(v) for name, v in metrics.items()}}
+            for v in value.values())
+    return isinstance(value, str)
 
 
 def render(model, card: dict | None, layout: str) -> str:
-    """The model card of `model` written in `layout`."""
+    """The model card of `model` written in `layout`: the card options (`OPTIONS`) and its use."""
     from huggingface_hub import EvalResult, ModelCardData
 
-    card, c = check(card), model.config
+    card, c = dict(card or {}), model.config
+    if unknown := sorted(set(card) - set(OPTIONS)):
+        raise ConfigError(f"unknown model card options {unknown}: give {', '.join(OPTIONS)}")
+    if wrong := [k for k, v in card.items() if not well_typed(k, v)]:
+        raise ConfigError(f"model card options {wrong} have the wrong type: tags is a list of str, "
+                          "metrics a dict of finite numbers, the others str")
     name = card.get("model_name") or card.get("repo_id", "").split("/")[-1] or "vitzoo-model"
-    dataset, metrics = card.get("dataset"), card["metrics"]
+    dataset, metrics = card.get("dataset"), card.get("metrics") or {}
     results = [EvalResult(task_type="image-classification", dataset_type=dataset,
                           dataset_name=dataset, metric_type=metric, metric_value=value)
                for metric, value in metrics.items()] if dataset and metrics else None
@@ -104,21 +100,16 @@ def render(model, card: dict | None, layout: str) -> str:
                          tags=list(dict.fromkeys(tags)), datasets=[dataset] if dataset else None,
                          metrics=list(metrics) or None, pipeline_tag="image-classification",
                          model_name=name if results else None, eval_results=results)
-    rows = {"image size": f"{c.img_size[0]} x {c.img_size[1]}, {c.in_chans} channels",
-            "stem": f"{c.stem} {c.stem_options or ''}, {c.patch_size}x{c.patch_size} patches",
-            "layers (L)": c.depth, "width (D)": c.embed_dim, "MLP size": c.mlp_dim,
-            "heads": c.num_heads, "position embedding": f"{c.pos_embed} ({c.pos_embed_mode})",
-            "pooling": c.pool, "head": f"{c.head} {c.head_options or ''}",
-            "classes": c.num_classes, "GELU / LayerNorm eps": f"{c.act} / {c.norm_eps:g}",
-            "input normalisation": f"mean {list(c.mean)}, std {list(c.std)}",
-            "parameters": f"{sum(p.numel() for p in model.parameters()):,}"}
+    size = sum(p.numel() for p in model.parameters())
     lines = ["---", data.to_yaml(), "---", "", f"# {name}", "", card.get("description") or
-             'A Vision Transformer ("An Image is Worth 16x16 Words") saved with vitzoo.', ""]
+             'A Vision Transformer ("An Image is Worth 16x16 Words") saved with vitzoo.', "",
+             f"{c.depth} layers of width {c.embed_dim}, {c.num_heads} heads, MLP size "
+             f"{c.mlp_dim}, stem {c.stem} of {c.patch_size}x{c.patch_size} patches, "
+             f"{c.img_size[0]}x{c.img_size[1]} px, {c.num_classes} classes: {size:,} parameters.",
+             ""]
     if metrics:
         lines += ["## Results", "", "| dataset | metric | value |", "|---|---|---|",
                   *(f"| {dataset or 'unknown'} | {m} | {v:g} |" for m, v in metrics.items()), ""]
-    lines += ["## Architecture", "", "| option | value |", "|---|---|",
-              *(f"| {key} | {value} |" for key, value in rows.items()), ""]
     return "\n".join(lines + usage(c, card.get("repo_id"), layout))
 
 

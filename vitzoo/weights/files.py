@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import zipfile
 from collections.abc import Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,15 +18,15 @@ import torch
 
 from vitzoo.config import ViTConfig
 from vitzoo.errors import CheckpointError
-from vitzoo.weights import ConvertedWeights, WeightFormat, converting, hub, native
+from vitzoo.weights import ConvertedWeights, WeightFormat, hub, native
+from vitzoo.weights.layout import CONFIG_NAME, HUB_PREFIX, METADATA_FILES, WEIGHT_FILES
 from vitzoo.weights.timm import TimmFormat
 from vitzoo.weights.transformers import TransformersFormat
-from vitzoo.weights.layout import CONFIG_NAME, HUB_PREFIX, METADATA_FILES, WEIGHT_FILES
 
-ZIP, PICKLE = (b"PK\x03\x04", b"PK\x05\x06"), b"\x80"  # how torch.save's and .npz files start
-SUPPORTED = ("vitzoo reads a save_pretrained directory, a transformers ViT directory, a state dict "
-             "file (.safetensors, .pth, .pt, .bin) in vitzoo's, timm's, torchvision's or "
-             "transformers' names (or a plugin's format), an official .npz, hf-hub:ORG/NAME")
+SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".ckpt", ".npz")
+SUPPORTED = ("vitzoo reads a save_pretrained or transformers directory, a weights file "
+             f"({', '.join(SUFFIXES)}) of a registered format, or hf-hub:ORG/NAME")
+NESTED = ("state_dict", "model", "model_state_dict")  # where training checkpoints keep it
 
 
 @dataclass
@@ -40,23 +42,12 @@ class Source:
 
 
 def read_failed(path, exc: BaseException) -> CheckpointError:
-    """A file that did not read: the system's reason, a misnamed torch file, or damaged bytes."""
+    """A file that did not read: the system's reason, or bytes that are not of its type (never
+    the reader's own text: torch's advises running the pickles)."""
     if isinstance(exc, OSError):
         return CheckpointError(f"cannot read {path}: {exc.strerror or exc}")
-    start = _start(path) if str(path).endswith(".safetensors") else b""
-    if start in ZIP or start[:1] == PICKLE:
-        return CheckpointError(f"{path} is not a safetensors file: its bytes are a "
-                               f"{'zip archive of pickles' if start in ZIP else 'pickle'}, as "
-                               "torch.save writes; rename it to .pth to read its tensors")
-    return CheckpointError(f"{path} is damaged or truncated ({exc}); save or download it again")
-
-
-def _start(path) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            return f.read(4)
-    except OSError as exc:
-        raise read_failed(path, exc) from exc
+    return CheckpointError(f"{path} is damaged, truncated or not a file of its type; save or "
+                           "download it again")
 
 
 def read_json(path) -> dict:
@@ -65,7 +56,7 @@ def read_json(path) -> dict:
         document = json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise read_failed(path, exc) from exc
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except ValueError as exc:  # not UTF-8, not JSON
         raise CheckpointError(f"{path} is not valid JSON in UTF-8 ({exc})") from exc
     if not isinstance(document, dict):
         raise CheckpointError(f"{path} is not a JSON object")
@@ -76,65 +67,58 @@ def load_file(path) -> dict[str, Any]:
     """The tensors of a weights file, or the arrays of an .npz, by its type."""
     path = os.fspath(path)
     suffix = os.path.splitext(path)[1]
-    if suffix not in (".safetensors", ".pth", ".pt", ".bin", ".ckpt", ".npz"):
+    if suffix not in SUFFIXES:
         raise CheckpointError(f"cannot read {path!r}: unknown file type. {SUPPORTED}")
-    if suffix != ".safetensors":  # what its first bytes say it is
-        start = _start(path)
-        if start not in ZIP and (suffix == ".npz" or start[:1] != PICKLE):
-            raise CheckpointError(f"{path} is not a checkpoint: the file is " + (
-                "empty" if not start else "not a zip archive" if suffix == ".npz" else
-                "not the zip archive or pickle torch.save writes"))
     try:
         if suffix == ".safetensors":
             from safetensors.torch import load_file as load_safetensors
 
             return load_safetensors(path, device="cpu")
         if suffix == ".npz":
+            if not zipfile.is_zipfile(path):  # numpy would try it as a pickle
+                raise CheckpointError(f"{path} is no .npz archive, or a damaged one")
             with np.load(path, allow_pickle=False) as npz:
                 return {k: npz[k] for k in npz.keys()}
-        state_dict = torch.load(path, map_location="cpu", weights_only=True)
+        loaded = torch.load(path, map_location="cpu", weights_only=True)
+    except CheckpointError:
+        raise
     except Exception as exc:  # each reader raises its own types for damaged bytes
-        if "allow_pickle" in str(exc):  # an .npz of object arrays: never loaded
-            raise CheckpointError(f"{path} is not a checkpoint: it holds pickled Python objects, "
-                                  "which vitzoo never loads") from exc
-        if "Unsupported global" in str(exc) or "GLOBAL " in str(exc):
-            raise CheckpointError(f"{path} holds Python objects besides tensors, and vitzoo reads "
-                                  "torch files with weights_only=True: save the state dict alone"
-                                  ) from exc
+        if "allow_pickle" in str(exc) or "GLOBAL" in str(exc):
+            raise CheckpointError(f"{path} holds Python objects besides tensors, which vitzoo "
+                                  "never loads: save the tensors alone") from None
         raise read_failed(path, exc) from exc
-    return _unwrap(state_dict, path)
-
-
-def _unwrap(obj: Any, path: str) -> dict[str, torch.Tensor]:
-    """The tensor dict inside a torch.load result: training checkpoints nest it."""
-    for _ in range(3):
-        if isinstance(obj, dict) and obj and all(isinstance(v, torch.Tensor)
-                                                 for v in obj.values()):
-            return obj
-        inner = next((obj[k] for k in ("state_dict", "model", "model_state_dict", "module")
-                      if isinstance(obj, dict) and isinstance(obj.get(k), dict)), None)
-        if inner is None:
-            break
-        obj = inner
-    raise CheckpointError(f"{path} does not hold a state dict (tensor names to tensors)")
+    nested = [loaded[k] for k in NESTED if isinstance(loaded, dict) and k in loaded]
+    return nested[0] if nested else loaded
 
 
 def convert(state_dict: Mapping[str, Any], metadata: dict, location: str,
             formats: dict[str, WeightFormat]) -> Source:
     """The weights converted by the one format of `formats` that recognises their names."""
-    if state_dict and all(k.startswith("module.") for k in state_dict):  # from DDP
-        state_dict = {k.removeprefix("module."): v for k, v in state_dict.items()}
+    if not isinstance(state_dict, Mapping) or not state_dict or not all(
+            isinstance(v, (torch.Tensor, np.ndarray)) for v in state_dict.values()):
+        raise CheckpointError(f"{location} holds no state dict (tensor names to tensors)")
+    state_dict = {str(k).removeprefix("module."): torch.as_tensor(v)  # DDP's prefix
+                  for k, v in state_dict.items()}
     found = [f for f in formats.values() if f.recognises(list(state_dict), metadata)]
     if len(found) != 1:
         raise CheckpointError(
-            f"{location}: the weights look like {' and like '.join(f.name for f in found)}; two "
-            "weight formats claim them: uninstall or fix one of the plugins" if found else
-            f"{location}: the format of these weights is not recognised (keys such as "
-            f"{sorted(state_dict)[:6]}). {SUPPORTED}")
+            f"{location}: the weights look like {' and like '.join(f.name for f in found)}; "
+            "uninstall or fix one of the plugins" if found else f"{location}: the format of "
+            f"these weights is not recognised (keys such as {sorted(state_dict)[:6]}). {SUPPORTED}")
     with converting(found[0].name, location):
         checkpoint = found[0].convert(state_dict, metadata)
     return Source(checkpoint, location, hints=found[0].hints(metadata),
                   labels=found[0].labels(metadata))
+
+
+@contextmanager
+def converting(fmt: str, source: str):
+    """A tensor the converter needs but the file lacks: an incomplete file, not a KeyError."""
+    try:
+        yield
+    except KeyError as exc:
+        raise CheckpointError(f"{source} has the names of a {fmt} checkpoint but lacks the tensor "
+                              f"{exc.args[0]!r}: save or download it again") from None
 
 
 def open_directory(directory, formats: dict[str, WeightFormat]) -> Source:
@@ -145,8 +129,7 @@ def open_directory(directory, formats: dict[str, WeightFormat]) -> Source:
                 if (directory / name).exists()}
     weights = next((directory / n for n in WEIGHT_FILES if (directory / n).exists()), None)
     if weights is None:
-        raise CheckpointError(f"{directory} has no weights file ({' or '.join(WEIGHT_FILES)}); it "
-                              f"holds {sorted(p.name for p in directory.iterdir())[:10]}")
+        raise CheckpointError(f"{directory} has no weights file ({' or '.join(WEIGHT_FILES)})")
     if not native.is_saved(metadata.get(CONFIG_NAME)):
         return convert(load_file(weights), metadata, str(weights), formats)
     config, names, labels = native.read_config(metadata[CONFIG_NAME], directory / CONFIG_NAME)
@@ -172,21 +155,15 @@ def open_source(source, formats: dict[str, WeightFormat]) -> Source:
         weights = source.state_dict() if isinstance(source, torch.nn.Module) else source
         if isinstance(getattr(source, "config", None), ViTConfig):  # a vitzoo model: itself
             return Source(ConvertedWeights(native.FORMAT, dict(weights)), location, source.config)
-        if not weights or not all(isinstance(v, (torch.Tensor, np.ndarray))
-                                  for v in weights.values()):
-            raise CheckpointError(f"{location} is no state dict of tensors: pass "
-                                  "model.state_dict(), the model, or a path")
-        return convert({str(k): torch.as_tensor(v) for k, v in weights.items()}, {}, location,
-                       formats)
+        return convert(weights, {}, location, formats)
     text = os.fspath(source)
     if text.startswith(HUB_PREFIX):
         directory = hub.download(text)
         try:
             opened = open_directory(directory, formats)
-        except CheckpointError as exc:  # the files match the Hub's hashes: the repo is so
-            raise CheckpointError(f"{exc}\n(they match the Hub's hashes: the repo itself holds "
-                                  "them so; pass a revision (@REVISION) that holds a working "
-                                  "model)") from exc
+        except CheckpointError as exc:  # the files match the Hub's hashes
+            raise CheckpointError(f"{exc}\n(the repo itself holds them so: pass a revision "
+                                  "(@REVISION) that holds a working model)") from exc
         opened.location = f"{text} (cached at {directory})"
         return opened
     if not os.path.exists(text):

@@ -95,15 +95,12 @@ def infer(checkpoint: ConvertedWeights, given: dict[str, Any], location: str) ->
 def assumed_heads(options: dict[str, Any], fmt: str, location: str) -> int:
     """The heads of the paper's size of these widths, said in a warning; else refused."""
     widths = (options["embed_dim"], options.get("mlp_dim"))
-    dims = f"D={widths[0]}, MLP size {widths[1]}"
-    fix = "pass num_heads=N (vitzoo convert --num-heads N)"
-    if widths in PAPER_WIDTHS:
-        name, heads = PAPER_WIDTHS[widths]
-        warnings.warn(f"{location}: {fmt} weights do not store their number of attention heads; "
-                      f"num_heads={heads} is assumed, as {name} has ({dims}). If wrong, {fix}",
-                      stacklevel=6)
-        return heads
-    divisors = [h for h in range(1, widths[0] + 1) if widths[0] % h == 0][:12]
-    raise CheckpointError(f"{fmt} weights do not store their number of attention heads and their "
-                          f"widths ({dims}) are none of the paper's: {fix}, a divisor of "
-                          f"{widths[0]} ({', '.join(map(str, divisors))}, ...)")
+    dims, fix = f"D={widths[0]}, MLP size {widths[1]}", "pass num_heads=N (--num-heads N)"
+    if widths not in PAPER_WIDTHS:
+        raise CheckpointError(f"{fmt} weights do not store their number of attention heads and "
+                              f"their widths ({dims}) are none of the paper's: {fix}")
+    name, heads = PAPER_WIDTHS[widths]
+    warnings.warn(f"{location}: {fmt} weights do not store their number of attention heads; "
+                  f"num_heads={heads} is assumed, as {name} has ({dims}). If wrong, {fix}",
+                  stacklevel=6)
+    return heads

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import warnings
 from pathlib import Path
 
 from safetensors.torch import save_file
@@ -16,7 +15,7 @@ from vitzoo.errors import CheckpointError, ConfigError
 from vitzoo.io import atomic_path, recover, staged_directory, write_text
 from vitzoo.version import __version__
 from vitzoo.weights import ConvertedWeights, WeightFormat, timm, transformers
-from vitzoo.weights.card import LAYOUTS, choose, render
+from vitzoo.weights.card import choose, render
 from vitzoo.weights.layout import (CARD_NAME, CONFIG_NAME, PREPROCESSOR_NAME, WEIGHTS_NAME,
                                    square_side)
 
@@ -106,28 +105,17 @@ def is_saved(document: dict | None) -> bool:
 
 def read_config(document: dict, path) -> tuple[ViTConfig, str, list[str] | None]:
     """A save_pretrained config.json's model config, whose names its weights are in, its labels."""
-    version, names, labels = (document.get(k) for k in ("format_version", "weight_names",
-                                                        "labels"))
-    if not isinstance(document.get("model"), dict):
-        raise CheckpointError(f"{path} is not a vitzoo config.json: its 'model' is no object")
-    if isinstance(version, bool) or not isinstance(version, int) or version > FORMAT_VERSION:
+    version, names = document.get("format_version"), document.get("weight_names")
+    if not isinstance(version, int) or version > FORMAT_VERSION:
         raise CheckpointError(f"{path}: format_version {version!r} is not an int this vitzoo "
                               f"reads (up to {FORMAT_VERSION}); upgrade vitzoo if it is newer")
-    if names not in (None, *LAYOUTS):
-        raise CheckpointError(f"{path}: weight_names must be one of {', '.join(LAYOUTS)}")
-    if labels is not None and not (isinstance(labels, list)
-                                   and all(isinstance(n, str) for n in labels)):
-        raise CheckpointError(f"{path}: 'labels' must be a list of class names")
+    if names not in (None, *WRITERS, FORMAT):
+        raise CheckpointError(f"{path}: weight_names must be one of timm, transformers, vitzoo")
     try:
         config = ViTConfig.from_dict(document["model"])
-    except (ConfigError, TypeError) as exc:  # TypeError: a value no option takes
+    except (ConfigError, TypeError, KeyError, AttributeError) as exc:  # no object, no option
         raise ConfigError(f"{path}: the saved model config is not valid: {exc}") from exc
-    missing = [name for name in ViTConfig.field_names() if name not in document["model"]]
-    if missing:  # save_pretrained writes them all: left out by hand
-        warnings.warn(f"{path} does not give the model options {', '.join(missing)}; their "
-                      "defaults are used: " + ", ".join(f"{n}={getattr(config, n)!r}"
-                                                        for n in missing), stacklevel=2)
-    return config, names or FORMAT, labels
+    return config, names or FORMAT, document.get("labels")
 
 
 def check_describes(config: ViTConfig, state_dict: dict, path) -> None:

@@ -9,8 +9,8 @@ import re
 import numpy as np
 import torch
 
-from vitzoo.weights import ConvertedWeights, WeightFormat, take_head
-from vitzoo.weights.layout import square_grid
+from vitzoo.weights import ConvertedWeights, WeightFormat
+from vitzoo.weights.layout import square_grid, take_head
 
 FORMAT = "official-npz"
 BLOCK = "Transformer/encoderblock_"

@@ -4,41 +4,43 @@ of the library that loads it, once the folder loads as the model its config desc
 from __future__ import annotations
 
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from vitzoo.errors import CheckpointError, ConfigError, HubError
-from vitzoo.weights import check_state_dict, hub
+from vitzoo.errors import CheckpointError, ConfigError
+from vitzoo.weights import hub
 from vitzoo.weights.card import choose, with_usage
-from vitzoo.weights.files import Source, open_directory, read_json
+from vitzoo.weights.files import Source, open_directory
 from vitzoo.weights.layout import CARD_NAME, CONFIG_NAME, PREPROCESSOR_NAME, WEIGHTS_NAME
-from vitzoo.weights.native import WRITERS, is_saved, save_pretrained, write_model
+from vitzoo.weights.native import save_pretrained, write_model
 
 PUSHED = (WEIGHTS_NAME, CARD_NAME, CONFIG_NAME, PREPROCESSOR_NAME)
 
 
-def check_loads(directory: Path, model_class: type, repo_id: str) -> Source:
-    """What `directory` holds, once it reads as a saved model whose every tensor fits the model
-    its config describes (built on the meta device); nothing is pushed otherwise."""
+@contextmanager
+def refused(repo_id: str):
     try:
-        if not is_saved(read_json(directory / CONFIG_NAME)):
-            raise CheckpointError(f"{directory / CONFIG_NAME} is not one save_pretrained wrote")
-        source = open_directory(directory, {})  # a saved model's: no other format
-        with torch.device("meta"):
-            model = model_class(source.saved_config)
-        check_state_dict(model, source.checkpoint.state_dict, str(directory))
+        yield
     except (CheckpointError, ConfigError) as exc:
         raise type(exc)(f"nothing was pushed to {repo_id}: {exc}") from exc
+
+
+def check_loads(directory: Path, model_class: type) -> Source:
+    """What `directory` holds, once it reads as a saved model whose every tensor fits the model
+    its config describes (built on the meta device); nothing is pushed otherwise."""
+    source = open_directory(directory, {})  # a saved model's: no other format
+    if source.saved_config is None:
+        raise CheckpointError(f"{directory / CONFIG_NAME} is not one save_pretrained wrote")
+    with torch.device("meta"):
+        model = model_class(source.saved_config)
+    try:  # torch lists every missing, unexpected and mis-shaped tensor
+        model.load_state_dict(source.checkpoint.state_dict, assign=True)
+    except RuntimeError as exc:
+        raise CheckpointError(f"{directory}: {exc}") from None
     return source
-
-
-def _layout(config, requested: str, repo_id: str) -> str:
-    try:
-        return choose(config, requested)
-    except ConfigError as exc:
-        raise ConfigError(f"nothing was pushed to {repo_id}: {exc}") from exc
 
 
 def push_folder(directory, repo_id: str, *, model_class: type, format: str = "auto",
@@ -46,22 +48,16 @@ def push_folder(directory, repo_id: str, *, model_class: type, format: str = "au
     """Upload a save_pretrained directory (left as it is) in the layout `format` chooses, its
     card's usage made this repo's; `options` are `hub.upload_folder`'s. Returns the commit URL."""
     directory = Path(directory)
-    if not (directory / WEIGHTS_NAME).exists():
-        raise HubError(f"{directory} has no {WEIGHTS_NAME}: write it with model.save_pretrained()")
-    source = check_loads(directory, model_class, repo_id)
+    with refused(repo_id):
+        source = check_loads(directory, model_class)
+        layout = choose(source.saved_config, format)
     config = source.saved_config
-    layout = _layout(config, format, repo_id)
-    document = read_json(directory / CONFIG_NAME)  # its keys a save writes anew, and its own
-    library, _ = WRITERS.get(document.get("weight_names"), (lambda config, labels: {}, None))
-    written = {"format", "format_version", "vitzoo_version", "model", "labels", "weight_names",
-               *library(config, source.labels)}
-    own = {k: v for k, v in document.items() if k not in written}  # a training run's data, say
     card = directory / CARD_NAME
     text = (with_usage(card.read_text(encoding="utf-8"), config, repo_id, layout)
             if card.is_file() else None)
     with tempfile.TemporaryDirectory(prefix="vitzoo-push-") as tmp:
         write_model(Path(tmp) / "repo", config, source.checkpoint.state_dict, source.labels,
-                    layout, text, own)
+                    layout, text)
         return _upload(Path(tmp) / "repo", repo_id, **options)
 
 
@@ -69,11 +65,13 @@ def push_to_hub(model, repo_id: str, *, card: dict[str, Any] | None = None, form
                 **options: Any) -> str:
     """`model.save_pretrained` into the folder uploaded, the card made for `repo_id`; `options`:
     token, private, revision, commit_message, endpoint. Returns the commit URL."""
-    layout = _layout(model.config, format, repo_id)
+    with refused(repo_id):
+        layout = choose(model.config, format)
     with tempfile.TemporaryDirectory(prefix="vitzoo-push-") as tmp:
         folder = Path(tmp) / "repo"
         save_pretrained(model, folder, card={"repo_id": repo_id, **(card or {})}, layout=layout)
-        check_loads(folder, type(model), repo_id)
+        with refused(repo_id):
+            check_loads(folder, type(model))
         return _upload(folder, repo_id, **options)
 
 

@@ -9,8 +9,8 @@ import re
 
 from vitzoo.config import HYBRID_NUMERICS, INTERPOLATIONS
 from vitzoo.errors import CheckpointError
-from vitzoo.weights import ConvertedWeights, WeightFormat, take_head
-from vitzoo.weights.layout import CONFIG_NAME, square_grid, square_side
+from vitzoo.weights import ConvertedWeights, WeightFormat
+from vitzoo.weights.layout import CONFIG_NAME, square_grid, take_head
 from vitzoo.zoo import SIZES, TABLE_1
 
 FORMAT = "timm"
@@ -27,26 +27,11 @@ HYBRIDS = {(3, 4, 9): "vit_base_r50_s16_224", (3, 4, 6, 3): "vit_large_r50_s32_2
 
 def stated_heads(document: dict, embed_dim: int) -> dict[str, int]:
     """The heads a timm config.json states: its model_args, else its architecture's size."""
-    heads = (document.get("model_args") or {}).get("num_heads")
-    if isinstance(heads, int) and not isinstance(heads, bool):
-        return {"num_heads": heads}
+    if heads := (document.get("model_args") or {}).get("num_heads"):
+        return {"num_heads": int(heads)}
     match = ARCHITECTURE.match(str(document.get("architecture", "")))
     size = SIZES["ti" if match.group(1) == "tiny" else match.group(1)[0]] if match else None
     return {"num_heads": size["num_heads"]} if size and size["embed_dim"] == embed_dim else {}
-
-
-def _check_paper_form(params: dict, token: bool) -> None:
-    """timm's ViT class also builds models that are not the paper's: said as such, before their
-    position embeddings look like a damaged grid."""
-    found = [what for key, what in (("dist_token", "a distillation token (DeiT's dist_token)"),
-                                    ("reg_token", "register tokens (reg_token)")) if key in params]
-    pos = params.get("pos_embed")
-    if (pos is not None and pos.ndim == 3 and token and square_side(pos.shape[1])
-            and not square_side(pos.shape[1] - 1)):
-        found.append("no position embedding for the class token (no_embed_class)")
-    if found:
-        raise CheckpointError(f"these timm weights are not a ViT of the paper's form: they have "
-                              f"{' and '.join(found)}")
 
 
 class TimmFormat(WeightFormat):
@@ -76,7 +61,6 @@ class TimmFormat(WeightFormat):
         if "patch_embed.proj.bias" in params:
             out["stem.proj.bias"] = params.pop("patch_embed.proj.bias")
         token = "cls_token" in params
-        _check_paper_form(params, token)
         if token:
             out["cls_token"] = params.pop("cls_token")
         config["pool"] = "token" if token else "gap"
@@ -90,10 +74,9 @@ class TimmFormat(WeightFormat):
             if f"norm.{kind}" in params:
                 out[f"encoder.norm.{kind}"] = params.pop(f"norm.{kind}")
         if "fc_norm.weight" in params:  # the LayerNorm after the pooling (same name in vitzoo)
-            if token:  # timm then averages the patches beside an unused class token
-                raise CheckpointError("these timm weights have a class token and fc_norm (timm's "
-                                      "global_pool='avg' beside a class token), a pooling vitzoo "
-                                      "does not have")
+            if token:  # timm's global_pool="avg" beside a class token: it would load, and differ
+                raise CheckpointError("these timm weights average the patches beside a class "
+                                      "token (fc_norm), a pooling vitzoo does not have")
             config["fc_norm"] = True
         take_head(params, out, config, pre_logits="pre_logits.fc", classifier="head")
         return ConvertedWeights(FORMAT, {**out, **params}, config, grid)
@@ -125,26 +108,19 @@ _TO_TIMM = ((r"stem\.backbone\.conv_root\.weight", "patch_embed.backbone.stem.co
 _TIMM_RESNET = {vitzoo: timm for timm, vitzoo in RESNET_NAMES.items()}
 
 
-def _timm_name(key: str) -> str | None:
-    for pattern, target in _TO_TIMM:
-        match = re.fullmatch(pattern, key)
-        if match and target is None:  # a ResNet unit's layer
-            stage, unit, layer, kind = match.groups()
-            layer = _TIMM_RESNET.get(layer, layer)
-            return f"patch_embed.backbone.stages.{stage}.blocks.{unit}.{layer}.{kind}"
-        if match:
-            return match.expand(target)
-    return None
-
-
 def to_timm(state_dict: dict) -> dict:
     """vitzoo's names as timm's, for a model timm builds (what `TimmFormat` reads back)."""
     out = {}
     for key, tensor in state_dict.items():
-        if (name := _timm_name(key)) is None:
-            raise CheckpointError(f"the tensor {key!r} has no name in timm's VisionTransformer: "
-                                  "save this model in vitzoo's layout")
-        out[name] = tensor
+        for pattern, target in _TO_TIMM:
+            if match := re.fullmatch(pattern, key):
+                break
+        if target is None:  # a ResNet unit's layer
+            stage, unit, layer, kind = match.groups()
+            layer = _TIMM_RESNET.get(layer, layer)
+            out[f"patch_embed.backbone.stages.{stage}.blocks.{unit}.{layer}.{kind}"] = tensor
+        else:
+            out[match.expand(target)] = tensor
     return out
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import re
 
-from vitzoo.weights import ConvertedWeights, WeightFormat, take_head
-from vitzoo.weights.layout import square_grid
+from vitzoo.weights import ConvertedWeights, WeightFormat
+from vitzoo.weights.layout import square_grid, take_head
 
 FORMAT = "torchvision"
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)  # ImageNet's, as its weights expect
