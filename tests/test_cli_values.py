@@ -14,7 +14,7 @@ import pytest
 from hub_testing import tiny  # tests/hub_testing.py
 
 from vitzoo.argvalues import ArgumentParser
-from vitzoo.cli import build_parser, main
+from vitzoo.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULES = [p.relative_to(ROOT).with_suffix("").as_posix().replace("/", ".")
@@ -74,17 +74,6 @@ def test_every_value_of_every_command_refuses_empty_and_blank(value, capsys):
             in err and str(shown) in err, (label, tried.dest, err)
 
 
-def test_an_empty_path_is_refused_before_anything_is_written(tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)
-    for argv in (["train", "--resume", ""], ["train", "--out", " "], ["eval", ""]):
-        with pytest.raises(SystemExit):
-            main(argv)
-        assert "the value is" in capsys.readouterr().err, argv
-    assert list(tmp_path.iterdir()) == []
-    args = build_parser().parse_args(["train", "--out", " runs/a"])
-    assert args.out == " runs/a"  # a value with something in it is read as given
-
-
 @pytest.mark.parametrize("argv", [["train", "--bogus"], ["train", "--step", "1"],
                                   ["list", "--markd"]])
 def test_an_unknown_or_abbreviated_option_is_refused(argv, capsys):
@@ -96,12 +85,8 @@ def test_an_unknown_or_abbreviated_option_is_refused(argv, capsys):
 
 @pytest.mark.parametrize("command, flag, value, fragment", [
     ("info", "--img-size", "0", "img_size must be > 0"),
-    ("train", "--log-every", "0", "log_every must be > 0"),
-    ("train", "--fewshot", "0", "fewshot must be > 0"),
     ("train", "--warmup", "nan", "warmup must be a finite number"),
-    ("eval", "--fewshot", "0", "fewshot must be > 0"),
     ("eval", "--draws", "0", "draws must be > 0"),
-    ("eval", "--batch-size", "-1", "batch_size must be > 0"),
     ("eval", "--l2-reg", "nan", "l2_reg must be a finite number")])
 def test_a_bad_number_is_a_one_line_error_before_anything_runs(tmp_path, capsys, command, flag,
                                                                value, fragment):

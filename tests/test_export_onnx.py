@@ -5,14 +5,12 @@ models refused before any tracing."""
 import numpy as np
 import pytest
 import torch
+from conftest import TINY
 
 import vitzoo
 from vitzoo.cli import main
 
 onnxruntime = pytest.importorskip("onnxruntime")
-
-TINY = dict(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2, mlp_dim=64,
-            num_classes=5)
 
 
 def random_weights(model):
@@ -47,13 +45,9 @@ def test_vitzoo_export_writes_an_onnx_file_onnxruntime_agrees_with(tmp_path, cap
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("options", [
-    {"pos_embed": "relative"},
-    {"stem": "resnet", "stem_options": {"layers": (1,)}, "patch_size": 1, "pool": "gap",
-     "pos_embed": "learned_2d"},
-], ids=["relative", "hybrid"])
-def test_export_onnx_of_the_relative_embedding_and_the_hybrid(tmp_path, options):
-    model = random_weights(vitzoo.create("vit_ti16", **{**TINY, **options}))
+def test_export_onnx_of_the_hybrid_with_the_relative_embedding(tmp_path):
+    hybrid = dict(stem="resnet", stem_options={"layers": (1,)}, patch_size=1, pos_embed="relative")
+    model = random_weights(vitzoo.create("vit_ti16", **{**TINY, **hybrid}))
     vitzoo.export_onnx(model, tmp_path / "m.onnx", check=False)
     agrees_with_pytorch(model, tmp_path / "m.onnx")
 
@@ -70,10 +64,8 @@ def test_a_features_only_model_exports_its_maps_with_the_weights_beside(tmp_path
 def test_bad_destinations_and_models_are_refused_before_any_tracing(tmp_path, capsys):
     model = vitzoo.create("vit_ti16", **TINY)
     (existing := tmp_path / "old.onnx").write_text("mine")
-    (tmp_path / "a_file").write_text("")
     for path, model_, error, message in [
         (existing, model, FileExistsError, "pass force=True"),
-        (tmp_path / "a_file" / "m.onnx", model, OSError, "a_file"),  # its folder cannot be made
         (tmp_path / "l.onnx", torch.nn.Linear(2, 2), TypeError, "exports a vitzoo model"),
         (tmp_path / "b.onnx", vitzoo.create("vit_ti16", **TINY).bfloat16(), ValueError,
          "float32.*model.float()"),
@@ -84,7 +76,6 @@ def test_bad_destinations_and_models_are_refused_before_any_tracing(tmp_path, ca
         (["vit_ti16", str(existing), "--no-weights"], "exists; choose another path or pass "
                                                       "force=True (--force)"),
         (["no_such_model", str(tmp_path / "n.onnx"), "--no-weights"], "no_such_model"),
-        ([str(tmp_path / "missing_dir"), str(tmp_path / "n.onnx")], "missing_dir"),
         ([str(tmp_path), str(tmp_path / "n.onnx"), "--no-weights"], "--no-weights builds a named"),
         (["vit_ti16", str(tmp_path / "n.onnx"), "--batch-size", "0"], "--batch-size must be at "
                                                                       "least 1"),
@@ -93,10 +84,4 @@ def test_bad_destinations_and_models_are_refused_before_any_tracing(tmp_path, ca
         err = capsys.readouterr().err
         assert err.startswith("vitzoo export: error:") and said in err, (argv, err)
     assert existing.read_text() == "mine"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "old.onnx"]  # nothing left
-    with pytest.raises(SystemExit):
-        main(["export", "--help"])
-    shown = capsys.readouterr().out
-    assert all(flag in shown for flag in ("MODEL", "OUT.onnx", "--no-weights", "--img-size",
-                                          "--batch-size", "--opset", "--external-data",
-                                          "--no-check", "--force"))
+    assert [p.name for p in tmp_path.iterdir()] == ["old.onnx"]  # nothing left

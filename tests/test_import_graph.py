@@ -1,14 +1,10 @@
-"""The floor plan of the package, read from its code: no import circle, every module in its layer, every
-import going down or sideways, no module too long.
+"""The floor plan of the package, read from its code: no import circle, every module in its layer,
+every import going down or sideways, no module too long.
 
-The import graph is derived with `ast` from every module of `vitzoo/` and `benchmarks/`: module-level and
-function-level imports alike (a deferred import that climbs back up is still a circle in the design),
-`import a.b`, `from a import b` (an edge to the submodule `a.b` when there is one, else to `a`) and
-relative imports. Only imports under `if TYPE_CHECKING:` are left out: type checkers read them, nothing
-runs them.
-
-The layers are data, `LAYERS`, from the ground up; docs/architecture.md's layer table is rendered from
-them (`python tests/test_import_graph.py` writes it), so the plan a reader sees is the one checked here.
+The graph is read with `ast` from every import of `vitzoo/` and `benchmarks/`, those inside
+functions too; only imports under `if TYPE_CHECKING:` are left out (nothing runs them).
+`LAYERS` is the plan; docs/architecture.md's table is rendered from it
+(`python tests/test_import_graph.py` writes it).
 """
 
 from __future__ import annotations
@@ -29,14 +25,12 @@ START, END = "<!-- layers:start -->", "<!-- layers:end -->"
 
 
 class Layer(NamedTuple):
-    """One floor of the plan: its modules by path (a folder `x/` places every module below it, a file
-    itself; the longest path that holds a module places it), each with what it is. A module imports from
-    its own layer and those below it, or, with `stands_on`, only from its own and that one's and below."""
+    """One floor of the plan: its modules by path (a folder `x/` places every module below it; the
+    longest path that holds a module places it), each with what it is."""
 
     name: str
     says: str
     modules: dict[str, str]
-    stands_on: str | None = None
 
 
 LAYERS: tuple[Layer, ...] = (
@@ -189,53 +183,20 @@ def import_graph(type_checking: bool = False, packages: str | tuple[str, ...] = 
 
 
 def circles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """One circle (a -> b -> ... -> a) through each group of modules that import each other (Tarjan's
-    strongly connected components, then a shortest way back round within each)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    groups: list[set[str]] = []
+    """The circles (a -> b -> ... -> a) a depth-first walk of `graph` meets, one per edge back."""
+    found, done = [], set()
 
-    def connect(node: str) -> None:
-        index[node] = low[node] = len(index)
-        stack.append(node)
-        on_stack.add(node)
-        for target in sorted(graph[node]):
-            if target not in index:
-                connect(target)
-                low[node] = min(low[node], low[target])
-            elif target in on_stack:
-                low[node] = min(low[node], index[target])
-        if low[node] == index[node]:
-            group = set()
-            while True:
-                member = stack.pop()
-                on_stack.discard(member)
-                group.add(member)
-                if member == node:
-                    break
-            if len(group) > 1:
-                groups.append(group)
+    def walk(path: list[str]) -> None:
+        for target in sorted(graph[path[-1]]):
+            if target in path:
+                found.append(path[path.index(target):] + [target])
+            elif target not in done:
+                walk(path + [target])
+        done.add(path[-1])
 
     for node in sorted(graph):
-        if node not in index:
-            connect(node)
-    found = []
-    for group in groups:
-        start = min(group)
-        paths = {start: [start]}
-        queue = [start]
-        while queue:  # breadth first: the shortest way from start back to start
-            node = queue.pop(0)
-            for target in sorted(graph[node] & group):
-                if target == start:
-                    found.append(paths[node] + [start])
-                    queue = []
-                    break
-                if target not in paths:
-                    paths[target] = paths[node] + [target]
-                    queue.append(target)
+        if node not in done:
+            walk([node])
     return found
 
 
@@ -247,20 +208,16 @@ def placement(path: str, layers: tuple[Layer, ...] = LAYERS) -> tuple[int, str] 
     return max(held)[1:] if held else None
 
 
-def layer_named(name: str, layers: tuple[Layer, ...] = LAYERS) -> int:
-    return next(index for index, layer in enumerate(layers) if layer.name == name)
-
-
-def climbs(graph: dict[str, set[str]], paths: dict[str, str], layers: tuple[Layer, ...] = LAYERS) -> list[str]:
-    """Every import of `graph` (dotted names; `paths` gives each module's path) that goes up the plan,
-    or below its layer to one above what the layer stands on, as `a (layer) -> b (layer)`."""
+def climbs(graph: dict[str, set[str]], paths: dict[str, str],
+           layers: tuple[Layer, ...] = LAYERS) -> list[str]:
+    """Every import of `graph` (dotted names; `paths` gives each module's path) that goes up the
+    plan, as `a (layer) -> b (layer)`."""
     found = []
     for source, targets in sorted(graph.items()):
         here = placement(paths[source], layers)[0]
-        ceiling = here if layers[here].stands_on is None else layer_named(layers[here].stands_on, layers)
         for target in sorted(targets):
             there = placement(paths[target], layers)[0]
-            if there > here or (there != here and there > ceiling):
+            if there > here:
                 found.append(f"{source} ({layers[here].name}) -> {target} ({layers[there].name})")
     return found
 
@@ -276,12 +233,8 @@ def layer_table(layers: tuple[Layer, ...] = LAYERS) -> str:
              f"{LINE_LIMIT} lines.", "",
              "| layer | module | what it is |", "| --- | --- | --- |"]
     for number, layer in enumerate(layers, 1):
-        says = layer.says
-        if layer.stands_on is not None:
-            below = f"of vitzoo it imports only from layer {layer_named(layer.stands_on, layers) + 1}, {layer.stands_on.lower()}"
-            says = f"{says}; {below}" if says else below
         for row, (path, what) in enumerate(layer.modules.items()):
-            name = f"**{number}. {layer.name}**: {says}" if row == 0 else ""
+            name = f"**{number}. {layer.name}**: {layer.says}" if row == 0 else ""
             lines.append(f"| {name} | `{path}` | {what.replace('{ablations}', ablations)} |")
     return "\n".join(lines)
 
@@ -293,23 +246,13 @@ def with_layer_table(text: str) -> str:
                   flags=re.S)
 
 
-def test_the_package_has_no_import_circle():
-    found = circles(import_graph())
-    assert not found, "import circles in vitzoo/ (outside `if TYPE_CHECKING:`), one through each group of " \
-        "modules that import each other:\n" + "\n".join(" -> ".join(circle) for circle in found)
-
-
-def test_the_benchmarks_have_no_import_circle_either():
-    """spec -> plan -> runner -> slurm, the results store and the machine's record below them all."""
-    graph = import_graph(packages="benchmarks")
-    assert "benchmarks.slurm" in graph["benchmarks.runner"]
-    found = circles(graph)
-    assert not found, "\n".join(" -> ".join(circle) for circle in found)
-
-
-def test_no_circle_runs_through_the_model_module_even_counting_type_only_imports():
-    through_model = [circle for circle in circles(import_graph(type_checking=True)) if "vitzoo.model" in circle]
-    assert not through_model, "\n".join(" -> ".join(circle) for circle in through_model)
+def test_no_import_circle():
+    """None in vitzoo/ or in benchmarks/, and none through the model module even counting
+    type-only imports."""
+    found = circles(import_graph()) + circles(import_graph(packages="benchmarks"))
+    found += [c for c in circles(import_graph(type_checking=True)) if "vitzoo.model" in c]
+    assert not found, "import circles (outside `if TYPE_CHECKING:`):\n" + "\n".join(
+        " -> ".join(circle) for circle in found)
 
 
 def test_the_graph_is_read_from_the_code():
@@ -322,41 +265,40 @@ def test_the_graph_is_read_from_the_code():
     assert "vitzoo.weights.hub" in graph["vitzoo.weights.files"]  # from vitzoo.weights import hub
     assert "vitzoo.config" not in graph["vitzoo.hookspecs"]  # under if TYPE_CHECKING
     assert "vitzoo.config" in import_graph(type_checking=True)["vitzoo.hookspecs"]
-    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
+    assert circles({"a": {"b"}, "b": {"c", "a"}, "c": {"a"}, "d": {"a"}}) == [
+        ["a", "b", "a"], ["a", "b", "c", "a"]]
 
 
 def test_every_module_stands_in_one_layer():
-    """Every module of vitzoo/ and benchmarks/ is placed by a row of the table, every row places a module
-    (no row outlives its module), no path stands in two layers, and a layer stands only on one below it."""
+    """Every module of vitzoo/ and benchmarks/ is placed by a row of the table, every row places a
+    module (no row outlives its module), and no path stands in two layers."""
     paths = [path.relative_to(ROOT).as_posix() for path in module_names(PACKAGES).values()]
     unplaced = [path for path in paths if placement(path) is None]
     assert not unplaced, f"modules in no layer of LAYERS: {unplaced}; add each to its layer"
-    used = {placement(path)[1] for path in paths}
     rows = [key for layer in LAYERS for key in layer.modules]
-    assert not set(rows) - used, f"rows of LAYERS that place no module: {sorted(set(rows) - used)}"
+    unused = set(rows) - {placement(path)[1] for path in paths}
+    assert not unused, f"rows of LAYERS that place no module: {sorted(unused)}"
     assert len(rows) == len(set(rows)), "a path stands in two layers"
-    assert all(layer_named(layer.stands_on) < index for index, layer in enumerate(LAYERS) if layer.stands_on)
 
 
 def test_every_import_goes_down_or_sideways():
-    """No module imports one of a layer above its own (or above the one its layer stands on)."""
     graph = import_graph(packages=PACKAGES)
-    paths = {name: path.relative_to(ROOT).as_posix() for name, path in module_names(PACKAGES).items()}
-    assert "vitzoo" in graph["benchmarks.training"]  # the graph holds the imports between the two packages
+    paths = {name: p.relative_to(ROOT).as_posix() for name, p in module_names(PACKAGES).items()}
+    assert "vitzoo" in graph["benchmarks.training"]  # the imports between the two packages count
     found = climbs(graph, paths)
-    assert not found, "imports that climb the floor plan (tests/test_import_graph.py's LAYERS):\n" + "\n".join(found)
+    assert not found, "imports that climb LAYERS:\n" + "\n".join(found)
 
 
 def test_a_climb_is_caught():
-    """The rule above can fail: an import up a layer, and one from a layer that stands on the ground only
-    to a layer between; the longest path places a module."""
-    layers = (Layer("Ground", "", {"p/a.py": "", "p/b/low.py": ""}), Layer("Middle", "", {"p/b/": ""}),
-              Layer("Apart", "", {"p/c.py": ""}, stands_on="Ground"))
-    paths = {"a": "p/a.py", "low": "p/b/low.py", "b": "p/b/mid.py", "c": "p/c.py"}
-    graph = {"a": {"b", "low"}, "low": set(), "b": {"a"}, "c": {"a", "b"}}
-    assert placement("p/b/low.py", layers) == (0, "p/b/low.py") and placement("p/b/mid.py", layers) == (1, "p/b/")
-    assert climbs(graph, paths, layers) == ["a (Ground) -> b (Middle)", "c (Apart) -> b (Middle)"]
-    assert "| **3. Apart**: of vitzoo it imports only from layer 1, ground | `p/c.py` |  |" in layer_table(layers)
+    """The rule above can fail; the longest path of the table places a module."""
+    layers = (Layer("Ground", "", {"p/a.py": "", "p/b/low.py": ""}),
+              Layer("Middle", "", {"p/b/": ""}))
+    paths = {"a": "p/a.py", "low": "p/b/low.py", "b": "p/b/mid.py"}
+    graph = {"a": {"b", "low"}, "low": set(), "b": {"a"}}
+    assert placement("p/b/low.py", layers) == (0, "p/b/low.py")
+    assert placement("p/b/mid.py", layers) == (1, "p/b/")
+    assert climbs(graph, paths, layers) == ["a (Ground) -> b (Middle)"]
+    assert "| **2. Middle**:  | `p/b/` |  |" in layer_table(layers)
 
 
 def test_the_docs_layer_table_is_the_layers():
@@ -367,9 +309,8 @@ def test_the_docs_layer_table_is_the_layers():
 
 
 def test_no_module_takes_the_name_of_a_standard_library_module():
-    """A module named like one of the standard library's (vitzoo/inspect.py was) shadows it for any
-    script run from inside its folder. One compiled in or frozen (builtins, io) cannot be shadowed; one
-    read from a file can, and no vitzoo module may take its name."""
+    """One read from a file (not compiled in or frozen) would be shadowed for any script run from
+    inside the module's folder."""
     names = {name.rpartition(".")[2] for name in module_names()}
     clashes = names & set(sys.stdlib_module_names)
     shadowable = {name for name in clashes

@@ -1,7 +1,6 @@
 """The optimizer and what moves with it: the learning-rate schedule, the recipes' optimizers,
 layer-wise decay as timm groups it, and the moving average of the weights (`--model-ema`)."""
 
-import copy
 import json
 import warnings
 
@@ -34,26 +33,12 @@ def test_the_schedule_warms_up_then_decays_over_steps_or_over_the_clock():
             ] == pytest.approx([1.0, 1.0, 0.5, 0.0])
 
 
-@pytest.mark.parametrize("recipe", ["paper-pretrain", "paper-finetune"])
-def test_the_recipes_optimizer_is_fused_and_steps_as_the_plain_one(recipe):
-    cfg = tiny_config(recipe=recipe, lr=1e-2).resolved()
+@pytest.mark.parametrize("recipe, kind", [("paper-pretrain", torch.optim.AdamW),
+                                          ("paper-finetune", torch.optim.SGD)])
+def test_the_recipes_optimizer_is_fused(recipe, kind):
     model = vitzoo.create("vit_ti16", **TINY, num_classes=10)
-    twin = copy.deepcopy(model)
-    fused = build_optimizer(cfg, model, CPU)
-    assert fused.defaults["fused"] is True and type(fused) is (
-        torch.optim.AdamW if recipe == "paper-pretrain" else torch.optim.SGD)
-    same = dict(zip(map(id, model.parameters()), twin.parameters()))
-    plain = type(fused)([{**{k: v for k, v in g.items() if k != "fused"},
-                          "params": [same[id(p)] for p in g["params"]]}
-                         for g in fused.param_groups], foreach=False)  # a loop over parameters
-    for _ in range(3):  # the same gradients for both
-        for a, b in zip(model.parameters(), twin.parameters()):
-            a.grad = torch.randn_like(a)
-            b.grad = a.grad.clone()
-        fused.step()
-        plain.step()
-    for (name, a), b in zip(model.named_parameters(), twin.parameters()):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=lambda m: f"{name}: {m}")
+    fused = build_optimizer(tiny_config(recipe=recipe, lr=1e-2).resolved(), model, CPU)
+    assert fused.defaults["fused"] is True and type(fused) is kind
 
 
 def by_name(model: torch.nn.Module, groups: list[dict]) -> dict[str, tuple[float, float]]:

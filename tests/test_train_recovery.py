@@ -103,9 +103,7 @@ def test_a_damaged_checkpoint_is_named_and_resume_stops_deleting_nothing(tmp_pat
     assert snapshot(run) == before
 
 
-@pytest.mark.parametrize("how", [shutil.move, shutil.copytree], ids=["moved", "copied"])
-def test_a_moved_or_copied_run_resumes_where_it_is(tmp_path, uninterrupted, how):
-    run = stopped_run(tmp_path)
-    how(run, tmp_path / "elsewhere")
+def test_a_moved_run_resumes_where_it_is(tmp_path, uninterrupted):
+    shutil.move(stopped_run(tmp_path), tmp_path / "elsewhere")
     assert resume(tmp_path / "elsewhere")["step"] == 6
     assert losses(tmp_path / "elsewhere") == uninterrupted

@@ -54,7 +54,7 @@ def test_missing_or_malformed_data_fails_before_any_work(tmp_path):
 def test_the_recipes_fill_the_knobs_left_out_and_warm_up_a_tenth_at_most(tmp_path):
     from benchmarks.scales import SMALL_RECIPE
 
-    fit(tiny_config(tmp_path, steps=20, warmup=None, lr=1e-3))  # warm-up min(10k, 20 // 10) = 2
+    fit(short_config(tmp_path / "run", steps=20, warmup=None, lr=1e-3))  # min(10k, 20 // 10) = 2
     lrs = [r["lr"] for r in lines(tmp_path / "run") if "lr" in r]
     assert lrs[:2] == pytest.approx([5e-4, 1e-3]) and lrs[-1] == pytest.approx(1e-3 / 18)
     small = TrainConfig(recipe="small").resolved()
@@ -64,9 +64,11 @@ def test_the_recipes_fill_the_knobs_left_out_and_warm_up_a_tenth_at_most(tmp_pat
 
 
 def test_fine_tuning_zeroes_the_head_and_resamples_the_position_embedding(tmp_path):
-    pre = vitzoo.from_pretrained(fit(tiny_config(tmp_path / "pre", steps=3))["run_dir"])
+    pre = vitzoo.create("vit_ti16", **TINY, num_classes=10)
+    torch.nn.init.normal_(pre.head.fc.weight)  # the head fine-tuning must zero
+    pre.save_pretrained(tmp_path / "pre")
     trainer = Trainer.from_config(tiny_config(
-        tmp_path / "ft", recipe="paper-finetune", pretrained=str(tmp_path / "pre" / "run"), lr=None,
+        tmp_path / "ft", recipe="paper-finetune", pretrained=str(tmp_path / "pre"), lr=None,
         warmup=None, steps=3, model_options=dict(img_size=56)))
     cfg, model = trainer.cfg, trainer.model
     assert (cfg.optimizer, cfg.momentum, cfg.weight_decay, cfg.schedule, cfg.reset_head) == (
@@ -80,19 +82,10 @@ def test_fine_tuning_zeroes_the_head_and_resamples_the_position_embedding(tmp_pa
     assert trainer.run()["model_config"]["img_size"] == [56, 56]
 
 
-def test_a_pretrained_directory_of_another_model_than_named_is_trained_with_a_warning(tmp_path):
-    fit(tiny_config(tmp_path / "pre", steps=3, warmup=1))
-    cfg = tiny_config(tmp_path / "ft", model="vit_b16", pretrained=str(tmp_path / "pre" / "run"),
-                      steps=3, warmup=1).replace(model_options={})
-    with pytest.warns(UserWarning, match=r"holds another model than .*embed_dim=32 \(not 768"):
-        assert fit(cfg)["model_config"]["embed_dim"] == 32
-
-
-def test_bf16_with_gradient_accumulation_trains_and_fp16_needs_cuda():
-    summary = fit(tiny_config(steps=4, precision="bf16", micro_batch=8))
+def test_bf16_with_gradient_accumulation_trains():
+    summary = fit(tiny_config(steps=2, warmup=1, batch_size=16, train_limit=64, test_limit=32,
+                              precision="bf16", micro_batch=8))
     assert summary["precision"] == "bfloat16" and summary["final_loss"] == summary["final_loss"]
-    with pytest.raises(ValueError, match="fp16 needs CUDA"):
-        fit(tiny_config(steps=4, precision="fp16"))
     with pytest.raises(ValueError, match="not a multiple"):
         fit(tiny_config(steps=4, micro_batch=5))
 
