@@ -75,6 +75,8 @@ def differences(recorded: dict, measured: dict) -> list[str]:
 
 
 def read_trace(path: Path = TRACE) -> dict[str, Any]:
+    if not path.exists():
+        raise FileNotFoundError(f"no numerics trace at {path}: record it with {RECORD}")
     return json.loads(path.read_text())
 
 
