@@ -64,8 +64,10 @@ def test_a_run_stopped_by_a_signal_or_killed_resumes_to_the_same_weights(tmp_pat
     threads = str(torch.get_num_threads())  # the order of a float sum: the same in both
     command = [sys.executable, "-m", "vitzoo", "train", "vit_ti16", "--quiet", "--no-tensorboard",
                "--out", str(run), *flags(**SIGNALLED)]
+    # started as a terminal starts it: SIGINT's default, not the ignore a background job inherits
     proc = subprocess.Popen(command, text=True, stderr=subprocess.PIPE,
-                            env={**os.environ, "OMP_NUM_THREADS": threads})
+                            env={**os.environ, "OMP_NUM_THREADS": threads},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 120
     while not ((run / "checkpoints" / "latest").exists() and len(lines(run)) >= 3):
         assert proc.poll() is None and time.time() < deadline, proc.communicate()
