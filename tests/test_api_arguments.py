@@ -4,6 +4,7 @@ is asked for, a tag's name where a model is, and a model pickles like any module
 import io
 import pickle
 
+import pytest
 import torch
 
 import vitzoo
@@ -61,3 +62,10 @@ def test_a_model_pickles_and_saves_whole_with_torch_save():
     copied = pickle.loads(pickle.dumps(model))
     with torch.no_grad():
         assert torch.equal(loaded(x), model(x)) and torch.equal(copied(x), model(x))
+
+
+def test_a_name_or_weights_of_another_type_is_refused_naming_what_each_can_be():
+    for call in (lambda: vitzoo.create(3), lambda: vitzoo.create("vit_b16", pretrained=3),
+                 lambda: vitzoo.from_pretrained(3.5)):
+        with pytest.raises(TypeError, match="a name is a str; weights are True, a path"):
+            call()
