@@ -11,7 +11,6 @@ import contextlib
 import logging
 import os
 import warnings
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -112,17 +111,10 @@ def decided_options(decided: dict[str, Any], requested: dict[str, Any]) -> dict[
     return changes
 
 
-WEIGHTS = (type(None), bool, str, os.PathLike, Mapping, torch.nn.Module)  # what weights can be
-
-
 def _resolve(name: str | None, weights, options: dict[str, Any]) -> Resolved:
     """The config, once: the named model's (its tag's, a timm name's), then the options; with
     `weights` (True: the tag's), a saved model's own, or without a name the one they describe,
     with their preprocessing and what they decide."""
-    if not isinstance(name, (str, type(None))) or not isinstance(weights, WEIGHTS):
-        raise TypeError(f"got name {type(name).__name__}, weights {type(weights).__name__}: a "
-                          "name is a str; weights are True, a path, 'hf-hub:ORG/NAME', a state "
-                          "dict or a module holding one")
     base, tag, hub, changes = None, None, weights is True, [options]
     if name is not None:
         base, tag, revision, implied = lookup(name, hub)
@@ -169,8 +161,9 @@ def resolve(name: str, pretrained: bool | str | os.PathLike | None = None,
             **options) -> Resolved:
     """What `create` builds, worked out once without building it (see `create`)."""
     options = from_timm_names(options)
-    source = None if pretrained is False else pretrained
-    repo = isinstance(name, str) and name.startswith(HUB_PREFIX)
+    if not isinstance(name, str):
+        raise TypeError(f"a model's name is a str (vitzoo list), not {type(name).__name__}")
+    source, repo = (None if pretrained is False else pretrained), name.startswith(HUB_PREFIX)
     if repo:  # as timm: a Hub repo's model, with its weights if pretrained
         if pretrained not in (None, False, True):
             raise ConfigError(f"{name!r} names a Hub repo's model: pass pretrained=True for its "

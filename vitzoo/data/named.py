@@ -15,7 +15,7 @@ import zipfile
 from pathlib import Path
 
 from vitzoo.errors import DataError
-from vitzoo.io import cache_dir
+from vitzoo.io import cache_dir, out_of_space
 
 # name -> torchvision's class, its folder under the root, classes, and the torchvision splits
 # (kwargs of the class) that make vitzoo's "train" and "test"
@@ -29,9 +29,8 @@ TORCHVISION = {
     "flowers102": ("Flowers102", "flowers-102", 102, ({"split": "train"}, {"split": "val"}),
                    ({"split": "test"},)),
 }
-# what a folder or disk says when it cannot take the files, not the network
-FOLDER_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR,
-                 errno.EEXIST}
+# what a folder says when it cannot take the files (a full disk: io.out_of_space), not the network
+FOLDER_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EEXIST}
 DOWNLOAD_TIMEOUT_S = 60  # per network read: a silent mirror ends the download instead of hanging
 
 
@@ -62,7 +61,7 @@ def open_split(name: str, data_dir, kwargs: dict, download: bool = False):
     except (RuntimeError, OSError, EOFError, ValueError, tarfile.TarError,
             zipfile.BadZipFile) as exc:
         fix = ("the folder or its disk is at fault, not the network: give another --data-dir or "
-               "free space" if getattr(exc, "errno", None) in FOLDER_ERRNOS
+               "free space" if getattr(exc, "errno", None) in FOLDER_ERRNOS or out_of_space(exc)
                else how_to_get(name, root))
         raise DataError(f"{name} in {root}: {exc}; {fix}") from None
     finally:

@@ -156,6 +156,9 @@ def open_source(source, formats: dict[str, WeightFormat]) -> Source:
         if isinstance(getattr(source, "config", None), ViTConfig):  # a vitzoo model: itself
             return Source(ConvertedWeights(native.FORMAT, dict(weights)), location, source.config)
         return convert(weights, {}, location, formats)
+    if not isinstance(source, (str, os.PathLike)):
+        raise TypeError(f"weights are a path, 'hf-hub:ORG/NAME', a state dict or a module holding "
+                        f"one (pretrained=True: the tag's), not {type(source).__name__}")
     text = os.fspath(source)
     if text.startswith(HUB_PREFIX):
         directory = hub.download(text)
