@@ -112,8 +112,10 @@ def test_bad_validation_settings_fail_before_any_work(tmp_path):
     for changes in (dict(val_size=0), dict(val_size=100, eval_every=0)):
         with pytest.raises(ValueError, match=r"give --val-size and --eval-every \(> 0\)"):
             tiny_config(keep_best=True, **changes)
-    for val_size, said in ((9990, r"val_size=9990 leaves 10 of the 10000 training images"),
-                           (20_000, r"val_size=20000 leaves 0 of the 10000 training images")):
+    for val_size, said in ((9990, r"batch_size=32 is larger than the training set \(10 images, "
+                                  r"val_size=9990 held out\): lower --batch-size or --val-size"),
+                           (20_000, r"batch_size=32 is larger than the training set \(0 images, "
+                                    r"val_size=20000 held out\)")):
         with pytest.raises(ValueError, match=said):
             fit(tiny_config(tmp_path, val_size=val_size))
     assert not (tmp_path / "run").exists()

@@ -49,11 +49,6 @@ def load_splits(cfg: TrainConfig, base) -> tuple[Dataset, Dataset | None, Datase
                                for s in (train_raw, test_raw))
         names = info.classes and tuple(info.classes[c] for c in cfg.classes)
         info = dataclasses.replace(info, num_classes=len(cfg.classes), classes=names)
-    left = len(train_raw) - cfg.val_size
-    if cfg.val_size and left < cfg.batch_size:
-        raise ConfigError(f"val_size={cfg.val_size} leaves {max(0, left)} of the {len(train_raw)} "
-                          f"training images, less than a batch ({cfg.batch_size}): lower "
-                          "--val-size or --batch-size")
     # held out before train_limit: the training subsets of one seed nest and never validate
     train_raw, val_raw = datasets.split_validation(train_raw, cfg.val_size)
     train_raw = datasets.subset(train_raw, cfg.train_limit, cfg.seed)

@@ -120,8 +120,10 @@ def plan_length(cfg, train_images: int) -> tuple[int, int | None, float | None, 
     """(steps per epoch, total steps or None, the time budget in seconds or None, the schedule)."""
     steps_per_epoch = train_images // cfg.batch_size
     if steps_per_epoch == 0:
+        held = f", val_size={cfg.val_size} held out" if cfg.val_size else ""
         raise ConfigError(f"batch_size={cfg.batch_size} is larger than the training set "
-                          f"({train_images} images)")
+                          f"({train_images} images{held}): lower --batch-size"
+                          + (" or --val-size" if held else ""))
     total_steps = cfg.steps
     if cfg.epochs is not None:
         total_steps = max(1, math.ceil(cfg.epochs * steps_per_epoch))
